@@ -1,0 +1,1 @@
+"""Reward-hacking guards: each a named check with its own planted-hack test."""

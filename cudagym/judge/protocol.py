@@ -1,0 +1,172 @@
+"""Evaluation protocols: named, versioned, frozen configurations of how a solution is judged.
+
+A protocol fixes everything that changes a verdict: how many correctness inputs and from which seeds, the
+tolerance, the precision of the baselines, warm-up, the stopping rule for timing, the timer, the L2 flush,
+the statistic, the tier threshold, which guards run, and the timeouts. Every result records its protocol id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from cudagym.errors import ConfigError
+
+TimingMethod = Literal["cuda_events", "profiler"]
+Statistic = Literal["median", "mean"]
+BaselinePrecision = Literal["fp32", "tf32"]
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How a solution is judged. Change a field, change the id: results are only comparable within one id.
+
+    Attributes:
+        id: Name and version, e.g. ``cudagym-v0``.
+        description: One line for humans and the task prompt.
+        num_inputs: Correctness input sets, each drawn from its own seed.
+        seed: Base seed; input set ``i`` uses ``seed + i`` (the timed inputs use further seeds).
+        atol: Absolute tolerance of the elementwise check ``|out - ref| <= atol + rtol * |ref|``.
+        rtol: Relative tolerance.
+        baseline_precision: ``fp32`` times eager and torch.compile with TF32 off for matmuls and
+            convolutions; ``tf32`` allows TF32 in both (and candidates may use it too).
+        warmup_runs: Untimed calls before timing (module load, caches, cuBLAS handles, autotuning).
+        min_runs: Timed calls at least.
+        max_runs: Timed calls at most (the cap of the stopping rule).
+        target_ci_pct: Stop once the 95% confidence interval of the median is within this % of it;
+            0 means run exactly ``min_runs``.
+        timing: ``cuda_events`` around ``forward`` with device synchronisation, or ``profiler`` (sum of
+            the kernels' device time, as the CUDA Agent scripts do).
+        l2_flush: Overwrite a buffer twice the L2's size before each timed call.
+        interleave: Time candidate, eager and compile round-robin in one process so drift cancels.
+        statistic: ``median`` or ``mean`` of the timed calls.
+        threshold: Fraction faster than a baseline needed for a tier step (0.05 = 5%).
+        guards: Names of the reward-hacking guards that run (see ``cudagym.judge.guards``).
+        build_timeout_s: Wall-clock limit of one build.
+        eval_timeout_s: Wall-clock limit of one evaluation job on a GPU worker.
+    """
+
+    id: str
+    description: str
+    num_inputs: int = 5
+    seed: int = 42
+    atol: float = 1e-4
+    rtol: float = 1e-4
+    baseline_precision: BaselinePrecision = "fp32"
+    warmup_runs: int = 10
+    min_runs: int = 30
+    max_runs: int = 1000
+    target_ci_pct: float = 0.5
+    timing: TimingMethod = "cuda_events"
+    l2_flush: bool = True
+    interleave: bool = True
+    statistic: Statistic = "median"
+    threshold: float = 0.05
+    guards: tuple[str, ...] = ("all",)
+    build_timeout_s: float = 180.0
+    eval_timeout_s: float = 300.0
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if self.num_inputs < 1:
+            raise ConfigError(f"protocol {self.id}: expected num_inputs >= 1, got {self.num_inputs}")
+        if self.min_runs < 1 or self.max_runs < self.min_runs:
+            raise ConfigError(
+                f"protocol {self.id}: expected 1 <= min_runs <= max_runs, got {self.min_runs}, {self.max_runs}"
+            )
+        if not 0 <= self.threshold < 1:
+            raise ConfigError(f"protocol {self.id}: expected 0 <= threshold < 1, got {self.threshold}")
+        if self.timing not in ("cuda_events", "profiler"):
+            raise ConfigError(f"protocol {self.id}: timing must be cuda_events or profiler, got {self.timing}")
+        if self.statistic not in ("median", "mean"):
+            raise ConfigError(f"protocol {self.id}: statistic must be median or mean, got {self.statistic}")
+        if self.baseline_precision not in ("fp32", "tf32"):
+            raise ConfigError(
+                f"protocol {self.id}: baseline_precision must be fp32 or tf32, got {self.baseline_precision}"
+            )
+
+    @property
+    def allow_tf32(self) -> bool:
+        """Whether TF32 is enabled for matmuls and cuDNN convolutions, baselines and candidates alike."""
+        return self.baseline_precision == "tf32"
+
+    def input_seeds(self) -> tuple[int, ...]:
+        """Seeds of the correctness input sets."""
+        return tuple(self.seed + i for i in range(self.num_inputs))
+
+    def with_changes(self, **changes: Any) -> Protocol:
+        """A copy with fields changed; give it a new ``id`` so its results are not mixed with this one's."""
+        return replace(self, **changes)
+
+
+# Our default: stricter than both presets. Five inputs from distinct seeds, fp32 tolerance 1e-4 as
+# KernelBench v0.2 uses for fp32, plain fp32 baselines (TF32 off: a candidate must not win by precision
+# alone), CUDA events around forward() with a device-wide synchronize (side-stream work is counted),
+# L2 flushed between timed calls, candidate/eager/compile interleaved, median with its CI under 0.5%.
+CUDAGYM_V0 = Protocol(
+    id="cudagym-v0",
+    description="5 seeded inputs, atol=rtol=1e-4, fp32 baselines, CUDA events + device sync, L2 flush, "
+    "interleaved median to a 0.5% CI, every guard",
+)
+
+# The CUDA Agent scripts (verification.py / profiling.py): 5 random inputs at atol=rtol=1e-2, 5 warm-ups
+# then 10 runs under torch.profiler summing kernel device time, no L2 flush, mean.
+CUDA_AGENT = Protocol(
+    id="cuda-agent-v0",
+    description="CUDA Agent: 5 random inputs, atol=rtol=1e-2, 5 warm-ups + 10 profiled runs (kernel time), "
+    "no L2 flush, mean",
+    atol=1e-2,
+    rtol=1e-2,
+    warmup_runs=5,
+    min_runs=10,
+    max_runs=10,
+    target_ci_pct=0.0,
+    timing="profiler",
+    l2_flush=False,
+    interleave=False,
+    statistic="mean",
+    guards=("torch_fallback",),
+)
+
+# KernelBench v0.2's harness: seeded inputs, fp32 tolerance 1e-4, CUDA events, L2 flush, 3 warm-ups,
+# 100 trials, mean.
+KERNELBENCH = Protocol(
+    id="kernelbench-v0.2",
+    description="KernelBench v0.2: 5 seeded inputs, fp32 atol=rtol=1e-4, CUDA events, L2 flush, "
+    "3 warm-ups + 100 trials, mean",
+    warmup_runs=3,
+    min_runs=100,
+    max_runs=100,
+    target_ci_pct=0.0,
+    interleave=False,
+    statistic="mean",
+    guards=("torch_fallback", "reference_reuse", "timer_patch", "lazy_output"),
+)
+
+PROTOCOLS: dict[str, Protocol] = {
+    "cudagym": CUDAGYM_V0,
+    CUDAGYM_V0.id: CUDAGYM_V0,
+    "cuda-agent": CUDA_AGENT,
+    CUDA_AGENT.id: CUDA_AGENT,
+    "kernelbench": KERNELBENCH,
+    KERNELBENCH.id: KERNELBENCH,
+}
+
+DEFAULT_PROTOCOL = CUDAGYM_V0
+
+
+def get_protocol(spec: str | Protocol | None) -> Protocol:
+    """Resolve a protocol name (``cudagym``, ``cuda-agent``, ``kernelbench`` or a full id) or pass one through.
+
+    Raises:
+        ConfigError: The name is unknown.
+    """
+    if spec is None:
+        return DEFAULT_PROTOCOL
+    if isinstance(spec, Protocol):
+        return spec
+    try:
+        return PROTOCOLS[spec]
+    except KeyError:
+        known = ", ".join(sorted(PROTOCOLS))
+        raise ConfigError(f"unknown protocol {spec!r}; expected one of: {known}") from None

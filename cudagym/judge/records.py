@@ -1,0 +1,224 @@
+"""Typed, frozen, JSON-serialisable result records of the judge.
+
+Units are in field names (``time_us``, ``shared_mem_bytes``). Errors are a status plus a message string,
+never exception objects; a value that was not measured is zero with a flag saying so, never ``None``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import typing
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+R = TypeVar("R")
+
+
+class BuildStatus(str, enum.Enum):
+    """Outcome of building a solution."""
+
+    OK = "ok"
+    COMPILE_ERROR = "compile_error"  # the compiler rejected the code
+    INVALID = "invalid"  # the solution's layout is wrong (missing or unexpected files)
+    TIMEOUT = "timeout"  # the compiler ran past the protocol's build timeout
+    OUTPUT_LIMIT = "output_limit"  # the build wrote more than its cap (a compile bomb)
+    TOOL_ERROR = "tool_error"  # infrastructure: nvcc or torch headers missing; not the agent's fault
+
+
+class EvalStatus(str, enum.Enum):
+    """Outcome of evaluating a solution on a GPU."""
+
+    OK = "ok"  # built, ran and matched the reference on every input
+    BUILD_FAILED = "build_failed"
+    INCORRECT = "incorrect"  # ran, but an output did not match the reference
+    RUNTIME_ERROR = "runtime_error"  # raised while loading or running (Python or CUDA error)
+    CRASHED = "crashed"  # the worker process died (segfault, illegal address, exit, OOM kill)
+    TIMEOUT = "timeout"  # a job ran past the protocol's timeout (hung kernel or host loop)
+    RULE_VIOLATION = "rule_violation"  # a reward-hacking guard fired
+    NO_GPU = "no_gpu"  # this judge has no GPU; only the build ran
+    INFRA_ERROR = "infra_error"  # the judge itself failed; not the agent's fault
+
+
+class Severity(str, enum.Enum):
+    """Compiler diagnostic severity."""
+
+    ERROR = "error"
+    WARNING = "warning"
+    NOTE = "note"
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One compiler message, located in the agent's file where possible."""
+
+    severity: Severity
+    message: str
+    file: str = ""
+    line: int = 0
+    column: int = 0
+    tool: str = ""  # nvcc, ptxas, nvrtc, c++, python
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """ptxas's resource report for one compiled kernel."""
+
+    kernel: str
+    registers: int = 0
+    shared_mem_bytes: int = 0
+    constant_mem_bytes: int = 0
+    stack_frame_bytes: int = 0
+    spill_stores_bytes: int = 0
+    spill_loads_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """What the build stage produced for one solution."""
+
+    status: BuildStatus
+    format: str
+    message: str = ""
+    diagnostics: tuple[Diagnostic, ...] = ()
+    kernels: tuple[KernelResources, ...] = ()
+    log: str = ""  # compiler output, capped
+    wall_time_s: float = 0.0
+    cached: bool = False  # every artifact came from the build cache
+    artifact_key: str = ""  # content key of the built artifact; the GPU worker loads it by this key
+    artifact_path: str = ""  # where the built artifact lies on the build host
+
+    @property
+    def ok(self) -> bool:
+        """True when the solution built."""
+        return self.status is BuildStatus.OK
+
+
+@dataclass(frozen=True)
+class InputCheck:
+    """Correctness on one input set."""
+
+    index: int
+    seed: int
+    passed: bool
+    max_abs_error: float = 0.0
+    max_rel_error: float = 0.0
+    mismatch_count: int = 0
+    numel: int = 0
+    first_mismatch_index: tuple[int, ...] = ()
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class TimingStats:
+    """Timing of one implementation; ``runs == 0`` means not timed."""
+
+    median_us: float = 0.0
+    mean_us: float = 0.0
+    min_us: float = 0.0
+    max_us: float = 0.0
+    iqr_us: float = 0.0
+    ci95_halfwidth_pct: float = 0.0  # half-width of the median's 95% confidence interval, % of the median
+    runs: int = 0
+
+    @property
+    def measured(self) -> bool:
+        """True when this implementation was timed."""
+        return self.runs > 0
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    """One GPU kernel's share of a forward pass, from the profiler."""
+
+    name: str
+    time_us: float  # per forward pass
+    calls: int  # per forward pass
+    share: float  # of the forward's total kernel time, 0..1
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A reward-hacking guard that fired."""
+
+    guard: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """Where a result was measured."""
+
+    gpu: str = "none"
+    compute_capability: str = ""
+    driver: str = ""
+    cuda: str = ""
+    torch: str = ""
+    l2_cache_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """The judge's verdict on one solution: build, correctness, guards and timing."""
+
+    status: EvalStatus
+    message: str = ""
+    build: BuildResult = field(default_factory=lambda: BuildResult(BuildStatus.INVALID, ""))
+    checks: tuple[InputCheck, ...] = ()
+    violations: tuple[Violation, ...] = ()
+    candidate: TimingStats = field(default_factory=TimingStats)
+    eager: TimingStats = field(default_factory=TimingStats)
+    compiled: TimingStats = field(default_factory=TimingStats)  # torch.compile baseline
+    speedup_vs_eager: float = 0.0  # eager median / candidate median; 0 when not timed
+    speedup_vs_compile: float = 0.0
+    kernels: tuple[KernelTime, ...] = ()
+    protocol_id: str = ""
+    hardware: Hardware = field(default_factory=Hardware)
+    wall_time_s: float = 0.0
+    log: str = ""  # the candidate's stdout/stderr, capped
+
+    @property
+    def compiled_ok(self) -> bool:
+        """True when the solution built."""
+        return self.build.ok
+
+    @property
+    def correct(self) -> bool:
+        """True when every input matched and no guard fired."""
+        return self.status is EvalStatus.OK
+
+    @property
+    def timed(self) -> bool:
+        """True when candidate and eager were both timed."""
+        return self.candidate.measured and self.eager.measured
+
+
+def to_dict(record: Any) -> Any:
+    """JSON-serialisable form of a record (enums as their values, tuples as lists)."""
+    if dataclasses.is_dataclass(record) and not isinstance(record, type):
+        return {f.name: to_dict(getattr(record, f.name)) for f in dataclasses.fields(record)}
+    if isinstance(record, enum.Enum):
+        return record.value
+    if isinstance(record, (list, tuple)):
+        return [to_dict(x) for x in record]
+    if isinstance(record, dict):
+        return {str(k): to_dict(v) for k, v in record.items()}
+    return record
+
+
+def from_dict(cls: type[R], data: Any) -> R:
+    """Inverse of :func:`to_dict` for the record classes of this module."""
+    return typing.cast(R, _decode(cls, data))
+
+
+def _decode(tp: Any, data: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin is tuple:
+        (item_tp, _ellipsis) = typing.get_args(tp)
+        return tuple(_decode(item_tp, x) for x in data)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return tp(data)
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        hints = typing.get_type_hints(tp)
+        return tp(**{k: _decode(hints[k], v) for k, v in data.items() if k in hints})
+    return data

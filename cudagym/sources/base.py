@@ -1,0 +1,69 @@
+"""One base class for every task source (a KernelBench checkout, a Hugging Face parquet, the bundled suite)."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator, Sequence
+
+from cudagym.errors import UnknownTaskError
+from cudagym.task import Task
+
+
+class TaskSource(abc.ABC):
+    """A finite, ordered collection of tasks loaded from one place.
+
+    Subclasses implement :meth:`_load`; loading happens once, on first use, so constructing a source is
+    cheap and touches neither disk nor network.
+    """
+
+    suite: str = ""
+
+    def __init__(self) -> None:
+        self._tasks: tuple[Task, ...] | None = None
+        self._by_id: dict[str, Task] = {}
+
+    @abc.abstractmethod
+    def _load(self) -> Sequence[Task]:
+        """Read every task; raise DataUnavailableError with instructions when the data is missing."""
+
+    def describe(self) -> str:
+        """Where this source reads from, for listings and errors."""
+        return type(self).__name__
+
+    def tasks(self) -> tuple[Task, ...]:
+        """All tasks, in a stable order."""
+        if self._tasks is None:
+            loaded = tuple(self._load())
+            self._by_id = {t.id: t for t in loaded}
+            self._tasks = loaded
+        return self._tasks
+
+    def ids(self) -> list[str]:
+        """All task ids, in order."""
+        return [t.id for t in self.tasks()]
+
+    def get(self, task_id: str) -> Task:
+        """The task with this id.
+
+        Raises:
+            UnknownTaskError: No task has this id; the message lists close matches.
+        """
+        self.tasks()
+        try:
+            return self._by_id[task_id]
+        except KeyError:
+            import difflib
+
+            close = difflib.get_close_matches(task_id, list(self._by_id), n=5)
+            hint = f"; did you mean {', '.join(close)}?" if close else f"; {len(self._by_id)} ids in {self.describe()}"
+            raise UnknownTaskError(f"no task {task_id!r} in {self.describe()}{hint}") from None
+
+    def __len__(self) -> int:
+        return len(self.tasks())
+
+    def __iter__(self) -> Iterator[Task]:
+        return iter(self.tasks())
+
+    def __contains__(self, task_id: object) -> bool:
+        self.tasks()
+        return task_id in self._by_id

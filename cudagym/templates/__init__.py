@@ -1,0 +1,1 @@
+"""Bundled solution-format templates: protected files and worked examples (data, not code)."""

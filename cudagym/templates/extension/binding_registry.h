@@ -1,0 +1,43 @@
+// cudagym protected file: do not edit (the judge builds with its own copy).
+//
+// A registry of Python bindings. Each kernels/<op>_binding.cpp registers its functions with
+// REGISTER_BINDING(name, fn); binding.cpp exposes them all as the module `cuda_extension`, so adding an
+// operator never touches a shared file.
+#pragma once
+
+#include <torch/extension.h>
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace cudagym {
+
+using BindingFn = std::function<void(pybind11::module_&)>;
+
+class BindingRegistry {
+ public:
+  static BindingRegistry& instance() {
+    static BindingRegistry registry;
+    return registry;
+  }
+  void add(std::string name, BindingFn fn) { entries_.emplace_back(std::move(name), std::move(fn)); }
+  void apply(pybind11::module_& m) const {
+    for (const auto& entry : entries_) entry.second(m);
+  }
+
+ private:
+  std::vector<std::pair<std::string, BindingFn>> entries_;
+};
+
+struct BindingRegistrar {
+  BindingRegistrar(const char* name, BindingFn fn) { BindingRegistry::instance().add(name, std::move(fn)); }
+};
+
+}  // namespace cudagym
+
+// REGISTER_BINDING(name, fn): expose the C++ function `fn` to Python as cuda_extension.<name>.
+#define REGISTER_BINDING(name, fn)                                                       \
+  static ::cudagym::BindingRegistrar cudagym_binding_registrar_##name(                   \
+      #name, [](pybind11::module_& m) { m.def(#name, &fn, #name); })

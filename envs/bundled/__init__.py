@@ -1,0 +1,1 @@
+"""The bundled suite: tasks written for cudagym, each with a reference solution."""
