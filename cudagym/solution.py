@@ -52,7 +52,7 @@ class SolutionFormat:
 
     def is_editable(self, relpath: str) -> bool:
         """True when the agent may write ``relpath`` in this format."""
-        return any(fnmatch.fnmatchcase(relpath, pat) for pat in self.editable) and relpath not in self.protected
+        return relpath not in self.protected and any(_match(relpath, pat) for pat in self.editable)
 
     def template_files(self) -> dict[str, str]:
         """The protected files' contents, from the package (never from a workspace)."""
@@ -146,6 +146,10 @@ class Solution:
             )
         object.__setattr__(self, "files", MappingProxyType(dict(sorted(self.files.items()))))
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # the read-only files view does not pickle; rebuild from a plain dict (jobs cross processes)
+        return (Solution, (self.format, dict(self.files)))
+
     @property
     def content_hash(self) -> str:
         """sha256 over the paths and contents of every file."""
@@ -154,7 +158,7 @@ class Solution:
     def build_hash(self) -> str:
         """sha256 over the files the build compiles (edits to ``model_new.py`` alone need no rebuild)."""
         fmt = get_format(self.format)
-        picked = {p: t for p, t in self.files.items() if any(fnmatch.fnmatchcase(p, g) for g in fmt.build_inputs)}
+        picked = {p: t for p, t in self.files.items() if any(_match(p, g) for g in fmt.build_inputs)}
         return _hash_files(picked)
 
     @classmethod
@@ -170,6 +174,12 @@ class Solution:
             if fmt.is_editable(rel):
                 files[rel] = path.read_text(encoding="utf-8", errors="replace")
         return cls(format=fmt.name, files=files)
+
+
+def _match(relpath: str, pattern: str) -> bool:
+    # fnmatch's '*' crosses '/': compare segment by segment so kernels/*.cu never matches kernels/a/b.cu
+    parts, pats = relpath.split("/"), pattern.split("/")
+    return len(parts) == len(pats) and all(fnmatch.fnmatchcase(a, b) for a, b in zip(parts, pats, strict=True))
 
 
 def _hash_files(files: Mapping[str, str]) -> str:

@@ -48,6 +48,10 @@ class Task:
         # freeze the metadata too: a Task is shared between envs and must not change under them
         object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # the read-only metadata view does not pickle; rebuild from a plain dict (workers receive Tasks)
+        return (Task, (self.id, self.suite, self.level, self.name, self.source, self.content_hash, dict(self.metadata)))
+
     @property
     def short_hash(self) -> str:
         """First 12 hex digits of the content hash."""

@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from cudagym.errors import ConfigError
+from cudagym.judge.protocol import CUDA_AGENT, CUDAGYM_V0, KERNELBENCH, get_protocol
+from cudagym.judge.records import (
+    BuildResult,
+    BuildStatus,
+    Diagnostic,
+    EvalResult,
+    EvalStatus,
+    InputCheck,
+    KernelResources,
+    Severity,
+    TimingStats,
+    Violation,
+    from_dict,
+    to_dict,
+)
+
+
+def test_presets_reproduce_the_published_harnesses():
+    assert (CUDA_AGENT.num_inputs, CUDA_AGENT.atol, CUDA_AGENT.rtol) == (5, 1e-2, 1e-2)
+    assert (CUDA_AGENT.warmup_runs, CUDA_AGENT.min_runs, CUDA_AGENT.max_runs) == (5, 10, 10)
+    assert CUDA_AGENT.timing == "profiler" and not CUDA_AGENT.l2_flush
+    assert (KERNELBENCH.atol, KERNELBENCH.warmup_runs, KERNELBENCH.min_runs) == (1e-4, 3, 100)
+    assert KERNELBENCH.l2_flush and KERNELBENCH.statistic == "mean" and KERNELBENCH.timing == "cuda_events"
+    assert CUDAGYM_V0.threshold == 0.05 and CUDAGYM_V0.baseline_precision == "fp32" and not CUDAGYM_V0.allow_tf32
+    assert CUDAGYM_V0.input_seeds() == (42, 43, 44, 45, 46)
+
+
+def test_get_protocol_resolves_names_and_rejects_unknown():
+    assert get_protocol(None) is CUDAGYM_V0
+    assert get_protocol("cuda-agent") is CUDA_AGENT and get_protocol("kernelbench-v0.2") is KERNELBENCH
+    assert get_protocol(CUDA_AGENT) is CUDA_AGENT
+    with pytest.raises(ConfigError, match="expected one of"):
+        get_protocol("fastest")
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"num_inputs": 0}, {"min_runs": 0}, {"max_runs": 1, "min_runs": 5}, {"threshold": 1.5},
+     {"timing": "wallclock"}, {"statistic": "mode"}, {"baseline_precision": "fp16"}],
+)
+def test_invalid_protocols_are_rejected(changes):
+    with pytest.raises(ConfigError):
+        CUDAGYM_V0.with_changes(id="bad", **changes)
+
+
+def _full_result() -> EvalResult:
+    build = BuildResult(
+        status=BuildStatus.OK,
+        format="extension",
+        diagnostics=(Diagnostic(Severity.WARNING, "unused", "kernels/a.cu", 3, 7, "nvcc"),),
+        kernels=(KernelResources("relu_kernel", registers=16, shared_mem_bytes=0),), wall_time_s=1.5, artifact_key="ab",
+    )
+    return EvalResult(
+        status=EvalStatus.INCORRECT, message="input 2 mismatched", build=build,
+        checks=(InputCheck(0, 42, True, 1e-7, 1e-6, 0, 100), InputCheck(1, 43, False, 0.5, 1.0, 3, 100, (0, 7), "x")),
+        violations=(Violation("torch_fallback", "aten::relu ran in forward"),),
+        candidate=TimingStats(
+            median_us=10.0, mean_us=10.5, min_us=9.0, max_us=12.0, iqr_us=1.0, ci95_halfwidth_pct=0.4, runs=50
+        ),
+        speedup_vs_eager=2.0, protocol_id="cudagym-v0",
+    )
+
+
+def test_records_round_trip_through_json():
+    result = _full_result()
+    data = json.loads(json.dumps(to_dict(result)))
+    assert data["status"] == "incorrect" and data["checks"][1]["first_mismatch_index"] == [0, 7]
+    assert data["build"]["diagnostics"][0]["severity"] == "warning"
+    back = from_dict(EvalResult, data)
+    assert back == result
+    assert back.compiled_ok and not back.correct and not back.timed
+
+
+def test_unmeasured_values_are_zero_with_a_flag_not_none():
+    result = EvalResult(status=EvalStatus.NO_GPU)
+    assert not result.candidate.measured and result.speedup_vs_eager == 0.0
+    assert all(v is not None for v in to_dict(result).values())
+    assert not math.isnan(result.speedup_vs_compile)
