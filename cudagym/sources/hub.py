@@ -1,0 +1,220 @@
+"""Hugging Face data sets as local parquet files: download, local cache, and row reading.
+
+Shared by the hub-backed sources (KernelBench and CUDA-Agent-Ops-6K). ``huggingface_hub`` and ``pyarrow``
+are optional (the ``hf`` extra) and imported only when a hub source loads. Neither ``datasets`` nor the
+network is needed once the files are in the cache or a local parquet path is given.
+
+Caching is cache-first: a snapshot already in the cache is used without asking the network; the network is
+asked only on a cache miss (or with ``refresh=True``). ``HF_HUB_OFFLINE=1`` forbids the network entirely.
+Errors raised inside ``huggingface_hub`` or ``pyarrow`` are caught here and re-raised as
+:class:`~cudagym.errors.DataUnavailableError` saying how to provide the data.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cudagym.errors import DataUnavailableError
+
+logger = logging.getLogger(__name__)
+
+INSTALL_HINT = 'pip install "cudagym[hf]"'
+_TRUE = {"1", "true", "yes", "on"}
+
+
+@dataclass(frozen=True)
+class HubDataset:
+    """Where one data set lives on the Hugging Face hub and how a user can provide it by hand.
+
+    Attributes:
+        repo_id: Hub repository, e.g. ``ScalingIntelligence/KernelBench``.
+        allow_patterns: Files of the repository to fetch (fnmatch patterns on the repo path).
+        path_env: Environment variable that points at local parquet files instead.
+        path_arg: Name of the source's argument that does the same.
+    """
+
+    repo_id: str
+    allow_patterns: tuple[str, ...]
+    path_env: str
+    path_arg: str = "path"
+
+    def how_to_provide(self) -> str:
+        """The ways to make this data set available, as one sentence for an error message."""
+        return (
+            f"pass {self.path_arg}=<parquet file or folder>, or set {self.path_env}=<parquet file or folder>, "
+            f"or install the hub client ({INSTALL_HINT}) and allow network access (unset HF_HUB_OFFLINE), "
+            f"or fetch it once with `huggingface-cli download {self.repo_id} --repo-type dataset "
+            f"--cache-dir {hub_cache_dir()}`"
+        )
+
+
+def cache_dir() -> Path:
+    """The cache folder: ``$CUDAGYM_CACHE_DIR``, else ``$XDG_CACHE_HOME/cudagym``, else ``~/.cache/cudagym``."""
+    explicit = os.environ.get("CUDAGYM_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "cudagym"
+
+
+def hub_cache_dir() -> Path:
+    """Where hub snapshots are kept (``huggingface_hub``'s own layout, under :func:`cache_dir`)."""
+    return cache_dir() / "hf"
+
+
+def hub_offline() -> bool:
+    """True when ``HF_HUB_OFFLINE`` forbids network access."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE
+
+
+def fetch_snapshot(dataset: HubDataset, *, revision: str | None = None, refresh: bool = False) -> Path:
+    """A local folder holding the data set's files, from the cache or downloaded into it.
+
+    Args:
+        dataset: Which data set.
+        revision: A branch, tag or commit of the hub repository; the default branch when None.
+        refresh: Ask the network even when a cached snapshot exists.
+
+    Raises:
+        DataUnavailableError: ``huggingface_hub`` is missing, or the files are neither cached nor
+            downloadable (offline, no network, unknown repository); the message says how to provide them.
+    """
+    hub = _import_hub(dataset)
+    cache = hub_cache_dir()
+    if not refresh:
+        try:
+            cached = Path(_snapshot(hub, dataset, revision, cache, local_only=True))
+        except Exception as exc:  # any failure of the cache lookup just means "not cached"
+            logger.debug("no cached snapshot of %s in %s: %s", dataset.repo_id, cache, exc)
+        else:
+            if any(cached.rglob("*.parquet")):
+                return cached
+    if hub_offline():
+        raise DataUnavailableError(
+            f"{dataset.repo_id} is not in the cache ({cache}) and HF_HUB_OFFLINE forbids downloading it; "
+            f"{dataset.how_to_provide()}"
+        )
+    logger.info("downloading %s (%s) into %s", dataset.repo_id, ", ".join(dataset.allow_patterns), cache)
+    try:
+        return Path(_snapshot(hub, dataset, revision, cache, local_only=False))
+    except Exception as exc:  # the boundary: no stack trace from inside huggingface_hub
+        raise DataUnavailableError(
+            f"could not download {dataset.repo_id} from the Hugging Face hub "
+            f"({type(exc).__name__}: {_one_line(exc)}); {dataset.how_to_provide()}"
+        ) from None
+
+
+def _snapshot(hub: Any, dataset: HubDataset, revision: str | None, cache: Path, *, local_only: bool) -> str:
+    # looked up on the module at call time, so tests can monkeypatch huggingface_hub.snapshot_download
+    return str(
+        hub.snapshot_download(
+            dataset.repo_id,
+            repo_type="dataset",
+            revision=revision,
+            cache_dir=str(cache),
+            allow_patterns=list(dataset.allow_patterns),
+            local_files_only=local_only,
+        )
+    )
+
+
+def _import_hub(dataset: HubDataset) -> Any:
+    try:
+        import huggingface_hub
+    except ImportError:
+        raise DataUnavailableError(
+            f"loading {dataset.repo_id} from the hub needs huggingface_hub, which is not installed; "
+            f"{dataset.how_to_provide()}"
+        ) from None
+    return huggingface_hub
+
+
+def parquet_files(root: str | Path, *, how_to: str) -> list[Path]:
+    """The parquet files at ``root`` (the file itself, or every ``*.parquet`` below a folder), sorted.
+
+    Raises:
+        DataUnavailableError: ``root`` does not exist or holds no parquet file.
+    """
+    root = Path(root).expanduser()
+    if root.is_file():
+        return [root]
+    if root.is_dir():
+        found = sorted(p for p in root.rglob("*.parquet") if p.is_file())
+        if found:
+            return found
+        raise DataUnavailableError(f"expected parquet files under {root}, found none; {how_to}")
+    raise DataUnavailableError(f"expected a parquet file or folder at {root}, but it does not exist; {how_to}")
+
+
+def files_for_split(files: Sequence[Path], split: str) -> list[Path]:
+    """The files whose path names ``split`` as a whole word (``level_1`` matches, ``level_10`` does not).
+
+    The hub lays splits out as ``data/<split>-00000-of-00001.parquet`` (or ``<split>/0000.parquet`` in
+    its converted branch); either matches. Falls back to every file when none names the split.
+    """
+    pattern = re.compile(rf"(?<![A-Za-z0-9]){re.escape(split)}(?![0-9])")
+    named = [f for f in files if pattern.search(f.as_posix())]
+    return named or list(files)
+
+
+def read_rows(
+    files: Iterable[Path], columns: Sequence[str], *, how_to: str, optional: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """Every row of the parquet files, in file order, as dicts of the named columns.
+
+    Args:
+        files: Parquet files to read in turn.
+        columns: Columns every file must have.
+        how_to: How to provide correct data, for error messages.
+        optional: Columns read when present (None where absent).
+
+    Raises:
+        DataUnavailableError: ``pyarrow`` is missing, a file cannot be read, or lacks a required column.
+    """
+    pq = _import_pyarrow(how_to)
+    rows: list[dict[str, Any]] = []
+    for path in files:
+        try:
+            schema_names = set(pq.read_schema(path).names)
+        except Exception as exc:  # the boundary: no stack trace from inside pyarrow
+            raise DataUnavailableError(
+                f"could not read parquet file {path} ({type(exc).__name__}: {_one_line(exc)}); {how_to}"
+            ) from None
+        missing = [c for c in columns if c not in schema_names]
+        if missing:
+            raise DataUnavailableError(
+                f"{path}: expected columns {', '.join(columns)}, got {', '.join(sorted(schema_names))} "
+                f"(missing {', '.join(missing)}); is this the right data set? {how_to}"
+            )
+        wanted = list(columns) + [c for c in optional if c in schema_names]
+        try:
+            table = pq.read_table(path, columns=wanted)
+        except Exception as exc:  # the boundary, as above
+            raise DataUnavailableError(
+                f"could not read parquet file {path} ({type(exc).__name__}: {_one_line(exc)}); {how_to}"
+            ) from None
+        for row in table.to_pylist():
+            rows.append({name: row.get(name) for name in (*columns, *optional)})
+    return rows
+
+
+def _import_pyarrow(how_to: str) -> Any:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DataUnavailableError(
+            f"reading parquet files needs pyarrow, which is not installed: {INSTALL_HINT}; {how_to}"
+        ) from None
+    return pq
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:300] + ("..." if len(text) > 300 else "")

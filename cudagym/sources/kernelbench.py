@@ -1,0 +1,235 @@
+"""KernelBench levels 1-4, from a git checkout or from the Hugging Face data set; both give the same ids.
+
+- Checkout (github.com/ScalingIntelligence/KernelBench): ``KernelBench/level{N}/<id>_<Name>.py``.
+- Hub (``ScalingIntelligence/KernelBench``): splits ``level_1`` .. ``level_4`` stored as
+  ``data/level_{N}-00000-of-00001.parquet`` with columns ``code``, ``level``, ``name`` (no ``.py``) and
+  ``problem_id``.
+
+Task ids are ``L{level}/<id>_<Name>`` (``L1/19_ReLU``), in numeric problem order. Files are parsed, never
+executed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from cudagym.errors import ConfigError, DataUnavailableError
+from cudagym.sources.base import TaskSource
+from cudagym.sources.hub import HubDataset, fetch_snapshot, files_for_split, parquet_files, read_rows
+from cudagym.task import Task, make_task
+
+logger = logging.getLogger(__name__)
+
+SUITE = "kernelbench"
+LEVELS = (1, 2, 3, 4)
+ROOT_ENV = "CUDAGYM_KERNELBENCH_DIR"
+PARQUET_ENV = "CUDAGYM_KERNELBENCH_PARQUET"
+REPO_URL = "https://github.com/ScalingIntelligence/KernelBench"
+HF_DATASET = HubDataset(
+    repo_id="ScalingIntelligence/KernelBench",
+    allow_patterns=("*.parquet",),
+    path_env=PARQUET_ENV,
+    path_arg="parquet",
+)
+HF_COLUMNS = ("code", "level", "name", "problem_id")
+
+_PROBLEM_FILE = re.compile(r"^(\d+)_(.+)\.py$")
+
+
+def normalize_levels(level: int | Iterable[int] | None) -> tuple[int, ...]:
+    """The KernelBench levels asked for, sorted; None means all four.
+
+    Raises:
+        ConfigError: A level outside 1-4.
+    """
+    if level is None:
+        return LEVELS
+    wanted = (level,) if isinstance(level, int) else tuple(level)
+    bad = [lv for lv in wanted if isinstance(lv, bool) or not isinstance(lv, int) or lv not in LEVELS]
+    if bad or not wanted:
+        raise ConfigError(f"expected KernelBench levels among {LEVELS}, got {level!r}")
+    return tuple(sorted(set(wanted)))
+
+
+def task_id(level: int, name: str) -> str:
+    """The id of a KernelBench problem: ``L{level}/{name}`` with ``name`` like ``19_ReLU``."""
+    return f"L{level}/{name}"
+
+
+def _checkout_hint() -> str:
+    return (
+        f"pass root=<path>, or set {ROOT_ENV}=<path> to a KernelBench checkout "
+        f"(`git clone {REPO_URL}`; the repository root or its KernelBench/ folder), "
+        f"or load the Hugging Face copy instead (kernelbench_source() without a root)"
+    )
+
+
+def find_checkout(root: str | Path | None = None) -> Path:
+    """The ``KernelBench/`` folder that holds ``level1/`` .. ``level4/``.
+
+    Args:
+        root: The repository root or its ``KernelBench/`` folder; ``$CUDAGYM_KERNELBENCH_DIR`` when None.
+
+    Raises:
+        DataUnavailableError: No root given, or it holds no ``level{N}/`` folders.
+    """
+    given = root if root is not None else os.environ.get(ROOT_ENV)
+    if not given:
+        raise DataUnavailableError(f"no KernelBench checkout given; {_checkout_hint()}")
+    base = Path(given).expanduser()
+    for candidate in (base, base / "KernelBench"):
+        if any((candidate / f"level{lv}").is_dir() for lv in LEVELS):
+            return candidate
+    raise DataUnavailableError(
+        f"expected a KernelBench checkout at {base} (with KernelBench/level1/ .. level4/ or level1/ .. "
+        f"level4/ directly), found none; {_checkout_hint()}"
+    )
+
+
+class KernelBenchSource(TaskSource):
+    """KernelBench problems read from a git checkout.
+
+    Args:
+        level: One level (1-4), several, or None for all.
+        root: The checkout (repository root or its ``KernelBench/`` folder); ``$CUDAGYM_KERNELBENCH_DIR``
+            when None. Resolved when the tasks are first loaded.
+
+    Example:
+        >>> src = KernelBenchSource(1, root="~/KernelBench")  # doctest: +SKIP
+        >>> src.get("L1/19_ReLU").level  # doctest: +SKIP
+        1
+    """
+
+    suite = SUITE
+
+    def __init__(self, level: int | Iterable[int] | None = None, root: str | Path | None = None) -> None:
+        super().__init__()
+        self.levels = normalize_levels(level)
+        self._root = root
+
+    def describe(self) -> str:
+        """Where the tasks come from."""
+        where = self._root if self._root is not None else f"${ROOT_ENV}"
+        return f"KernelBench checkout {where} (levels {', '.join(map(str, self.levels))})"
+
+    def _load(self) -> Sequence[Task]:
+        base = find_checkout(self._root)
+        tasks: list[Task] = []
+        for level in self.levels:
+            tasks.extend(_load_level_dir(base, level))
+        return tasks
+
+
+def _load_level_dir(base: Path, level: int) -> list[Task]:
+    folder = base / f"level{level}"
+    if not folder.is_dir():
+        raise DataUnavailableError(f"expected KernelBench level {level} at {folder}, not found; {_checkout_hint()}")
+    numbered: list[tuple[int, Path]] = []
+    for path in folder.iterdir():
+        match = _PROBLEM_FILE.match(path.name)
+        if match and path.is_file():
+            numbered.append((int(match.group(1)), path))
+        elif path.suffix == ".py" and not path.name.startswith("__"):
+            logger.warning("skipping %s: expected a file named <id>_<Name>.py", path)
+    if not numbered:
+        raise DataUnavailableError(
+            f"expected KernelBench problem files <id>_<Name>.py in {folder}, found none; {_checkout_hint()}"
+        )
+    tasks = []
+    for problem_id, path in sorted(numbered, key=lambda item: (item[0], item[1].name)):
+        name = path.stem
+        tasks.append(
+            make_task(
+                path.read_text(encoding="utf-8"),
+                id=task_id(level, name), suite=SUITE, level=level, name=name, origin=str(path),
+                metadata={"problem_id": problem_id, "source": "checkout"},
+            )
+        )
+    return tasks
+
+
+class KernelBenchHubSource(TaskSource):
+    """KernelBench problems from the Hugging Face data set ``ScalingIntelligence/KernelBench``.
+
+    Reads local parquet files when given (argument or ``$CUDAGYM_KERNELBENCH_PARQUET``); otherwise the
+    hub snapshot in cudagym's cache, downloading it on a cache miss (see :mod:`cudagym.sources.hub`).
+
+    Args:
+        level: One level (1-4), several, or None for all.
+        parquet: A parquet file or a folder of them (e.g. a downloaded snapshot); rows are picked by their
+            ``level`` column, files by split name where they carry one.
+        revision: Hub branch, tag or commit (default: the main branch).
+        refresh: Ask the hub even when a cached snapshot exists.
+    """
+
+    suite = SUITE
+
+    def __init__(
+        self,
+        level: int | Iterable[int] | None = None,
+        parquet: str | Path | None = None,
+        *,
+        revision: str | None = None,
+        refresh: bool = False,
+    ) -> None:
+        super().__init__()
+        self.levels = normalize_levels(level)
+        self._parquet = parquet if parquet is not None else os.environ.get(PARQUET_ENV) or None
+        self._revision = revision
+        self._refresh = refresh
+
+    def describe(self) -> str:
+        """Where the tasks come from."""
+        where = self._parquet or f"hub {HF_DATASET.repo_id}"
+        return f"KernelBench parquet {where} (levels {', '.join(map(str, self.levels))})"
+
+    def _load(self) -> Sequence[Task]:
+        how_to = HF_DATASET.how_to_provide()
+        root = self._parquet or fetch_snapshot(HF_DATASET, revision=self._revision, refresh=self._refresh)
+        files = parquet_files(root, how_to=how_to)
+        tasks: list[Task] = []
+        for level in self.levels:
+            split_files = files_for_split(files, f"level_{level}")
+            rows = [r for r in read_rows(split_files, HF_COLUMNS, how_to=how_to) if r["level"] == level]
+            if not rows:
+                raise DataUnavailableError(
+                    f"expected KernelBench level {level} rows (split level_{level}) in {root}, found none; {how_to}"
+                )
+            tasks.extend(_tasks_from_rows(rows, level, origin=f"{root}:level_{level}"))
+        return tasks
+
+
+def _tasks_from_rows(rows: list[dict], level: int, *, origin: str) -> list[Task]:
+    by_id: dict[str, Task] = {}
+    for row in sorted(rows, key=lambda r: (int(r["problem_id"]), str(r["name"]))):
+        name = str(row["name"]).removesuffix(".py")
+        tid = task_id(level, name)
+        if tid in by_id:  # the same split present twice (e.g. data/ and a converted copy)
+            logger.debug("skipping duplicate KernelBench row %s in %s", tid, origin)
+            continue
+        by_id[tid] = make_task(
+            row["code"], id=tid, suite=SUITE, level=level, name=name, origin=f"{origin}:{name}",
+            metadata={"problem_id": int(row["problem_id"]), "source": "hub"},
+        )
+    return list(by_id.values())
+
+
+def kernelbench_source(
+    level: int | Iterable[int] | None = None,
+    *,
+    root: str | Path | None = None,
+    parquet: str | Path | None = None,
+    revision: str | None = None,
+) -> TaskSource:
+    """The KernelBench source the user has set up: a checkout when one is named, else the hub copy.
+
+    Order: ``root`` argument, ``$CUDAGYM_KERNELBENCH_DIR``, ``parquet`` argument,
+    ``$CUDAGYM_KERNELBENCH_PARQUET``, then the hub (cache first).
+    """
+    if root is not None or (parquet is None and os.environ.get(ROOT_ENV)):
+        return KernelBenchSource(level, root=root)
+    return KernelBenchHubSource(level, parquet=parquet, revision=revision)
