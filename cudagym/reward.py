@@ -1,0 +1,208 @@
+"""The reward: pure functions from a judge's verdict to a number.
+
+Tiered by default, exactly as ``DESIGN.md``'s table, with ``b(t, t0) = (t0 - t) / t0 > threshold``:
+
+====  ===========================================================================
+tier  condition (``t`` = candidate time)
+====  ===========================================================================
+-1    does not build, crashes, times out, is wrong, or breaks a rule
+1     correct, not ``b(t, t_eager)``
+2     correct, ``b(t, t_eager)`` and not ``b(t, t_compile)``
+3     correct, ``b(t, t_eager)`` and ``b(t, t_compile)``
+====  ===========================================================================
+
+A kernel that beats torch.compile but not eager earns 1: tier 3 needs both. The ``speedup`` mode is the
+CUDA Agent paper's ablation (``t_compile / t`` when correct, -1 otherwise). A verdict that is not the
+agent's doing (no GPU on the judge, the judge's own failure, a missing build tool) scores 0 and is marked
+not evaluated. Intermediate steps score 0; the env decides when to score (see :mod:`cudagym.env`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from cudagym.errors import ConfigError
+from cudagym.judge.records import BuildStatus, EvalResult, EvalStatus, TimingStats
+
+RewardMode = Literal["tier", "speedup"]
+Scoring = Literal["final", "best"]
+
+REWARD_MODES: tuple[str, ...] = ("tier", "speedup")
+SCORINGS: tuple[str, ...] = ("final", "best")
+TIER_VALUES: tuple[float, ...] = (-1.0, 1.0, 2.0, 3.0)
+WRONG = -1.0
+NOT_EVALUATED = 0.0
+
+# Verdicts that say nothing about the candidate: the judge could not look at it.
+_NOT_AGENTS_FAULT = frozenset({EvalStatus.NO_GPU, EvalStatus.INFRA_ERROR})
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """How verdicts become rewards.
+
+    Attributes:
+        mode: ``tier`` (-1/1/2/3, the default) or ``speedup`` (``t_compile / t`` when correct, -1 otherwise).
+        scoring: ``final`` scores the submitted state; ``best`` scores the best evaluated state of the episode.
+        threshold_vs_eager: Fraction faster than eager needed for tier 2 (0.05 = 5%).
+        threshold_vs_compile: Fraction faster than torch.compile needed (with eager) for tier 3.
+        statistic: Which timing statistic is compared: ``median`` or ``mean``.
+    """
+
+    mode: RewardMode = "tier"
+    scoring: Scoring = "final"
+    threshold_vs_eager: float = 0.05
+    threshold_vs_compile: float = 0.05
+    statistic: Literal["median", "mean"] = "median"
+
+    def __post_init__(self) -> None:
+        if self.mode not in REWARD_MODES:
+            raise ConfigError(f"expected reward mode in {REWARD_MODES}, got {self.mode!r}")
+        if self.scoring not in SCORINGS:
+            raise ConfigError(f"expected scoring in {SCORINGS}, got {self.scoring!r}")
+        for name in ("threshold_vs_eager", "threshold_vs_compile"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0 <= value < 1:
+                raise ConfigError(f"expected {name} in [0, 1), got {value!r}; 0.05 means 5% faster")
+        if self.statistic not in ("median", "mean"):
+            raise ConfigError(f"expected statistic 'median' or 'mean', got {self.statistic!r}")
+
+
+@dataclass(frozen=True)
+class Score:
+    """One verdict scored.
+
+    Attributes:
+        reward: The number the env returns.
+        tier: -1, 1, 2 or 3 (0 when not evaluated), whatever the mode.
+        evaluated: False when the verdict says nothing about the candidate (no GPU, judge failure).
+        speedup_vs_eager: ``t_eager / t`` (0 when not timed).
+        speedup_vs_compile: ``t_compile / t`` (0 when not timed).
+        status: The verdict's status value.
+    """
+
+    reward: float
+    tier: int
+    evaluated: bool
+    speedup_vs_eager: float = 0.0
+    speedup_vs_compile: float = 0.0
+    status: str = ""
+
+
+def is_faster(candidate_us: float, baseline_us: float, threshold: float) -> bool:
+    """``b(t, t0)``: the candidate is more than ``threshold`` (a fraction) faster than the baseline."""
+    if candidate_us <= 0 or baseline_us <= 0:
+        return False
+    return (baseline_us - candidate_us) / baseline_us > threshold
+
+
+def tier_of(
+    candidate_us: float,
+    eager_us: float,
+    compile_us: float,
+    *,
+    threshold_vs_eager: float = 0.05,
+    threshold_vs_compile: float = 0.05,
+) -> int:
+    """Tier of a correct candidate: 3 if faster than eager and compile, 2 if faster than eager only, else 1.
+
+    A time of 0 means not measured, which never counts as faster.
+    """
+    if not is_faster(candidate_us, eager_us, threshold_vs_eager):
+        return 1
+    if is_faster(candidate_us, compile_us, threshold_vs_compile):
+        return 3
+    return 2
+
+
+def speedup(baseline_us: float, candidate_us: float) -> float:
+    """``baseline / candidate``; 0 when either was not measured."""
+    if candidate_us <= 0 or baseline_us <= 0:
+        return 0.0
+    return baseline_us / candidate_us
+
+
+def is_evaluated(result: EvalResult) -> bool:
+    """False when the verdict is not about the candidate: no GPU, the judge's failure, a missing build tool."""
+    if result.status in _NOT_AGENTS_FAULT:
+        return False
+    return not (result.status is EvalStatus.BUILD_FAILED and result.build.status is BuildStatus.TOOL_ERROR)
+
+
+def score(result: EvalResult, config: RewardConfig = RewardConfig()) -> Score:  # noqa: B008 - frozen default
+    """Score one verdict under ``config`` (pure: same inputs, same score)."""
+    status = result.status.value
+    if not is_evaluated(result):
+        return Score(reward=NOT_EVALUATED, tier=0, evaluated=False, status=status)
+    if not result.correct:
+        return Score(reward=WRONG, tier=-1, evaluated=True, status=status)
+    t = _time_us(result.candidate, config.statistic)
+    t_eager = _time_us(result.eager, config.statistic)
+    t_compile = _time_us(result.compiled, config.statistic)
+    tier = tier_of(
+        t, t_eager, t_compile,
+        threshold_vs_eager=config.threshold_vs_eager, threshold_vs_compile=config.threshold_vs_compile,
+    )
+    vs_eager, vs_compile = speedup(t_eager, t), speedup(t_compile, t)
+    reward = float(tier) if config.mode == "tier" else vs_compile
+    return Score(
+        reward=reward, tier=tier, evaluated=True,
+        speedup_vs_eager=vs_eager, speedup_vs_compile=vs_compile, status=status,
+    )
+
+
+def better(a: Score, b: Score) -> bool:
+    """True when ``a`` ranks above ``b``: evaluated first, then reward, then speedup over torch.compile."""
+    return (a.evaluated, a.reward, a.speedup_vs_compile) > (b.evaluated, b.reward, b.speedup_vs_compile)
+
+
+def best_of(scores: Iterable[Score]) -> Score:
+    """The best score of an episode (``scoring="best"``); a not-evaluated zero when there is none."""
+    best = Score(reward=NOT_EVALUATED, tier=0, evaluated=False)
+    for s in scores:
+        if better(s, best):
+            best = s
+    return best
+
+
+def reward_config(
+    spec: str | RewardConfig | dict[str, Any] | None,
+    *,
+    threshold: float = 0.05,
+    statistic: str = "median",
+) -> RewardConfig:
+    """Resolve a reward option: a mode name, a dict of :class:`RewardConfig` fields, or a config.
+
+    Args:
+        spec: ``"tier"``, ``"speedup"``, a dict such as ``{"mode": "tier", "scoring": "best"}``, a
+            :class:`RewardConfig`, or None for the default.
+        threshold: The protocol's threshold, used for both baselines unless ``spec`` sets them.
+        statistic: The protocol's statistic, unless ``spec`` sets one.
+
+    Raises:
+        ConfigError: Unknown mode, scoring, field or threshold.
+    """
+    if isinstance(spec, RewardConfig):
+        return spec
+    base: dict[str, Any] = {
+        "threshold_vs_eager": threshold, "threshold_vs_compile": threshold, "statistic": statistic,
+    }
+    if spec is None:
+        return RewardConfig(**base)
+    if isinstance(spec, str):
+        return RewardConfig(mode=spec, **base)  # type: ignore[arg-type]
+    if isinstance(spec, dict):
+        fields = set(RewardConfig.__dataclass_fields__)
+        unknown = sorted(set(spec) - fields)
+        if unknown:
+            raise ConfigError(f"expected reward fields among {sorted(fields)}, got unknown {unknown}")
+        return RewardConfig(**{**base, **spec})
+    raise ConfigError(
+        f"expected reward as 'tier', 'speedup', a dict or a RewardConfig, got {type(spec).__name__}"
+    )
+
+
+def _time_us(stats: TimingStats, statistic: str) -> float:
+    return stats.median_us if statistic == "median" else stats.mean_us
