@@ -49,8 +49,9 @@ class HubDataset:
         return (
             f"pass {self.path_arg}=<parquet file or folder>, or set {self.path_env}=<parquet file or folder>, "
             f"or install the hub client ({INSTALL_HINT}) and allow network access (unset HF_HUB_OFFLINE), "
-            f"or fetch it once with `huggingface-cli download {self.repo_id} --repo-type dataset "
-            f"--cache-dir {hub_cache_dir()}`"
+            f"or fetch it once on a machine with network access with `hf download {self.repo_id} "
+            f"--repo-type dataset --cache-dir {hub_cache_dir()}` (`huggingface-cli download` with the "
+            f"same arguments on huggingface_hub < 0.34)"
         )
 
 
