@@ -137,8 +137,10 @@ def render_eval(result: EvalResult, mode: str) -> str:
         )
     if result.message:
         lines.append(result.message)
-    if result.status in (EvalStatus.BUILD_FAILED, EvalStatus.NO_GPU) or result.build.diagnostics:
+    if result.status in (EvalStatus.BUILD_FAILED, EvalStatus.NO_GPU) or not result.build.ok:
         lines.append(render_build(result.build))
+    else:
+        lines.append(_build_summary(result.build))
     if result.checks:
         lines.extend(_checks_table(result.checks))
     if result.violations:
@@ -168,6 +170,12 @@ def render_score(score: Score, *, scoring: str) -> str:
     if score.speedup_vs_eager:
         speed = f", {score.speedup_vs_eager:.2f}x vs eager, {score.speedup_vs_compile:.2f}x vs torch.compile"
     return f"Episode over. Reward {score.reward:g} (tier {score.tier}, {scoring} state{speed})."
+
+
+def _build_summary(build: BuildResult) -> str:
+    warnings = sum(d.severity is Severity.WARNING for d in build.diagnostics)
+    details = f"; {warnings} warning(s), see compile()" if warnings else ""
+    return f"Build OK ({build.wall_time_s:.1f} s, {len(build.kernels)} kernel(s){details})"
 
 
 def _diagnostic(d: Diagnostic) -> str:

@@ -1,0 +1,459 @@
+"""The Gymnasium environment: an agent writes CUDA kernels for a PyTorch reference through text tool calls."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, SupportsFloat
+
+import gymnasium as gym
+from gymnasium.error import ResetNeeded
+from gymnasium.vector import AutoresetMode
+
+from cudagym.errors import ConfigError, UnknownTaskError
+from cudagym.judge.interface import EvalMode, Judge
+from cudagym.judge.protocol import Protocol, get_protocol
+from cudagym.judge.records import EvalResult, Hardware, to_dict
+from cudagym.observation import render_eval, render_score, truncate
+from cudagym.prompt import EpisodeLimits, build_prompt
+from cudagym.reward import RewardConfig, Score, best_of, better, reward_config, score
+from cudagym.solution import Solution, get_format
+from cudagym.spaces import UnicodeText
+from cudagym.task import Task
+from cudagym.toolcalls import TOOL_NAMES, parse_action, tool_schemas
+from cudagym.tools import ToolContext, ToolResult, evaluate_solution, run_tool
+from cudagym.workspace import Workspace, WorkspaceLimits
+
+logger = logging.getLogger(__name__)
+
+
+def _local_judge(protocol: Protocol) -> Judge:
+    from cudagym.judge.local import default_judge
+
+    return default_judge(protocol=protocol)
+
+
+# Judge backends by name: a factory from the protocol to a Judge (``judge=<name>``).
+JUDGES: dict[str, Callable[[Protocol], Judge]] = {"local": _local_judge}
+
+
+@dataclass
+class _Episode:
+    """The mutable state of one episode."""
+
+    task: Task
+    workspace: Workspace
+    hardware: Hardware
+    turn: int = 0
+    tokens_used: int = 0
+    done: bool = False
+    last_eval: EvalResult | None = None
+    evaluated: list[tuple[Score, Solution]] = field(default_factory=list)
+
+
+class CudaKernelEnv(gym.Env[str, str]):
+    """An agent makes a PyTorch module faster by writing CUDA kernels through text tool calls.
+
+    ## Description
+
+    Each episode is one task: a PyTorch reference module in KernelBench format (``class Model``,
+    ``get_inputs()``, ``get_init_inputs()``). The agent works in a fresh workspace directory holding the
+    read-only ``INSTRUCTIONS.md`` (the prompt) and ``model.py`` (the reference), the solution format's
+    protected files, and the writable ``model_new.py`` and ``kernels/``. It reads and edits files, builds,
+    checks and times its solution, and submits. A judge (``cudagym.judge``) builds and evaluates
+    solutions in its own processes under a fixed protocol; this process never runs candidate code.
+
+    ## Action Space
+
+    ``UnicodeText(0, 1048576)``: a string holding one tool call, either a JSON object
+    ``{"name": "write_file", "arguments": {"path": "model_new.py", "content": "..."}}`` (``arguments`` may
+    be a JSON string) or free text with the call inside ``<tool_call>{...}</tool_call>``; when several
+    tagged calls are present the first runs. Tools: ``read_file(path, offset?, limit?)``,
+    ``write_file(path, content)``, ``edit_file(path, old, new, replace_all?)``, ``list_files(path?)``,
+    ``compile()``, ``verify()``, ``profile()``, ``submit()``. Their JSON schemas are
+    ``env.unwrapped.tool_schemas``. A malformed action, an unknown tool or bad arguments is not run: the
+    observation says what was wrong and shows the expected form, and it counts as a turn.
+
+    ## Observation Space
+
+    ``UnicodeText(0, 1048576)``: text. At reset, the task prompt (rules, tools, the solution format with
+    a worked example, the judge's GPU and protocol, the reference source). After each step, the tool's
+    result: file contents, compiler errors with file:line and per-kernel registers/shared memory/spills,
+    per-input correctness with max abs/rel error, rule violations, timing tables against eager and
+    torch.compile, the per-kernel breakdown. Tool results are cut to ``max_result_chars`` with a visible
+    marker. ``info`` holds the same facts as JSON-serialisable values: ``task_id``, ``turn``, ``tool``,
+    ``ok``, ``error``, ``tokens_used``, ``token_counter``, ``evaluated`` and, once something was
+    evaluated, ``last_eval`` (``cudagym.judge.records.to_dict`` of an ``EvalResult``).
+
+    ## Rewards
+
+    0 on every step but the last. At the end of the episode, the final evaluation (the judge's
+    ``SUBMIT`` mode on the workspace's files) is scored, in the default ``tier`` mode:
+
+    - -1: does not build, crashes, times out, is wrong, or breaks a rule
+    - 1: correct, not more than 5% faster than eager PyTorch
+    - 2: correct, more than 5% faster than eager, not than torch.compile
+    - 3: correct, more than 5% faster than both eager and torch.compile
+    - 0: not evaluated: the judge has no GPU, or the judge itself failed (``info["evaluated"]`` is False)
+
+    The thresholds are the protocol's (5% by default). ``reward="speedup"`` gives torch.compile time /
+    candidate time when correct and -1 otherwise (the CUDA Agent paper's ablation). ``scoring="best"``
+    scores the best evaluated state of the episode instead of the final one; the best state is re-judged
+    in ``SUBMIT`` mode when it is not the final one, so every reward comes from a full evaluation.
+
+    ## Starting State
+
+    A task drawn uniformly from the task list with ``self.np_random`` (deterministic for a seed), or the
+    one named by ``reset(options={"task": "L1/19_ReLU"})``; a fresh workspace with no solution files.
+
+    ## Episode End
+
+    1. Termination: the agent calls ``submit()``.
+    2. Truncation: ``max_turns`` tool calls were made (each action is a turn, malformed or not).
+    3. Truncation: ``token_budget`` tokens were used (the prompt, every action and every observation,
+       counted with ``token_counter``; ``info["token_counter"]`` names it).
+
+    A truncated episode is judged on its files as they are (``evaluate_on_truncation``). The registered
+    ``max_episode_steps`` (gym.make's TimeLimit) equals the default ``max_turns``; when you raise
+    ``max_turns``, pass the same ``max_episode_steps`` so TimeLimit does not end the episode first.
+
+    ## Arguments
+
+    ```python
+    import gymnasium as gym
+    env = gym.make("cudagym:CudaKernel-L1-v0", suite_options={"root": "/data/KernelBench"}, reward="tier")
+    obs, info = env.reset(seed=0, options={"task": "L1/19_ReLU"})
+    ```
+
+    | parameter | type | default | description |
+    |---|---|---|---|
+    | suite | str | "bundled" | task suite: kernelbench, ops6k or bundled |
+    | level | int or None | None | level filter (KernelBench level, bundled level, Ops-6K op count) |
+    | tasks | list of str or None | None | exactly these task ids, in this order |
+    | task_filter | callable or None | None | keep only tasks for which it returns True |
+    | suite_options | dict or None | None | forwarded to the suite loader: data paths and filters |
+    | solution_format | str | "extension" | extension, inline or raw |
+    | protocol | str or Protocol or None | None | evaluation protocol (the judge's own when None) |
+    | judge | str or Judge | "local" | a judge backend name or a Judge instance |
+    | reward | str or dict or RewardConfig | "tier" | tier or speedup, or a RewardConfig |
+    | scoring | str or None | None | final or best (the reward config's own when None) |
+    | token_counter | object | None | tiktoken Encoding, HF tokenizer or callable; o200k_base when None |
+    | max_turns | int | 200 | tool calls before truncation |
+    | token_budget | int | 131072 | tokens before truncation |
+    | max_action_chars | int | 1048576 | longest action accepted |
+    | max_result_chars | int | 32000 | longest tool result before it is cut with a marker |
+    | evaluate_on_truncation | bool | True | judge the files when the episode is truncated |
+    | workspace_limits | WorkspaceLimits or None | None | file size and count caps |
+    | workspace_dir | str or None | None | where workspaces are made (the temp dir when None) |
+    | render_mode | str or None | None | None or "ansi" (the last observation) |
+
+    ## Version History
+
+    * v0: Initial version: tiered reward (-1/1/2/3), eight text tools, tool calls as JSON or
+      ``<tool_call>`` tags, truncation at 200 turns or 131,072 tokens.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(
+        self,
+        suite: str = "bundled",
+        *,
+        level: int | None = None,
+        tasks: Sequence[str] | None = None,
+        task_filter: Callable[[Task], bool] | None = None,
+        suite_options: Mapping[str, Any] | None = None,
+        solution_format: str = "extension",
+        protocol: str | Protocol | None = None,
+        judge: str | Judge = "local",
+        reward: str | Mapping[str, Any] | RewardConfig = "tier",
+        scoring: str | None = None,
+        token_counter: Any = None,
+        max_turns: int = 200,
+        token_budget: int = 131072,
+        max_action_chars: int = 1 << 20,
+        max_result_chars: int = 32000,
+        evaluate_on_truncation: bool = True,
+        workspace_limits: WorkspaceLimits | None = None,
+        workspace_dir: str | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        if render_mode not in (None, *self.metadata["render_modes"]):
+            raise ConfigError(f"expected render_mode None or 'ansi', got {render_mode!r}")
+        for name, value in (("max_turns", max_turns), ("token_budget", token_budget),
+                            ("max_action_chars", max_action_chars), ("max_result_chars", max_result_chars)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"expected {name} to be a positive int, got {value!r}")
+        self._suite = suite
+        self._level = level
+        self._task_ids = list(tasks) if tasks is not None else None
+        self._task_filter = task_filter
+        self._suite_options = dict(suite_options or {})
+        self._format = get_format(solution_format)
+        self._protocol = self._resolve_protocol(protocol, judge)
+        self._judge_spec = judge
+        self._judge: Judge | None = judge if isinstance(judge, Judge) else None
+        reward_spec = dict(reward) if isinstance(reward, Mapping) else reward
+        config = reward_config(reward_spec, threshold=self._protocol.threshold, statistic=self._protocol.statistic)
+        self.reward_config: RewardConfig = replace(config, scoring=scoring) if scoring else config  # type: ignore[arg-type]
+        self._counter_spec = token_counter
+        self._counter: Any = None
+        self.max_turns = max_turns
+        self.token_budget = token_budget
+        self.max_result_chars = max_result_chars
+        self.evaluate_on_truncation = evaluate_on_truncation
+        self.workspace_limits = workspace_limits or WorkspaceLimits()
+        self._workspace_dir = workspace_dir
+        self.render_mode = render_mode
+        self.action_space = UnicodeText(max_action_chars)
+        self.observation_space = UnicodeText(1 << 20)
+        self._pool: tuple[Task, ...] | None = None
+        self._episode: _Episode | None = None
+        self._last_observation = ""
+
+    # -- public properties --------------------------------------------------------------------------
+
+    @property
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """The tools as OpenAI function-calling schemas, for native function calling."""
+        return tool_schemas()
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        """Names of the tools an action may call."""
+        return TOOL_NAMES
+
+    @property
+    def protocol(self) -> Protocol:
+        """The evaluation protocol."""
+        return self._protocol
+
+    @property
+    def workspace(self) -> Workspace | None:
+        """The current episode's workspace (None before the first reset and after close)."""
+        return self._episode.workspace if self._episode else None
+
+    @property
+    def task(self) -> Task | None:
+        """The current episode's task (None before the first reset)."""
+        return self._episode.task if self._episode else None
+
+    @property
+    def tasks(self) -> tuple[Task, ...]:
+        """The task list episodes are drawn from (loads it on first use)."""
+        return self._task_pool()
+
+    # -- gymnasium API ------------------------------------------------------------------------------
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        """Start an episode on a task drawn from the seed, or the one ``options["task"]`` names."""
+        super().reset(seed=seed)
+        self._end_episode()
+        task = self._pick_task(options or {})
+        judge = self._get_judge()
+        hardware = judge.hardware()
+        prompt = build_prompt(
+            task, fmt=self._format, protocol=self._protocol, hardware=hardware, reward=self.reward_config,
+            limits=EpisodeLimits(self.max_turns, self.token_budget, self._token_counter().name,
+                                 self.workspace_limits),
+        )
+        workspace = Workspace.create(
+            instructions=prompt, reference=task.source, fmt=self._format, limits=self.workspace_limits,
+            parent=self._workspace_dir,
+        )
+        self._episode = _Episode(task=task, workspace=workspace, hardware=hardware)
+        observation = truncate(prompt, self.observation_space.max_length)
+        self._episode.tokens_used = self._count(observation)
+        self._last_observation = observation
+        return observation, self._info(None, reward_evaluated=False)
+
+    def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Run the tool call in ``action``; never raises for what the action holds."""
+        ep = self._require_episode()
+        call = parse_action(action, max_chars=self.action_space.max_length)
+        result = run_tool(call, self._context(ep))
+        ep.turn += 1
+        self._record(ep, result)
+        text = truncate(result.text, self.max_result_chars)
+        ep.tokens_used += self._count(action if isinstance(action, str) else "") + self._count(text)
+        terminated = result.ends_episode
+        truncated = not terminated and (ep.turn >= self.max_turns or ep.tokens_used >= self.token_budget)
+        reward, evaluated = 0.0, False
+        if terminated or truncated:
+            final, ending = self._finish(ep, truncated)
+            reward, evaluated = final.reward, final.evaluated
+            text = f"{text}\n\n{ending}"
+            ep.done = True
+        observation = truncate(text, self.observation_space.max_length)
+        self._last_observation = observation
+        info = self._info(result, reward_evaluated=evaluated)
+        if terminated or truncated:
+            info["episode_end"] = "submit" if terminated else self._truncation_cause(ep)
+        return observation, reward, terminated, truncated, info
+
+    def render(self) -> str | None:
+        """The last observation (``render_mode="ansi"``); None otherwise."""
+        return self._last_observation if self.render_mode == "ansi" else None
+
+    def close(self) -> None:
+        """Remove the workspace and stop a judge this env created; safe to call twice."""
+        self._end_episode()
+        if self._judge is not None and not isinstance(self._judge_spec, Judge):
+            self._judge.close()
+            self._judge = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        if not isinstance(self._judge_spec, Judge):
+            state["_judge"] = None  # a judge this env made (workers, pipes) is made again where unpickled
+        if self._counter_spec is None:
+            state["_counter"] = None
+        return state
+
+    # -- the parts of reset and step ----------------------------------------------------------------
+
+    def _context(self, ep: _Episode) -> ToolContext:
+        return ToolContext(ep.workspace, ep.task, self._get_judge(), ep.hardware)
+
+    def _record(self, ep: _Episode, result: ToolResult) -> None:
+        if result.evaluation is not None and result.solution is not None:
+            ep.last_eval = result.evaluation
+            ep.evaluated.append((score(result.evaluation, self.reward_config), result.solution))
+
+    def _finish(self, ep: _Episode, truncated: bool) -> tuple[Score, str]:
+        """The episode's reward and the text that ends its last observation."""
+        lines = []
+        if truncated:
+            lines.append(f"The episode was cut off ({self._truncation_cause(ep)}).")
+            if not self.evaluate_on_truncation:
+                final = Score(reward=0.0, tier=0, evaluated=False, status="not evaluated on truncation")
+                return final, "\n".join([*lines, render_score(final, scoring="final")])
+            solution = ep.workspace.snapshot()
+            verdict = evaluate_solution(self._context(ep), solution, EvalMode.SUBMIT)
+            ep.last_eval = verdict
+            ep.evaluated.append((score(verdict, self.reward_config), solution))
+            lines.append("Final evaluation of the files as they are:\n" + render_eval(verdict, "submit"))
+        final = ep.evaluated[-1][0]  # submit's verdict, or the one just made on truncation
+        if self.reward_config.scoring == "best":
+            final = self._best(ep, final, lines)
+        lines.append(render_score(final, scoring=self.reward_config.scoring))
+        return final, "\n".join(lines)
+
+    def _best(self, ep: _Episode, final: Score, lines: list[str]) -> Score:
+        # Only SUBMIT-mode verdicts become rewards: a better earlier state is judged again in SUBMIT mode
+        # (its verify/profile verdict may have skipped the re-verification of suspicious speedups).
+        best_score = best_of(s for s, _ in ep.evaluated)
+        if not better(best_score, final):
+            return final
+        final_solution = ep.evaluated[-1][1]
+        solution = next(sol for s, sol in ep.evaluated if s is best_score)
+        if solution.content_hash == final_solution.content_hash:
+            return final
+        verdict = evaluate_solution(self._context(ep), solution, EvalMode.SUBMIT)
+        lines.append("Best evaluated state, judged again in submit mode:\n" + render_eval(verdict, "submit"))
+        rejudged = score(verdict, self.reward_config)
+        ep.last_eval = verdict if better(rejudged, final) else ep.last_eval
+        return rejudged if better(rejudged, final) else final
+
+    def _info(self, result: ToolResult | None, *, reward_evaluated: bool) -> dict[str, Any]:
+        ep = self._require_episode(allow_done=True)
+        info: dict[str, Any] = {
+            "task_id": ep.task.id,
+            "suite": ep.task.suite,
+            "level": ep.task.level,
+            "turn": ep.turn,
+            "tool": result.tool if result else "",
+            "ok": result.ok if result else True,
+            "error": result.error if result else "",
+            "tokens_used": ep.tokens_used,
+            "token_budget": self.token_budget,
+            "token_counter": self._token_counter().name,
+            "max_turns": self.max_turns,
+            "solution_format": self._format.name,
+            "protocol_id": self._protocol.id,
+            "gpu": ep.hardware.gpu,
+            "evaluated": reward_evaluated,
+        }
+        if ep.last_eval is not None:
+            info["last_eval"] = to_dict(ep.last_eval)
+        return info
+
+    def _truncation_cause(self, ep: _Episode) -> str:
+        return "max_turns" if ep.turn >= self.max_turns else "token_budget"
+
+    def _require_episode(self, allow_done: bool = False) -> _Episode:
+        if self._episode is None:
+            raise ResetNeeded("expected reset() before step(): no episode is running")
+        if self._episode.done and not allow_done:
+            raise ResetNeeded("expected reset() after the episode ended (terminated or truncated)")
+        return self._episode
+
+    def _end_episode(self) -> None:
+        if self._episode is not None:
+            self._episode.workspace.close()
+            self._episode = None
+
+    # -- lazily built collaborators -----------------------------------------------------------------
+
+    def _task_pool(self) -> tuple[Task, ...]:
+        if self._pool is None:
+            from cudagym.suites import load_tasks
+
+            filters = dict(self._suite_options)
+            if self._level is not None:
+                filters["level"] = self._level
+            pool = load_tasks(self._suite, ids=self._task_ids, **filters)
+            if self._task_filter is not None:
+                pool = tuple(t for t in pool if self._task_filter(t))
+            if not pool:
+                raise UnknownTaskError(
+                    f"no task of suite {self._suite!r} matched (level={self._level}, tasks={self._task_ids}, "
+                    f"filters={filters}); loosen the filters"
+                )
+            self._pool = tuple(pool)
+        return self._pool
+
+    def _pick_task(self, options: Mapping[str, Any]) -> Task:
+        wanted = options.get("task")
+        if isinstance(wanted, Task):
+            return wanted
+        pool = self._task_pool()
+        if wanted is None:
+            return pool[int(self.np_random.integers(len(pool)))]
+        for task in pool:
+            if task.id == wanted:
+                return task
+        raise UnknownTaskError(
+            f"reset(options={{'task': {wanted!r}}}): expected one of this env's {len(pool)} tasks "
+            f"(suite {self._suite!r}), e.g. {pool[0].id!r}; pass tasks=[...] or another suite to reach it"
+        )
+
+    def _get_judge(self) -> Judge:
+        if self._judge is None:
+            spec = self._judge_spec
+            if not isinstance(spec, str) or spec not in JUDGES:
+                raise ConfigError(f"expected judge to be a Judge or one of {sorted(JUDGES)}, got {spec!r}")
+            self._judge = JUDGES[spec](self._protocol)
+        return self._judge
+
+    def _token_counter(self) -> Any:
+        if self._counter is None:
+            from cudagym.tokens import get_token_counter
+
+            self._counter = get_token_counter(self._counter_spec)
+        return self._counter
+
+    def _count(self, text: str) -> int:
+        return int(self._token_counter().count(text)) if text else 0
+
+    @staticmethod
+    def _resolve_protocol(protocol: str | Protocol | None, judge: str | Judge) -> Protocol:
+        if isinstance(judge, Judge):
+            if protocol is not None and get_protocol(protocol).id != judge.protocol.id:
+                raise ConfigError(
+                    f"expected protocol to match the judge's ({judge.protocol.id}), got "
+                    f"{get_protocol(protocol).id}; configure the judge with it, or leave protocol unset"
+                )
+            return judge.protocol
+        return get_protocol(protocol)

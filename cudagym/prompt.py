@@ -1,0 +1,171 @@
+"""The task prompt an agent reads at reset (also written to the workspace as ``INSTRUCTIONS.md``).
+
+Sections, in order: the task, the rules, the tools and how to call them, the solution format with a worked
+example, how the solution is judged (the GPU, the protocol's inputs, tolerances, precision, timing and
+reward thresholds), the episode's limits, and the reference source. Deterministic: the same inputs give
+the same text (no paths, times or random ids), so a seeded reset is reproducible.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from cudagym.judge.protocol import Protocol
+from cudagym.judge.records import Hardware
+from cudagym.reward import RewardConfig
+from cudagym.solution import SolutionFormat
+from cudagym.task import Task
+from cudagym.toolcalls import EXPECTED_FORM, TOOL_SCHEMAS, signature
+from cudagym.workspace import INSTRUCTIONS, REFERENCE, WorkspaceLimits
+
+logger = logging.getLogger(__name__)
+
+_RULES = """\
+- Write `class ModelNew(nn.Module)` in `model_new.py`. Its constructor takes the same arguments as
+  `Model`'s and creates parameters and buffers with the same names and shapes: the judge copies the
+  reference's `state_dict()` into it.
+- Do the computation in your own CUDA kernels. In `ModelNew.forward`, PyTorch may only allocate outputs
+  (`torch.empty`, `torch.empty_like`), make views and read metadata (shape, dtype, strides); no
+  `torch.*` / `torch.nn.functional.*` / Tensor math, no calls into `Model` or `model.py`.
+- Compute every output from its inputs on every call: no caching across calls, no hard-coded results,
+  no try/except fallbacks to PyTorch, no side streams or extra threads, no changes to timers,
+  synchronisation or the inputs.
+- Keep the precision of the reference (fp32 unless the reference says otherwise); see "How it is judged".
+- Read-only files (`{instructions}`, `{reference}`{protected}) cannot be changed; the judge uses its own
+  copies. Nothing outside this workspace is reachable, and there is no network."""
+
+
+@dataclass(frozen=True)
+class EpisodeLimits:
+    """Limits the prompt states.
+
+    Attributes:
+        max_turns: Tool calls before the episode is truncated.
+        token_budget: Tokens (prompt + actions + observations) before the episode is truncated.
+        token_counter: Name of the tokenizer that counts them.
+        workspace: File caps.
+    """
+
+    max_turns: int
+    token_budget: int
+    token_counter: str
+    workspace: WorkspaceLimits = WorkspaceLimits()
+
+
+def build_prompt(
+    task: Task,
+    *,
+    fmt: SolutionFormat,
+    protocol: Protocol,
+    hardware: Hardware,
+    reward: RewardConfig,
+    limits: EpisodeLimits,
+) -> str:
+    """The reset observation for ``task``."""
+    sections = [
+        f"# Task: make `{task.name}` fast in CUDA\n\n"
+        f"Task id `{task.id}` (suite {task.suite}, level {task.level}). `{REFERENCE}` holds a PyTorch module "
+        "`Model` with `get_inputs()` and `get_init_inputs()`. Write `ModelNew`, a drop-in replacement whose "
+        "forward runs your CUDA kernels, gives the same outputs and is faster. Work through tool calls; "
+        "call `submit` when done.",
+        "## Rules\n\n" + _rules(fmt),
+        "## Tools\n\n" + _tools(),
+        "## Solution format: " + fmt.name + "\n\n" + _format(fmt),
+        "## How it is judged\n\n" + _judging(protocol, hardware, reward),
+        "## Limits\n\n" + _limits(limits),
+        f"## Reference: `{REFERENCE}`\n\n```python\n{task.source.rstrip()}\n```",
+    ]
+    return "\n\n".join(sections) + "\n"
+
+
+def _rules(fmt: SolutionFormat) -> str:
+    protected = "".join(f", `{p}`" for p in fmt.protected)
+    return _RULES.format(instructions=INSTRUCTIONS, reference=REFERENCE, protected=protected)
+
+
+def _tools() -> str:
+    lines = [f"- `{signature(s['function']['name'])}`: {s['function']['description']}" for s in TOOL_SCHEMAS]
+    return "\n".join(lines) + "\n\n" + EXPECTED_FORM
+
+
+def _format(fmt: SolutionFormat) -> str:
+    parts = [
+        f"{fmt.summary}.",
+        f"Writable: {', '.join(f'`{p}`' for p in fmt.editable)}. Required: {', '.join(fmt.required)}.",
+    ]
+    if fmt.protected:
+        parts.append(f"Protected (read them, do not edit): {', '.join(f'`{p}`' for p in fmt.protected)}.")
+    example = _example(fmt)
+    if example:
+        parts.append("A worked example (a different operator), file by file:\n\n" + example)
+    else:
+        parts.append("(No worked example is shipped for this format.)")
+    return "\n".join(parts)
+
+
+def _example(fmt: SolutionFormat) -> str:
+    try:
+        files = fmt.example_files()
+    except (OSError, ModuleNotFoundError) as exc:  # the examples ship with the templates; tolerate their absence
+        logger.debug("no worked example for the %s format: %s", fmt.name, exc)
+        return ""
+    fence = {".py": "python", ".cu": "cuda", ".cuh": "cuda", ".cpp": "cpp", ".h": "cpp"}
+    blocks = []
+    for rel, text in files.items():
+        lang = next((v for k, v in fence.items() if rel.endswith(k)), "")
+        blocks.append(f"`{rel}`:\n```{lang}\n{text.rstrip()}\n```")
+    return "\n\n".join(blocks)
+
+
+def _judging(protocol: Protocol, hardware: Hardware, reward: RewardConfig) -> str:
+    if hardware.gpu == "none":
+        gpu = ("No GPU is available to this judge: `compile` runs for real, but `verify`, `profile` and "
+               "`submit` cannot check or time the solution.")
+    else:
+        cc = f" (compute capability {hardware.compute_capability})" if hardware.compute_capability else ""
+        gpu = f"GPU: {hardware.gpu}{cc}."
+    if protocol.baseline_precision == "fp32":
+        precision = ("Baselines are plain fp32, TF32 off (for matmuls and convolutions): eager PyTorch and "
+                     "torch.compile run at full fp32 precision, and so must your kernels; TF32, fp16 or bf16 "
+                     "arithmetic is a rule violation.")
+    else:
+        precision = ("TF32 is allowed for matmuls and convolutions, in the baselines and in your kernels; "
+                     "other reduced precision (fp16, bf16) is a rule violation.")
+    timer = {"cuda_events": "CUDA events around forward() with a device synchronize",
+             "profiler": "the sum of the kernels' device time under the profiler"}[protocol.timing]
+    runs = (f"{protocol.min_runs} timed runs" if protocol.target_ci_pct == 0 else
+            f"{protocol.min_runs}-{protocol.max_runs} timed runs, until the median's 95% CI is within "
+            f"{protocol.target_ci_pct:g}%")
+    te, tc = reward.threshold_vs_eager, reward.threshold_vs_compile
+    reward_text = (
+        f"Reward at the end (tiered): -1 if it does not build, crashes, times out, is wrong or breaks a rule; "
+        f"1 if correct; 2 if correct and more than {te:.0%} faster than eager PyTorch; 3 if also more than "
+        f"{tc:.0%} faster than torch.compile."
+        if reward.mode == "tier" else
+        "Reward at the end: torch.compile time / your time when correct, -1 otherwise."
+    )
+    if reward.scoring == "best":
+        reward_text += " The best state you evaluated during the episode is scored (judged again in full)."
+    else:
+        reward_text += " The state you submit is scored."
+    return "\n".join([
+        gpu,
+        f"Protocol `{protocol.id}`: {protocol.description}.",
+        f"Correctness: {protocol.num_inputs} input sets from seeds {protocol.input_seeds()}; every output "
+        f"element must satisfy |out - ref| <= {protocol.atol:g} + {protocol.rtol:g} * |ref|.",
+        precision,
+        f"Timing: {timer}; {protocol.warmup_runs} warm-up runs, {runs}; statistic: {protocol.statistic}"
+        f"{'; L2 cache flushed before each run' if protocol.l2_flush else ''}.",
+        reward_text,
+    ])
+
+
+def _limits(limits: EpisodeLimits) -> str:
+    ws = limits.workspace
+    return (
+        f"The episode ends when you call `submit`, or is cut off after {limits.max_turns} tool calls or "
+        f"{limits.token_budget} tokens (this prompt, your actions and the tool results, counted with "
+        f"{limits.token_counter}); a cut-off episode is judged on the files as they are. Files: at most "
+        f"{ws.max_files} writable files of {ws.max_file_bytes} bytes each, UTF-8 text only."
+    )
