@@ -8,6 +8,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from cudagym.env import CudaKernelEnv
 from cudagym.errors import (
     BuildToolError,
     ConfigError,
@@ -21,6 +22,7 @@ from cudagym.task import Task
 __all__ = [
     "__version__",
     "Task",
+    "CudaKernelEnv",
     "CudaGymError",
     "TaskFormatError",
     "DataUnavailableError",
@@ -28,3 +30,5 @@ __all__ = [
     "ConfigError",
     "BuildToolError",
 ]
+
+from cudagym import registration as _registration  # noqa: F401
