@@ -13,6 +13,7 @@ Task data in the real layouts (built by the tests, never downloaded)
                               problem_id.
     ``ops6k_parquet``         a CUDA-Agent-Ops-6K ``data.parquet`` (columns ops, data_source, code) with
                               ``OPS6K_ROWS`` rows: torch#1..#5 compositions and one transformers row.
+    ``write_bundled_tree``    a folder laid out like ``envs/bundled/`` (tasks + extension solutions).
     ``offline_data_env``      no data env vars, HF_HUB_OFFLINE=1, a private CUDAGYM_CACHE_DIR: a test
                               that uses it can neither see the user's data nor reach the network.
 
@@ -191,6 +192,35 @@ def write_ops6k_parquet(path: Path, records: Sequence[Mapping[str, object]] | No
     table = pa.Table.from_pylist([dict(r) for r in records], schema=schema)
     pq.write_table(table, path)
     return path
+
+
+# ------------------------------------------------------------------------------------------ bundled
+
+# (level, file stem, problem id used to generate valid content)
+BUNDLED_FAKE_TASKS = (
+    (1, "01_ReLU", 1),
+    (1, "02_Sigmoid", 2),
+    (1, "10_Softmax", 3),
+    (2, "01_gemm_bias_gelu", 4),
+    (3, "01_mlp", 5),
+)
+
+
+def write_bundled_tree(root: Path) -> Path:
+    """A folder laid out like envs/bundled/: tasks/L{n}/NN_Name.py and solutions/L{n}/NN_Name/."""
+    for level, stem, pid in BUNDLED_FAKE_TASKS:
+        task_dir = root / "tasks" / f"L{level}"
+        task_dir.mkdir(parents=True, exist_ok=True)
+        (task_dir / f"{stem}.py").write_text(kernelbench_problem(min(level, 3), pid)[1])
+        solution = root / "solutions" / f"L{level}" / stem
+        (solution / "kernels").mkdir(parents=True, exist_ok=True)
+        (solution / "model_new.py").write_text(f"import cuda_extension\n# {stem}\n")
+        (solution / "kernels" / "op.cu").write_text(f'extern "C" void launch_{pid}() {{}}\n')
+        (solution / "kernels" / "op_binding.cpp").write_text(f"// binding of {stem}\n")
+        (solution / "notes.txt").write_text("not part of the solution format\n")
+    (root / "tasks" / "L1" / "__init__.py").write_text("")
+    (root / "tasks" / "README.md").write_text("# bundled tasks\n")
+    return root
 
 
 # ------------------------------------------------------------------------------------------ fixtures

@@ -3,42 +3,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import kernelbench_problem
+from conftest import write_bundled_tree
 
 from cudagym.errors import ConfigError, DataUnavailableError, UnknownTaskError
 from cudagym.solution import Solution
 from cudagym.sources.bundled import BundledSource, package_root
 
-# (level, file stem, problem id used to generate valid content)
-FAKE_TASKS = (
-    (1, "01_ReLU", 1),
-    (1, "02_Sigmoid", 2),
-    (1, "10_Softmax", 3),
-    (2, "01_gemm_bias_gelu", 4),
-    (3, "01_mlp", 5),
-)
-
-
-def write_fake_bundle(root: Path) -> Path:
-    """A folder laid out like envs/bundled/: tasks/L{n}/NN_Name.py and solutions/L{n}/NN_Name/."""
-    for level, stem, pid in FAKE_TASKS:
-        task_dir = root / "tasks" / f"L{level}"
-        task_dir.mkdir(parents=True, exist_ok=True)
-        (task_dir / f"{stem}.py").write_text(kernelbench_problem(min(level, 3), pid)[1])
-        solution = root / "solutions" / f"L{level}" / stem
-        (solution / "kernels").mkdir(parents=True, exist_ok=True)
-        (solution / "model_new.py").write_text(f"import cuda_extension\n# {stem}\n")
-        (solution / "kernels" / "op.cu").write_text(f'extern "C" void launch_{pid}() {{}}\n')
-        (solution / "kernels" / "op_binding.cpp").write_text(f"// binding of {stem}\n")
-        (solution / "notes.txt").write_text("not part of the solution format\n")
-    (root / "tasks" / "L1" / "__init__.py").write_text("")
-    (root / "tasks" / "README.md").write_text("# bundled tasks\n")
-    return root
-
 
 @pytest.fixture
 def bundle(tmp_path: Path) -> Path:
-    return write_fake_bundle(tmp_path / "bundled")
+    return write_bundled_tree(tmp_path / "bundled")
 
 
 def test_loads_every_level_in_level_then_numeric_order(bundle):
