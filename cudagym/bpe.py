@@ -16,7 +16,6 @@ Pure Python; the regex split runs in a process pool, the merge loop in one proce
 
 from __future__ import annotations
 
-import argparse
 import ast
 import base64
 import hashlib
@@ -29,7 +28,6 @@ import sysconfig
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
@@ -407,6 +405,8 @@ def count_corpus(sources: Sequence[CorpusSource], workers: int = 1) -> tuple[Cou
         )
     jobs = [(chunk, CODE_SPLIT_PATTERN) for chunk in chunks]
     if workers > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
         with ProcessPoolExecutor(max_workers=workers) as pool:
             results = list(pool.map(_count_source_chunk, jobs))
     else:
@@ -422,6 +422,8 @@ def count_corpus(sources: Sequence[CorpusSource], workers: int = 1) -> tuple[Cou
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Train a vocabulary on the default corpus (or given files) and write it in tiktoken's format."""
+    import argparse
+
     parser = argparse.ArgumentParser(prog="python -m cudagym.bpe", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="destination .tiktoken file")
     parser.add_argument("--vocab-size", type=int, default=16384, help="tokens, the 256 single bytes included")
