@@ -29,6 +29,9 @@ from pathlib import Path
 
 import pytest
 
+# pytester runs pytest on generated test files (tests of this conftest's gpu hook use it)
+pytest_plugins = ("pytester",)
+
 # -------------------------------------------------------------------------------------------- GPU skip
 
 
