@@ -159,3 +159,15 @@ def test_helpers():
     assert op_key("nn.Conv2d") == "conv2d" and op_key(" ReLU ") == "relu"
     assert task_name(12, ["nn.Conv2d", "Leaky ReLU", "?"]) == "000012_Conv2d_LeakyReLU"
     assert task_name(123456, []) == "123456"
+
+
+def test_parsed_rows_are_shared_in_process_and_reparsed_when_the_file_changes(tmp_path):
+    path = write_ops6k_parquet(tmp_path / "data.parquet")
+    first = Ops6KSource(path).tasks()
+    again = Ops6KSource(path, min_ops=2).tasks()
+    assert all(any(a is f for f in first) for a in again)  # the same parsed objects, not parsed twice
+    records = ops6k_records()
+    records[0] = {**records[0], "code": records[0]["code"] + "\n\nextra = 1  # a change\n"}
+    write_ops6k_parquet(path, records)
+    changed = Ops6KSource(path, rows=[0]).tasks()[0]
+    assert changed.source == records[0]["code"] and changed.content_hash != first[0].content_hash

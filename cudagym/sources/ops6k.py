@@ -39,6 +39,11 @@ NON_TORCH_LEVEL = 0
 """Level of rows whose ``data_source`` is not ``torch#k`` (standalone transformers modules)."""
 
 _TORCH_SOURCE = re.compile(r"^\s*torch\s*#\s*(\d+)\s*$")
+# Parsed rows, shared by every source in the process: parsing all 6,000 rows takes seconds, and each env
+# of a vector env builds its own source. Keyed by (file path, mtime, size, row), so a rewritten file is
+# parsed again; a value is the Task, or the TaskFormatError message of a malformed row.
+_PARSED: dict[tuple[str, int, int, int], Task | str] = {}
+_PARSED_MAX = 100_000
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9]+")
 
 
@@ -144,7 +149,9 @@ class Ops6KSource(TaskSource):
         root = self._path or fetch_snapshot(HF_DATASET, revision=self._revision, refresh=self._refresh)
         files = parquet_files(root, how_to=how_to)
         preferred = [f for f in files if f.name == "data.parquet"]
-        records = read_rows(preferred or files, COLUMNS, how_to=how_to)
+        picked = preferred or files
+        records = read_rows(picked, COLUMNS, how_to=how_to)
+        file_key = _file_key(picked)
         self._skipped = []
         tasks: list[Task] = []
         for index, record in enumerate(records):
@@ -152,7 +159,7 @@ class Ops6KSource(TaskSource):
                 break
             if not self._keep(index, record):
                 continue
-            task = self._make(index, record, origin=f"{root}:row {index}")
+            task = self._parsed(file_key, index, record, origin=f"{root}:row {index}")
             if task is not None:
                 tasks.append(task)
         if self._skipped:
@@ -172,20 +179,42 @@ class Ops6KSource(TaskSource):
             return self.required_ops <= have
         return True
 
-    def _make(self, index: int, record: dict[str, Any], *, origin: str) -> Task | None:
-        ops = [o for o in record["ops"] or () if isinstance(o, str)]
-        name = task_name(index, ops)
-        try:
-            if not isinstance(record["code"], str):
-                raise TaskFormatError(f"{origin}: expected the code column to hold Python source, got none")
-            return make_task(
-                record["code"], id=f"{SUITE}/{name}", suite=SUITE, level=level_of(record["data_source"]),
-                name=name, origin=origin,
-                metadata={"ops": ops, "data_source": record["data_source"], "row": index},
-            )
-        except TaskFormatError as exc:
-            if self.strict:
-                raise
-            logger.warning("skipping Ops-6K row %d: %s", index, exc)
-            self._skipped.append(SkippedRow(row=index, reason=str(exc)))
-            return None
+    def _parsed(
+        self, file_key: tuple[str, int, int], index: int, record: dict[str, Any], *, origin: str
+    ) -> Task | None:
+        key = (*file_key, index)
+        parsed = _PARSED.get(key)
+        if parsed is None:
+            parsed = _make_task(index, record, origin=origin)
+            if len(_PARSED) >= _PARSED_MAX:
+                _PARSED.clear()
+            _PARSED[key] = parsed
+        if isinstance(parsed, Task):
+            return parsed
+        if self.strict:
+            raise TaskFormatError(parsed)
+        logger.warning("skipping Ops-6K row %d: %s", index, parsed)
+        self._skipped.append(SkippedRow(row=index, reason=parsed))
+        return None
+
+
+def _make_task(index: int, record: dict[str, Any], *, origin: str) -> Task | str:
+    """The row's task, or what is wrong with it."""
+    ops = [o for o in record["ops"] or () if isinstance(o, str)]
+    name = task_name(index, ops)
+    if not isinstance(record["code"], str):
+        return f"{origin}: expected the code column to hold Python source, got none"
+    try:
+        return make_task(
+            record["code"], id=f"{SUITE}/{name}", suite=SUITE, level=level_of(record["data_source"]),
+            name=name, origin=origin,
+            metadata={"ops": ops, "data_source": record["data_source"], "row": index},
+        )
+    except TaskFormatError as exc:
+        return str(exc)
+
+
+def _file_key(files: Sequence[Path]) -> tuple[str, int, int]:
+    stats = [(str(f.resolve()), f.stat()) for f in files]
+    return ("|".join(name for name, _ in stats), max(st.st_mtime_ns for _, st in stats),
+            sum(st.st_size for _, st in stats))
