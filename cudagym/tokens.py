@@ -13,6 +13,7 @@ C++, Python and English (``cudagym/data/README.md``). Text is never estimated fr
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import importlib.resources
@@ -168,8 +169,13 @@ def shipped_encoding() -> tiktoken.Encoding:
     resource = importlib.resources.files("cudagym").joinpath(SHIPPED_RESOURCE)
     try:
         with importlib.resources.as_file(resource) as path:
-            # a local path: tiktoken reads it from disk, and the pinned hash also guards its cached copy
-            ranks = load_tiktoken_bpe(str(path), expected_hash=SHIPPED_SHA256)
+            try:
+                # tiktoken reads a local path from disk, then keeps a copy in its cache: the pinned hash
+                # guards that copy against going stale when the package's file changes
+                ranks = load_tiktoken_bpe(str(path), expected_hash=SHIPPED_SHA256)
+            except OSError:
+                # ... and raises when a TIKTOKEN_CACHE_DIR the user set cannot be written: read it directly
+                ranks = _read_rank_file(path, SHIPPED_SHA256)
     except (OSError, ValueError) as exc:
         raise DataUnavailableError(
             f"expected the shipped tokenizer at cudagym/{SHIPPED_RESOURCE} with sha256 {SHIPPED_SHA256}, got "
@@ -178,6 +184,14 @@ def shipped_encoding() -> tiktoken.Encoding:
     return tiktoken.Encoding(
         SHIPPED_NAME.replace(":", "-"), pat_str=CODE_SPLIT_PATTERN, mergeable_ranks=ranks, special_tokens={}
     )
+
+
+def _read_rank_file(path: Path, sha256: str) -> dict[bytes, int]:
+    """Parse a tiktoken rank file (``<base64 token> <rank>`` per line) after checking its sha256."""
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise ValueError(f"{path} does not match sha256 {sha256}")
+    return {base64.b64decode(token): int(rank) for token, rank in (line.split() for line in data.splitlines() if line)}
 
 
 def shipped_counter() -> TokenCounter:
@@ -223,9 +237,10 @@ class _EncodeLength:
 
     tokenizer: Any
     kwargs: dict[str, Any]
+    label: str  # how errors name it, e.g. ``org/model.encode``
 
     def __call__(self, text: str) -> int:
-        return _length_of(self.tokenizer.encode(text, **self.kwargs), "tokenizer.encode")
+        return _length_of(self.tokenizer.encode(text, **self.kwargs), self.label)
 
 
 @dataclass(frozen=True)
@@ -271,7 +286,7 @@ def _counter_from_tokenizer(tokenizer: Any) -> TokenCounter:
         takes_flag = False
     kwargs = {"add_special_tokens": False} if takes_flag else {}
     name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__qualname__
-    return TokenCounter(f"hf:{name}", _checked(_EncodeLength(tokenizer, kwargs), f"{name}.encode"))
+    return TokenCounter(f"hf:{name}", _checked(_EncodeLength(tokenizer, kwargs, f"{name}.encode"), f"{name}.encode"))
 
 
 # ---------------------------------------------------------------------------------------------------------
