@@ -7,7 +7,7 @@ import pytest
 from cudagym.tokens import SHIPPED_NAME, get_token_counter
 
 OBSERVATION = (
-    "kernels/relu.cu(12): error: identifier \"threadIdx_x\" is undefined\n"
+    'kernels/relu.cu(12): error: identifier "threadIdx_x" is undefined\n'
     "ptxas info    : Used 18 registers, 380 bytes cmem[0]\n"
     "| input | pass | max_abs_err | max_rel_err |\n|---|---|---|---|\n| 0 | yes | 0.0 | 0.0 |\n"
     "__global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {\n"
