@@ -154,7 +154,8 @@ class CudaKernelEnv(gym.Env[str, str]):
       ``<tool_call>`` tags, truncation at 200 turns or 131,072 tokens.
     """
 
-    metadata: dict[str, Any] = {"render_modes": ["ansi"], "autoreset_mode": AutoresetMode.NEXT_STEP}
+    # render_fps: a text env has no frame rate; 1 keeps gymnasium's checker from warning about it
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 1, "autoreset_mode": AutoresetMode.NEXT_STEP}
 
     def __init__(
         self,
