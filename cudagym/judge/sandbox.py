@@ -1,0 +1,767 @@
+"""Process isolation for every process that runs candidate code: GPU workers and build subprocesses.
+
+What a sandboxed process gets, and what each measure does where the host does not allow it:
+
+- **its own session and process group**, so the judge kills the whole group (candidate subprocesses and
+  fork bombs included) on a timeout or a broken limit;
+- **a scrubbed environment**: only ``PATH``, locale, compiler, CUDA, torch/Triton/CuPy and cudagym
+  variables pass, never one whose name says token, secret, password, key or proxy; ``HOME`` and
+  ``TMPDIR`` point at private temporary folders. It is set before ``exec``, so ``/proc/self/environ``
+  holds no credentials either;
+- **rlimits**: CPU seconds per job (``SIGXCPU``), file size (``EFBIG``: Python ignores ``SIGXFSZ``), open
+  files, no core dumps, and processes (``RLIMIT_NPROC`` counts per *user* and the kernel never enforces
+  it for root, so :class:`ProcessWatchdog` also counts the group and kills it past the limit). There is no
+  address-space limit: CUDA reserves huge virtual ranges, so host memory is bounded by the watchdog
+  summing the group's resident set instead;
+- **no network**: a new network namespace (``unshare(CLONE_NEWNET)``) with only a loopback device. It
+  needs ``CAP_SYS_ADMIN`` (root in most containers); where it fails the process keeps the host's network,
+  :class:`SandboxInfo` says ``network_isolated=False`` and a warning is logged;
+- **read-only judge code**: in a private mount namespace the cudagym and torch package folders are
+  remounted read-only, then ``CAP_SYS_ADMIN`` and a few other capabilities are dropped so the candidate
+  cannot undo that or leave the network namespace. Where namespaces are not allowed the folders stay
+  writable by file permissions alone, and protected workspace files are still hash-checked before each
+  evaluation (:func:`check_workdir`).
+
+This is process-level hardening, not a security boundary against arbitrary native code running as root:
+run the judge as an unprivileged user, or in a container without network, where that matters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import dataclasses
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import re
+import resource
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cudagym.solution import Solution, get_format
+
+log = logging.getLogger(__name__)
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    """Limits and isolation of one sandboxed process group.
+
+    Attributes:
+        cpu_time_s: CPU seconds (all threads) one job may use; past it the kernel sends ``SIGXCPU``.
+        file_size_bytes: Largest file the group may write (``RLIMIT_FSIZE``; writes past it fail).
+        open_files: Open file descriptors per process.
+        max_processes: Processes in the group at once (the watchdog kills the group past it).
+        host_rss_bytes: Resident host memory of the whole group (the watchdog kills the group past it).
+        disk_bytes: Bytes on disk under the job's private folders (the watchdog kills past it).
+        output_bytes: stdout+stderr a job may write before it is killed.
+        log_bytes: How much of that output the result keeps (first and last halves).
+        isolate_network: Enter a new network namespace.
+        readonly_judge: Remount the cudagym and torch package folders read-only (mount namespace) and drop
+            the capabilities that could undo it.
+    """
+
+    cpu_time_s: float = 1800.0
+    file_size_bytes: int = 1 * GiB
+    open_files: int = 4096
+    max_processes: int = 64
+    host_rss_bytes: int = 32 * GiB
+    disk_bytes: int = 4 * GiB
+    output_bytes: int = 16 * MiB
+    log_bytes: int = 64 * 1024
+    isolate_network: bool = True
+    readonly_judge: bool = True
+
+    def to_json(self) -> str:
+        """JSON form (the launcher and workers receive the policy on their command line)."""
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> SandboxPolicy:
+        """Inverse of :meth:`to_json`."""
+        return cls(**json.loads(text))
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    """What isolation a sandboxed process actually got (hosts differ; nothing is assumed)."""
+
+    pid: int
+    uid: int
+    network_isolated: bool
+    judge_readonly: bool
+    capabilities_dropped: bool
+    nproc_enforced: bool  # RLIMIT_NPROC only binds non-root users; the watchdog counts processes anyway
+    notes: tuple[str, ...] = ()
+
+
+# ----------------------------------------------------------------------------------------------------
+# Environment
+# ----------------------------------------------------------------------------------------------------
+
+_KEEP_NAMES = frozenset({
+    "PATH", "LANG", "LANGUAGE", "TZ", "TERM", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHASHSEED",
+    "PYTHONNOUSERSITE", "VIRTUAL_ENV", "CONDA_PREFIX", "CC", "CXX", "CUDAHOSTCXX", "MAX_JOBS",
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+})
+_KEEP_PREFIXES = (
+    "LC_", "CUDA_", "NVIDIA_", "NVCC_", "CUBLAS_", "CUDNN_", "TORCH_", "TORCHINDUCTOR_", "PYTORCH_",
+    "TRITON_", "CUPY_", "CUDAGYM_",
+)
+# Never passed, whatever the allowlist says (CUDAGYM_HF_TOKEN, TORCH_HUB_TOKEN, ...).
+_SECRET = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE|AUTH|COOKIE|PROXY", re.I)
+
+
+def scrub_env(
+    environ: Mapping[str, str], *, home: str, tmpdir: str, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment of a sandboxed process.
+
+    Args:
+        environ: The parent's environment.
+        home: Private ``HOME``.
+        tmpdir: Private ``TMPDIR`` (also ``TMP`` and ``TEMP``).
+        extra: Variables set on top (e.g. ``CUDA_VISIBLE_DEVICES``); secret-looking names still dropped.
+
+    Returns:
+        Allow-listed variables of ``environ`` plus ``extra``, without any secret-looking name.
+    """
+    env = {k: v for k, v in environ.items() if k in _KEEP_NAMES or k.startswith(_KEEP_PREFIXES)}
+    env.update(extra or {})
+    env.update(HOME=home, TMPDIR=tmpdir, TMP=tmpdir, TEMP=tmpdir, PYTHONUNBUFFERED="1", PYTHONNOUSERSITE="1")
+    return {k: v for k, v in env.items() if not _SECRET.search(k)}
+
+
+# ----------------------------------------------------------------------------------------------------
+# Entering the sandbox (runs in the sandboxed process itself, while it is still single-threaded:
+# namespaces and capabilities are per thread, and threads created later inherit them)
+# ----------------------------------------------------------------------------------------------------
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWNET = 0x40000000
+_MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
+# Capabilities dropped after setting up namespaces: undoing mounts, leaving the namespace (setns),
+# raw network, loading modules, tracing other processes, raising rlimits past the hard limit.
+_DROPPED_CAPS = {"SYS_ADMIN": 21, "NET_ADMIN": 12, "NET_RAW": 13, "SYS_MODULE": 16, "SYS_PTRACE": 19,
+                 "SYS_RESOURCE": 24, "SYS_BOOT": 22, "SYS_TIME": 25, "MKNOD": 27}
+_PR_CAPBSET_DROP = 24
+_CAP_VERSION_3 = 0x20080522
+
+
+def enter_sandbox(policy: SandboxPolicy) -> SandboxInfo:
+    """Apply the policy to the calling process (call it first thing, before any thread starts).
+
+    Returns:
+        What isolation the host allowed; unavailable measures are noted and logged, never raised.
+    """
+    notes: list[str] = []
+    nproc = apply_rlimits(policy)
+    network = False
+    if policy.isolate_network:
+        network, note = _isolate_network()
+        if not network:
+            notes.append(f"network not isolated: {note}")
+    readonly = caps = False
+    if policy.readonly_judge:
+        readonly, note = _remount_readonly(judge_paths())
+        if not readonly:
+            notes.append(f"judge code not read-only: {note}")
+        caps, note = _drop_capabilities()
+        if not caps:
+            notes.append(f"capabilities not dropped: {note}")
+    for note in notes:
+        log.warning("sandbox (pid %d): %s", os.getpid(), note)
+    return SandboxInfo(
+        pid=os.getpid(), uid=os.getuid(), network_isolated=network, judge_readonly=readonly,
+        capabilities_dropped=caps, nproc_enforced=nproc, notes=tuple(notes),
+    )
+
+
+def apply_rlimits(policy: SandboxPolicy) -> bool:
+    """Set file size, open files, core size, CPU and (for non-root users) process limits.
+
+    Returns:
+        True when ``RLIMIT_NPROC`` was set (it only binds users other than root).
+    """
+    _set_limit(resource.RLIMIT_CORE, 0)  # a segfaulting candidate must not write core files
+    _set_limit(resource.RLIMIT_FSIZE, policy.file_size_bytes)
+    _set_limit(resource.RLIMIT_NOFILE, policy.open_files)
+    set_cpu_budget(policy.cpu_time_s)
+    if os.getuid() == 0:
+        return False
+    # per-user count: allow what this user already runs plus the group's share
+    _set_limit(resource.RLIMIT_NPROC, _count_user_processes(os.getuid()) + policy.max_processes)
+    return True
+
+
+def set_cpu_budget(seconds: float) -> None:
+    """Allow the calling process ``seconds`` more CPU time from now (``SIGXCPU`` past it)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    soft = int(usage.ru_utime + usage.ru_stime + seconds) + 1
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def _set_limit(which: int, value: int) -> None:
+    soft, hard = resource.getrlimit(which)
+    value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+    resource.setrlimit(which, (value, hard))
+
+
+def _count_user_processes(uid: int) -> int:
+    count = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                count += entry.stat().st_uid == uid
+            except OSError:
+                continue
+    return count
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _unshare(flags: int) -> None:
+    if hasattr(os, "unshare"):  # Python 3.12+
+        os.unshare(flags)
+        return
+    if _libc().unshare(flags) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def _isolate_network() -> tuple[bool, str]:
+    try:
+        _unshare(_CLONE_NEWNET)
+    except OSError as exc:
+        return False, f"unshare(CLONE_NEWNET) failed ({exc.strerror}); needs CAP_SYS_ADMIN"
+    try:  # a new namespace has only `lo`, and it is down: bring it up so localhost works
+        siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+        import fcntl
+
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            req = struct.pack("16sH14s", b"lo", 0, b"")
+            flags = struct.unpack("16sH", fcntl.ioctl(sock, siocgifflags, req)[:18])[1]
+            fcntl.ioctl(sock, siocsifflags, struct.pack("16sH14s", b"lo", flags | iff_up, b""))
+    except OSError as exc:
+        return True, f"loopback left down ({exc})"
+    return True, ""
+
+
+def judge_paths() -> tuple[str, ...]:
+    """Folders a candidate must not change: the cudagym package and torch (found without importing it)."""
+    paths = [str(Path(__file__).resolve().parents[1])]
+    spec = importlib.util.find_spec("torch")
+    if spec is not None and spec.submodule_search_locations:
+        paths.extend(str(Path(p).resolve()) for p in spec.submodule_search_locations)
+    return tuple(dict.fromkeys(paths))
+
+
+def _remount_readonly(paths: Sequence[str]) -> tuple[bool, str]:
+    libc = _libc()
+    try:
+        _unshare(_CLONE_NEWNS)
+    except OSError as exc:
+        return False, f"unshare(CLONE_NEWNS) failed ({exc.strerror}); needs CAP_SYS_ADMIN"
+    # keep our mounts out of the host's namespace, then bind each folder onto itself and make it read-only
+    if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        return False, f"making / private failed ({os.strerror(ctypes.get_errno())})"
+    for path in paths:
+        p = path.encode()
+        if (libc.mount(p, p, None, _MS_BIND | _MS_REC, None) != 0
+                or libc.mount(None, p, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY, None) != 0):
+            return False, f"read-only bind of {path} failed ({os.strerror(ctypes.get_errno())})"
+    return True, ""
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+def _drop_capabilities() -> tuple[bool, str]:
+    libc = _libc()
+    for cap in _DROPPED_CAPS.values():  # from the bounding set first: exec must not give them back
+        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:  # EINVAL: unknown
+            return False, f"PR_CAPBSET_DROP failed ({os.strerror(ctypes.get_errno())})"
+    header = _CapHeader(_CAP_VERSION_3, 0)
+    data = (_CapData * 2)()
+    if libc.capget(ctypes.byref(header), data) != 0:
+        return False, f"capget failed ({os.strerror(ctypes.get_errno())})"
+    for cap in _DROPPED_CAPS.values():
+        word, bit = divmod(cap, 32)
+        mask = ~(1 << bit) & 0xFFFFFFFF
+        data[word].effective &= mask
+        data[word].permitted &= mask
+        data[word].inheritable &= mask
+    if libc.capset(ctypes.byref(header), data) != 0:
+        return False, f"capset failed ({os.strerror(ctypes.get_errno())})"
+    return True, ""
+
+
+# ----------------------------------------------------------------------------------------------------
+# Process groups: one scan of /proc serves every watched group
+# ----------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Proc:
+    pid: int
+    ppid: int
+    pgid: int
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _scan_processes() -> dict[int, _Proc]:
+    procs: dict[int, _Proc] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                text = fh.read()
+        except OSError:
+            continue
+        rest = text[text.rfind(b")") + 2:].split()  # the command name may hold spaces and parentheses
+        if rest[0] in (b"Z", b"X"):  # zombies hold no resources; their parent reaps them
+            continue
+        pid = int(entry.name)
+        procs[pid] = _Proc(pid, int(rest[1]), int(rest[2]))
+    return procs
+
+
+def _anon_rss_bytes(pid: int) -> int:
+    """Resident memory that is not a shared file mapping (``resident - shared`` of statm).
+
+    That is the part that can exhaust the host; shared libraries (libtorch, libcuda) are left out.
+    """
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as fh:
+            fields = fh.read().split()
+        return max(int(fields[1]) - int(fields[2]), 0) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _pss_bytes(pid: int) -> int:
+    """Proportional anonymous memory: pages a forked child still shares with its parent count once, split."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
+            line = next((ln for ln in fh if ln.startswith(b"Pss_Anon:")), b"")
+        return int(line.split()[1]) * 1024 if line else _anon_rss_bytes(pid)
+    except (OSError, ValueError, IndexError):
+        return _anon_rss_bytes(pid)
+
+
+def _members(procs: Mapping[int, _Proc], root_pid: int) -> list[_Proc]:
+    """The root's descendants plus everything still in its process group (orphans included)."""
+    children: dict[int, list[int]] = {}
+    for p in procs.values():
+        children.setdefault(p.ppid, []).append(p.pid)
+    found = {p.pid for p in procs.values() if p.pgid == root_pid}
+    stack = [root_pid]
+    while stack:
+        pid = stack.pop()
+        if pid in procs:
+            found.add(pid)
+        stack.extend(c for c in children.get(pid, ()) if c not in found)
+    return [procs[pid] for pid in found if pid in procs]
+
+
+def kill_process_group(root_pid: int, *, wait_s: float = 30.0) -> None:
+    """SIGKILL a sandboxed process, its group and its descendants, until none is left.
+
+    Fork bombs race the kill, and a process with a large address space takes a while to die.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            os.killpg(root_pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        left = _members(_scan_processes(), root_pid)
+        for proc in left:
+            try:
+                os.kill(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            log.error("%d processes of group %d survived SIGKILL for %.0f s", len(left), root_pid, wait_s)
+            return
+        time.sleep(0.02)
+
+
+@dataclass(eq=False)
+class Watch:
+    """One watched process group; ``violation`` is set (and the group killed) when it breaks a limit."""
+
+    root_pid: int
+    policy: SandboxPolicy
+    dirs: tuple[str, ...] = ()
+    violation: str = ""
+    peak_rss_bytes: int = 0
+    peak_processes: int = 0
+    _next_disk_check: float = field(default=0.0, repr=False)
+    _next_pss_check: float = field(default=0.0, repr=False)
+    _last_pss_bytes: int = field(default=0, repr=False)
+
+
+class ProcessWatchdog:
+    """Enforces process count, host memory and disk use of watched groups, killing a group that breaks one.
+
+    One thread scans ``/proc`` every ``interval_s`` for all groups at once; disk use is summed every
+    ``disk_interval_s``.
+    """
+
+    def __init__(self, interval_s: float = 0.05, disk_interval_s: float = 1.0) -> None:
+        self.interval_s = interval_s
+        self.disk_interval_s = disk_interval_s
+        self._watches: set[Watch] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, root_pid: int, policy: SandboxPolicy, dirs: Iterable[str] = ()) -> Watch:
+        """Start watching the group led by ``root_pid``."""
+        handle = Watch(root_pid, policy, tuple(dirs))
+        with self._lock:
+            self._watches.add(handle)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="cudagym-watchdog", daemon=True)
+                self._thread.start()
+        return handle
+
+    def unwatch(self, handle: Watch) -> None:
+        """Stop watching (the thread ends when nothing is watched)."""
+        with self._lock:
+            self._watches.discard(handle)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                watches = [w for w in self._watches if not w.violation]
+                if not self._watches:
+                    self._thread = None
+                    return
+            if watches:
+                procs = _scan_processes()
+                for handle in watches:
+                    self._check(handle, procs)
+            time.sleep(self.interval_s)
+
+    def _check(self, handle: Watch, procs: Mapping[int, _Proc]) -> None:
+        members = _members(procs, handle.root_pid)
+        handle.peak_processes = max(handle.peak_processes, len(members))
+        policy = handle.policy
+        if len(members) > policy.max_processes:  # first, and before any costly reading: forks are fast
+            self._kill(handle, f"started more than {policy.max_processes} processes ({len(members)} seen; "
+                               "a fork bomb?); the judge killed the process group")
+            return
+        memory = self._memory_bytes(handle, members)
+        handle.peak_rss_bytes = max(handle.peak_rss_bytes, memory)
+        reason = ""
+        if memory > policy.host_rss_bytes:
+            across = f" across {len(members)} processes" if len(members) > 1 else ""
+            reason = (f"used {memory / GiB:.1f} GiB of host memory{across}, over the limit of "
+                      f"{policy.host_rss_bytes / GiB:.1f} GiB; the judge killed the process group")
+        elif handle.dirs and time.monotonic() >= handle._next_disk_check:
+            handle._next_disk_check = time.monotonic() + self.disk_interval_s
+            used = disk_usage_bytes(handle.dirs, limit=policy.disk_bytes)
+            if used > policy.disk_bytes:
+                reason = (f"wrote more than {policy.disk_bytes / MiB:.0f} MiB to disk in its private folders; "
+                          "the judge killed the process group")
+        if reason:
+            self._kill(handle, reason)
+
+    @staticmethod
+    def _kill(handle: Watch, reason: str) -> None:
+        handle.violation = reason
+        kill_process_group(handle.root_pid)
+
+    def _memory_bytes(self, handle: Watch, members: Sequence[_Proc]) -> int:
+        cheap = sum(_anon_rss_bytes(p.pid) for p in members)
+        if cheap <= handle.policy.host_rss_bytes or len(members) == 1:
+            return cheap
+        # Forked children share their parent's pages, which the cheap sum counts once per process. The
+        # proportional figure walks page tables (milliseconds per process): only for a few processes, and
+        # at most once a second; a big group past the cheap sum is judged on it.
+        if len(members) > 8:
+            return cheap
+        if time.monotonic() >= handle._next_pss_check:
+            handle._next_pss_check = time.monotonic() + 1.0
+            handle._last_pss_bytes = sum(_pss_bytes(p.pid) for p in members)
+        return handle._last_pss_bytes
+
+
+def disk_usage_bytes(paths: Iterable[str], *, limit: int = 0, max_entries: int = 200_000) -> int:
+    """Bytes allocated on disk under ``paths`` (stops early past ``limit``, or past ``max_entries`` files)."""
+    total = entries = 0
+    stack = [p for p in paths if os.path.isdir(p)]
+    while stack:
+        try:
+            it = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with it:
+            for entry in it:
+                entries += 1
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    stack.append(entry.path)
+                else:
+                    total += st.st_blocks * 512
+        if entries > max_entries or (limit and total > limit):
+            return max(total, limit + 1)  # too many files counts as too much disk
+    return total
+
+
+_shared: ProcessWatchdog | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_watchdog() -> ProcessWatchdog:
+    """The process-wide watchdog (one /proc scan per tick for all pools and build subprocesses)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = ProcessWatchdog()
+        return _shared
+
+
+def describe_exit(returncode: int) -> str:
+    """Words for how a process ended: ``was killed by signal SIGSEGV (...)`` or ``exited with status 3``."""
+    if returncode >= 0:
+        return f"exited with status {returncode}"
+    try:
+        sig = signal.Signals(-returncode)
+    except ValueError:
+        return f"was killed by signal {-returncode}"
+    what = (signal.strsignal(sig) or "").lower()
+    hint = {
+        signal.SIGKILL: "; the kernel's OOM killer or the judge",
+        signal.SIGXCPU: "; the CPU time limit",
+        signal.SIGXFSZ: "; the file size limit",
+        signal.SIGSEGV: "; an invalid memory access on the host",
+        signal.SIGABRT: "; an abort(), often a failed assertion or a C++ exception",
+    }.get(sig, "")
+    return f"was killed by signal {sig.name} ({what}{hint})"
+
+
+# ----------------------------------------------------------------------------------------------------
+# Captured output, capped
+# ----------------------------------------------------------------------------------------------------
+
+class CappedLog:
+    """Keeps the first and last ``cap_bytes / 2`` of a stream and counts the rest; memory stays bounded."""
+
+    def __init__(self, cap_bytes: int) -> None:
+        self.half = max(cap_bytes // 2, 1)
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total_bytes = 0
+
+    def feed(self, data: bytes) -> None:
+        """Append a chunk."""
+        self.total_bytes += len(data)
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data
+            del self.tail[: max(len(self.tail) - self.half, 0)]
+
+    def text(self) -> str:
+        """The kept output as text, with a line saying how much was left out."""
+        dropped = self.total_bytes - len(self.head) - len(self.tail)
+        middle = f"\n[... {dropped} bytes of output omitted ...]\n" if dropped > 0 else ""
+        return (bytes(self.head).decode("utf-8", "replace") + middle
+                + bytes(self.tail).decode("utf-8", "replace"))
+
+    def last_lines(self, n: int = 20) -> str:
+        """The last ``n`` lines kept."""
+        return "\n".join(self.text().rstrip().splitlines()[-n:])
+
+
+# ----------------------------------------------------------------------------------------------------
+# Private working folders with protected files
+# ----------------------------------------------------------------------------------------------------
+
+def prepare_workdir(root: str | os.PathLike[str], solution: Solution) -> Path:
+    """Write a private copy of a solution plus its format's protected files (read-only) under ``root``.
+
+    Returns:
+        The folder, to be the candidate's working directory.
+    """
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    protected = get_format(solution.format).template_files()
+    for rel, text in [*solution.files.items(), *protected.items()]:
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    for rel in protected:
+        (root / rel).chmod(0o444)
+    return root
+
+
+def check_workdir(workdir: str | os.PathLike[str], solution: Solution) -> list[str]:
+    """Compare a working folder with the solution snapshot and the package's protected files.
+
+    Returns:
+        One line per protected or solution file that is missing or differs (empty when all match).
+    """
+    root = Path(workdir)
+    expected = {**solution.files, **get_format(solution.format).template_files()}
+    problems = []
+    for rel, text in sorted(expected.items()):
+        path = root / rel
+        try:
+            actual = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError:
+            problems.append(f"{rel}: missing from the working folder")
+            continue
+        if actual != hashlib.sha256(text.encode("utf-8")).hexdigest():
+            origin = "snapshot" if rel in solution.files else "protected template"
+            problems.append(f"{rel}: differs from the {origin}")
+    return problems
+
+
+# ----------------------------------------------------------------------------------------------------
+# Running one sandboxed command (the build stage runs candidate code this way)
+# ----------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SandboxRun:
+    """How one sandboxed command ended."""
+
+    returncode: int
+    output: str  # stdout+stderr, capped to the policy's log_bytes
+    output_bytes: int
+    timed_out: bool
+    violation: str  # a broken limit (processes, memory, disk, output), empty when none
+    wall_time_s: float
+
+    @property
+    def ok(self) -> bool:
+        """True when the command exited 0 within its limits."""
+        return self.returncode == 0 and not self.timed_out and not self.violation
+
+    def describe(self) -> str:
+        """One line saying how it ended."""
+        if self.timed_out:
+            return f"timed out after {self.wall_time_s:.0f} s; the judge killed its process group"
+        return self.violation or describe_exit(self.returncode)
+
+
+def sandbox_command(argv: Sequence[str], policy: SandboxPolicy) -> list[str]:
+    """``argv`` prefixed so that it runs under ``policy`` (limits and namespaces applied, then exec)."""
+    return [sys.executable, "-m", "cudagym.judge.sandbox", "--policy", policy.to_json(), "--", *argv]
+
+
+def run_sandboxed(
+    argv: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str],
+    policy: SandboxPolicy = SandboxPolicy(),
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+) -> SandboxRun:
+    """Run a command in the sandbox, in its own session, with a private HOME and TMPDIR under ``cwd``'s parent.
+
+    Args:
+        argv: The command.
+        cwd: Its working folder (a private copy of what it needs).
+        policy: Limits and isolation.
+        timeout_s: Wall-clock limit; the process group is killed past it.
+        env: Extra environment variables (secret-looking names are dropped).
+    """
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="cudagym-sbx-") as private:
+        home, tmp = Path(private, "home"), Path(private, "tmp")
+        home.mkdir()
+        tmp.mkdir()
+        proc = subprocess.Popen(
+            sandbox_command(argv, policy), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, start_new_session=True,
+            env=scrub_env(os.environ, home=str(home), tmpdir=str(tmp), extra=env),
+        )
+        assert proc.stdout is not None
+        handle = shared_watchdog().watch(proc.pid, policy, dirs=(str(cwd), private))
+        captured = CappedLog(policy.log_bytes)
+        reader = threading.Thread(target=_drain, args=(proc.stdout, captured, policy, handle), daemon=True)
+        reader.start()
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            kill_process_group(proc.pid)
+            proc.wait()
+            shared_watchdog().unwatch(handle)
+            reader.join(timeout=5)
+    return SandboxRun(
+        returncode=proc.returncode, output=captured.text(), output_bytes=captured.total_bytes,
+        timed_out=timed_out, violation=handle.violation, wall_time_s=time.monotonic() - start,
+    )
+
+
+def _drain(stream: object, captured: CappedLog, policy: SandboxPolicy, handle: Watch) -> None:
+    read = stream.read1 if hasattr(stream, "read1") else stream.read  # type: ignore[attr-defined]
+    while chunk := read(65536):
+        captured.feed(chunk)
+        if captured.total_bytes > policy.output_bytes and not handle.violation:
+            handle.violation = (f"wrote more than {policy.output_bytes / MiB:.0f} MiB to stdout/stderr; "
+                                "the judge killed the process group")
+            kill_process_group(handle.root_pid)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Launcher: ``python -m cudagym.judge.sandbox --policy JSON -- command...`` enters the sandbox, then execs."""
+    parser = argparse.ArgumentParser(prog="python -m cudagym.judge.sandbox", description=main.__doc__)
+    parser.add_argument("--policy", default=SandboxPolicy().to_json(), help="SandboxPolicy as JSON")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("expected a command after --")
+    enter_sandbox(SandboxPolicy.from_json(args.policy))
+    try:
+        os.execvp(command[0], command)
+    except OSError as exc:
+        print(f"cudagym sandbox: cannot run {command[0]!r}: {exc.strerror}", file=sys.stderr)
+        return 127
+
+
+if __name__ == "__main__":
+    sys.exit(main())

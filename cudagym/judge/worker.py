@@ -1,0 +1,661 @@
+"""GPU worker processes: one sandboxed child per GPU; jobs go in over a pipe, results come back as JSON.
+
+A :class:`WorkerPool` keeps one worker process per GPU, each fed by its own queue by one thread of the
+judge process (a *lane*). :meth:`WorkerPool.submit` is thread-safe and returns a future that always gets
+exactly one :class:`~cudagym.judge.records.EvalResult`: when the worker crashes, times out, breaks a
+sandbox limit or leaves a broken CUDA context, the lane kills the worker's whole process group, turns
+what happened into a ``CRASHED`` / ``TIMEOUT`` / ``RUNTIME_ERROR`` result with the signal or exit status
+and the last lines of output, and starts a replacement.
+
+How a worker starts: ``python -m cudagym.judge.worker`` through :class:`subprocess.Popen`, a fresh
+interpreter as multiprocessing's ``spawn`` gives (never ``fork``: CUDA state does not survive a fork),
+but with the environment scrubbed *before* ``exec`` (so ``/proc/self/environ`` holds no credentials), in a
+new session (so a timeout kills candidate subprocesses too), and without re-importing the caller's
+``__main__`` as multiprocessing would. The worker enters the sandbox (:mod:`cudagym.judge.sandbox`) while
+still single-threaded, imports the job function (``module:function``, by default the harness's
+``run_job``) and then loops: receive a job, run it in the job's private working folder, check the CUDA
+context, send the result.
+
+The judge process never imports candidate code, and never unpickles anything a worker sends: results
+come back as JSON and are rebuilt with :func:`~cudagym.judge.records.from_dict`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import dataclasses
+import importlib
+import json
+import logging
+import os
+import queue
+import secrets
+import select
+import shutil
+import site
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from cudagym.judge.job import Job
+from cudagym.judge.records import EvalResult, EvalStatus, Violation, from_dict, to_dict
+from cudagym.judge.sandbox import (
+    CappedLog,
+    SandboxInfo,
+    SandboxPolicy,
+    Watch,
+    check_workdir,
+    describe_exit,
+    enter_sandbox,
+    kill_process_group,
+    prepare_workdir,
+    scrub_env,
+    set_cpu_budget,
+    shared_watchdog,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_JOB_FN = "cudagym.judge.harness:run_job"
+MAX_MESSAGE_BYTES = 64 << 20
+# After these, the worker's process state is suspect (patched modules, stray threads): replace it.
+_SUSPECT = frozenset({EvalStatus.RUNTIME_ERROR, EvalStatus.CRASHED, EvalStatus.TIMEOUT,
+                      EvalStatus.RULE_VIOLATION, EvalStatus.INFRA_ERROR})
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """One device's current worker, for logs and the env's ``info``."""
+
+    device: str
+    pid: int  # 0 when no worker is running
+    generation: int  # how many workers this device has started (replacements included)
+    jobs_done: int  # by the current worker
+    sandbox: SandboxInfo | None = None
+
+    @property
+    def network_isolated(self) -> bool:
+        """Whether the current worker runs without network."""
+        return self.sandbox is not None and self.sandbox.network_isolated
+
+
+@dataclass(frozen=True)
+class PoolOptions:
+    """How a :class:`WorkerPool` runs its workers.
+
+    Attributes:
+        job_fn: ``module:function`` taking a :class:`Job` and returning an :class:`EvalResult`.
+        policy: Sandbox limits and isolation of every worker.
+        max_jobs_per_worker: Recycle a worker after this many jobs (1 = a fresh process per job).
+        retire_on_failure: Also replace the worker after any job that ended in an error status.
+        job_timeout_s: Wall-clock limit of one job; 0 means the job protocol's ``eval_timeout_s``.
+        startup_timeout_s: How long a new worker may take to import the job function.
+        pythonpath: Folders put first on the workers' ``PYTHONPATH``.
+        env: Extra environment variables for the workers (secret-looking names are dropped).
+    """
+
+    job_fn: str = DEFAULT_JOB_FN
+    policy: SandboxPolicy = SandboxPolicy()
+    max_jobs_per_worker: int = 50
+    retire_on_failure: bool = True
+    job_timeout_s: float = 0.0
+    startup_timeout_s: float = 300.0
+    pythonpath: tuple[str, ...] = ()
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+def _result(job: Job, status: EvalStatus, message: str, log_text: str = "", **extra: Any) -> EvalResult:
+    return EvalResult(status=status, message=message, build=job.build, protocol_id=job.protocol.id,
+                      log=log_text, **extra)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Parent side: one worker process
+# ----------------------------------------------------------------------------------------------------
+
+class _Output:
+    """Reads a worker's stdout+stderr; splits it per job at end markers; caps what it keeps."""
+
+    def __init__(self, stream: Any, token: str, policy: SandboxPolicy, on_overflow: Callable[[str], None]) -> None:
+        self.prefix = f"\x1ecudagym-job-end:{token}:".encode()
+        self.policy = policy
+        self.on_overflow = on_overflow
+        self.current = CappedLog(policy.log_bytes)
+        self.finished: dict[int, CappedLog] = {}
+        self.eof = False
+        self.cond = threading.Condition()
+        self._stop = False
+        self._pending = b""
+        self._thread = threading.Thread(target=self._run, args=(stream,), name="cudagym-worker-output",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, stream: Any) -> None:
+        fd = stream.fileno()
+        try:
+            while not self._stop:
+                ready, _, _ = select.select([fd], [], [], 0.2)
+                chunk = os.read(fd, 65536) if ready else None
+                if chunk == b"":
+                    break
+                if chunk:
+                    self._feed(chunk)
+        finally:
+            with self.cond:
+                self.current.feed(self._pending)
+                self.eof = True
+                self.cond.notify_all()
+            stream.close()
+
+    def _feed(self, chunk: bytes) -> None:
+        data = self._pending + chunk
+        with self.cond:
+            while True:
+                i = data.find(self.prefix)
+                end = data.find(b"\x1e", i + len(self.prefix)) if i >= 0 else -1
+                if end < 0:
+                    break
+                self.current.feed(data[:i].removesuffix(b"\n"))
+                seq = data[i + len(self.prefix):end]
+                self.finished[int(seq) if seq.lstrip(b"-").isdigit() else -3] = self.current
+                self.current = CappedLog(self.policy.log_bytes)
+                data = data[end + 1:].removeprefix(b"\n")
+                self.cond.notify_all()
+            keep = len(data) - i if i >= 0 else _partial_suffix(data, self.prefix)  # a marker may be split
+            self.current.feed(data[: len(data) - keep])
+            self._pending = data[len(data) - keep:]
+            if self.current.total_bytes > self.policy.output_bytes:
+                self.on_overflow(f"wrote more than {self.policy.output_bytes >> 20} MiB to stdout/stderr; "
+                                 "the judge killed the process group")
+
+    def take(self, seq: int, timeout_s: float) -> CappedLog:
+        """The output of job ``seq`` (or whatever came since the last job, once the timeout passes)."""
+        with self.cond:
+            self.cond.wait_for(lambda: seq in self.finished or self.eof, timeout=timeout_s)
+            out = self.finished.pop(seq, None)
+            if out is None:
+                out, self.current = self.current, CappedLog(self.policy.log_bytes)
+            return out
+
+    def stop(self) -> None:
+        """Stop reading (a process that escaped the group may still hold the pipe open)."""
+        self._stop = True
+        self._thread.join(timeout=2)
+
+
+def _partial_suffix(data: bytes, prefix: bytes) -> int:
+    """Length of the longest end of ``data`` that could start ``prefix``."""
+    for k in range(min(len(prefix) - 1, len(data)), 0, -1):
+        if prefix.startswith(data[-k:]):
+            return k
+    return 0
+
+
+@dataclass
+class _Outcome:
+    result: EvalResult
+    retire: bool
+
+
+class _Worker:
+    """The judge-side handle of one worker process."""
+
+    def __init__(self, device: str, generation: int, options: PoolOptions, root: Path) -> None:
+        self.device = device
+        self.generation = generation
+        self.options = options
+        self.jobs_done = 0
+        self.info: SandboxInfo | None = None
+        self.violation = ""
+        self.root = Path(tempfile.mkdtemp(prefix=f"gpu{device}-w{generation}-", dir=root))
+        home, tmp = self.root / "home", self.root / "tmp"
+        home.mkdir()
+        tmp.mkdir()
+        (self.root / "jobs").mkdir()
+        jobs_r, jobs_w = os.pipe()
+        results_r, results_w = os.pipe()
+        token = secrets.token_hex(8)
+        argv = [sys.executable, "-m", "cudagym.judge.worker", "--job-fn", options.job_fn, "--jobs-fd",
+                str(jobs_r), "--results-fd", str(results_w), "--token", token, "--root", str(self.root),
+                "--policy", options.policy.to_json()]
+        try:
+            self.proc = subprocess.Popen(
+                argv, cwd=self.root, env=self._env(home, tmp), stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                pass_fds=(jobs_r, results_w),
+            )
+        finally:
+            os.close(jobs_r)
+            os.close(results_w)
+        self.jobs = Connection(jobs_w, readable=False)
+        self.results = Connection(results_r, writable=False)
+        self.watch: Watch = shared_watchdog().watch(self.proc.pid, options.policy, dirs=(str(self.root),))
+        self.output = _Output(self.proc.stdout, token, options.policy, self._overflow)
+        self.ready = False
+
+    def _env(self, home: Path, tmp: Path) -> dict[str, str]:
+        extra = {"CUDA_VISIBLE_DEVICES": self.device,
+                 "TORCHINDUCTOR_CACHE_DIR": str(self.root / "inductor"),
+                 "TRITON_CACHE_DIR": str(self.root / "triton"),
+                 **self.options.env}
+        paths = [*self.options.pythonpath, _package_parent()]
+        paths = [p for p in paths if p and p not in site.getsitepackages()]
+        if os.environ.get("PYTHONPATH"):
+            paths.append(os.environ["PYTHONPATH"])
+        if paths:
+            extra["PYTHONPATH"] = os.pathsep.join(paths)
+        return scrub_env(os.environ, home=str(home), tmpdir=str(tmp), extra=extra)
+
+    @property
+    def pid(self) -> int:
+        """The worker's process id (its process group id too)."""
+        return self.proc.pid
+
+    @property
+    def alive(self) -> bool:
+        """True while the process runs and has broken no limit."""
+        return self.proc.poll() is None and not self.watch.violation and not self.violation
+
+    def _overflow(self, reason: str) -> None:
+        if not self.violation:
+            self.violation = reason
+            kill_process_group(self.pid)
+
+    def wait_ready(self, closing: threading.Event) -> str:
+        """Wait for the worker's hello; an error message when it died or took too long, else ``""``."""
+        if self.ready:
+            return ""
+        deadline = time.monotonic() + self.options.startup_timeout_s
+        while not closing.is_set():
+            if self.results.poll(0.05):
+                try:
+                    msg = json.loads(self.results.recv_bytes(MAX_MESSAGE_BYTES))
+                    self.info = from_dict(SandboxInfo, msg["info"])
+                except (EOFError, OSError, ValueError, KeyError, TypeError):
+                    break
+                self.ready = True
+                startup = self.output.take(-1, 2.0).text().strip()  # the worker marks the end of its start-up
+                if startup:
+                    log.debug("worker %d for GPU %s started:\n%s", self.pid, self.device, startup)
+                return ""
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                break
+        self.kill()
+        if closing.is_set():
+            return "the judge closed while the worker started"
+        how = (describe_exit(self.proc.returncode) if self.proc.returncode is not None
+               else f"did not start within {self.options.startup_timeout_s:.0f} s")
+        tail = self.output.take(-2, 2.0).last_lines(30)
+        return f"worker for GPU {self.device} failed to start ({how}); job function {self.options.job_fn}\n{tail}"
+
+    def run(self, job: Job, timeout_s: float, closing: threading.Event) -> _Outcome:
+        """Send one job and wait for its result, enforcing the timeout; the outcome says whether to retire."""
+        seq = self.jobs_done
+        nonce = secrets.token_hex(8)
+        self.watch.dirs = (str(self.root), job.workdir) if job.workdir else (str(self.root),)
+        try:
+            self.jobs.send({"seq": seq, "nonce": nonce, "job": job})
+        except OSError:
+            pass  # the worker is gone; the loop below reports how it ended
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.results.poll(0.05):
+                return self._receive(job, seq, nonce)
+            if self.proc.poll() is not None and not self.results.poll(0):
+                return self._died(job)
+            if self.watch.violation or self.violation:
+                kill_process_group(self.pid)
+                return self._died(job)
+            if closing.is_set():
+                self.kill()
+                return _Outcome(_result(job, EvalStatus.INFRA_ERROR, "the judge closed while the job ran"), True)
+            if time.monotonic() > deadline:
+                self.kill()
+                out = self.output.take(seq, 1.0)
+                tail = out.last_lines()
+                msg = (f"timed out after {timeout_s:.0f} s (a hung kernel or an endless host loop?); the "
+                       f"judge killed the worker's process group" + (f"\nlast output:\n{tail}" if tail else ""))
+                return _Outcome(_result(job, EvalStatus.TIMEOUT, msg, out.text()), True)
+
+    def _receive(self, job: Job, seq: int, nonce: str) -> _Outcome:
+        try:
+            msg = json.loads(self.results.recv_bytes(MAX_MESSAGE_BYTES))
+            if (msg.get("kind"), msg.get("seq"), msg.get("nonce"), msg.get("job_id")) != (
+                    "result", seq, nonce, job.job_id):
+                raise ValueError("message does not answer this job")
+            result = from_dict(EvalResult, msg["result"])
+            healthy, health = bool(msg["healthy"]), str(msg.get("health", ""))
+        except EOFError:
+            return self._died(job)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            self.kill()
+            text = self.output.take(seq, 1.0).text()
+            return _Outcome(_result(job, EvalStatus.RUNTIME_ERROR, f"the worker sent a malformed result ({exc}); "
+                                    "candidate code must not write to the judge's channels", text), True)
+        self.jobs_done += 1
+        captured = self.output.take(seq, 2.0).text()
+        log_text = "\n".join(t for t in (result.log, captured) if t)[-self.options.policy.log_bytes:]
+        result = dataclasses.replace(result, log=log_text)
+        if not healthy and result.status is EvalStatus.OK:
+            result = dataclasses.replace(result, status=EvalStatus.RUNTIME_ERROR,
+                                         message=f"the CUDA context was broken after the run: {health}")
+        retire = (not healthy or self.jobs_done >= self.options.max_jobs_per_worker
+                  or (self.options.retire_on_failure and result.status in _SUSPECT))
+        return _Outcome(result, retire)
+
+    def _died(self, job: Job) -> _Outcome:
+        reason = self.watch.violation or self.violation
+        if not reason:
+            try:  # it closed its pipes: let it finish exiting, so its exit status is its own
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+        out = self.output.take(-2, 1.0)
+        code = self.proc.returncode
+        how = reason or (f"the worker process {describe_exit(code)} before returning a result"
+                         + (" (sys.exit or os._exit in candidate code?)" if code > 0 else ""))
+        tail = out.last_lines()
+        return _Outcome(_result(job, EvalStatus.CRASHED, how + (f"\nlast output:\n{tail}" if tail else ""),
+                                out.text()), True)
+
+    def kill(self) -> None:
+        """Kill the worker's process group and wait for the worker."""
+        kill_process_group(self.pid)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            log.error("worker %d for GPU %s did not die after SIGKILL", self.pid, self.device)
+
+    def close(self) -> None:
+        """Kill the worker and free its pipes, threads and folders."""
+        self.kill()
+        shared_watchdog().unwatch(self.watch)
+        self.output.stop()
+        self.jobs.close()
+        self.results.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _package_parent() -> str:
+    return str(Path(__file__).resolve().parents[2])
+
+
+# ----------------------------------------------------------------------------------------------------
+# Parent side: lanes and the pool
+# ----------------------------------------------------------------------------------------------------
+
+_STOP = object()
+
+
+class _Lane:
+    """One GPU: a queue, a thread that feeds the worker, and the worker (replaced as needed)."""
+
+    def __init__(self, device: str, options: PoolOptions, root: Path, closing: threading.Event) -> None:
+        self.device = device
+        self.options = options
+        self.root = root
+        self.closing = closing
+        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.pending = 0  # queued + running, for picking the least-loaded lane
+        self.generation = 0
+        self.worker: _Worker | None = None
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._loop, name=f"cudagym-gpu{device}", daemon=True)
+        self.thread.start()
+
+    def _start_worker(self) -> None:
+        self.generation += 1
+        self.worker = _Worker(self.device, self.generation, self.options, self.root)
+
+    def _loop(self) -> None:
+        self._start_worker()  # warm: a worker is importing torch before the first job arrives
+        while True:
+            item = self.queue.get()
+            if item is _STOP:
+                break
+            job, future = item
+            try:
+                result = self._run(job) if not self.closing.is_set() else _result(
+                    job, EvalStatus.INFRA_ERROR, "the judge closed before the job ran")
+            except Exception as exc:  # a bug here must still give the job its one result
+                log.exception("lane for GPU %s failed on job %s", self.device, job.job_id)
+                result = _result(job, EvalStatus.INFRA_ERROR, f"judge error: {exc!r}")
+            with self.lock:
+                self.pending -= 1
+            future.set_result(result)
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+
+    def _run(self, job: Job) -> EvalResult:
+        if self.worker is not None and not self.worker.alive:
+            self.worker.close()  # died between jobs (a stray thread of the last job?): not this job's fault
+            self.worker = None
+        if self.worker is None:
+            self._start_worker()
+        assert self.worker is not None
+        problem = self.worker.wait_ready(self.closing)
+        if problem:
+            self.worker.close()
+            self._start_worker()
+            return _result(job, EvalStatus.INFRA_ERROR, problem)
+        timeout = self.options.job_timeout_s or job.protocol.eval_timeout_s
+        outcome = self.worker.run(job, timeout, self.closing)
+        if outcome.retire:
+            log.info("replacing worker %d for GPU %s after job %s (%s)", self.worker.pid, self.device,
+                     job.job_id, outcome.result.status.value)
+            self.worker.close()
+            self.worker = None
+            if not self.closing.is_set():
+                self._start_worker()
+        return outcome.result
+
+    def info(self) -> WorkerInfo:
+        w = self.worker
+        if w is None or w.proc.poll() is not None:
+            return WorkerInfo(self.device, 0, self.generation, 0)
+        return WorkerInfo(self.device, w.pid, self.generation, w.jobs_done, w.info)
+
+
+class WorkerPool:
+    """One sandboxed worker process per GPU, fed by per-GPU queues; thread-safe.
+
+    Example:
+        >>> with WorkerPool([0, 1]) as pool:  # doctest: +SKIP
+        ...     result = pool.submit(job).result()
+
+    Args:
+        device_ids: CUDA device ids (or UUIDs) as ``CUDA_VISIBLE_DEVICES`` names them; empty for no GPU.
+        job_fn: ``module:function`` run in the worker for each job.
+        options: Everything else (sandbox policy, recycling, timeouts); ``job_fn`` overrides its field.
+        root_dir: Where workers keep private folders (default: a new temporary folder).
+    """
+
+    def __init__(
+        self,
+        device_ids: Sequence[int | str],
+        job_fn: str | None = None,
+        *,
+        options: PoolOptions | None = None,
+        root_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        options = options or PoolOptions()
+        if job_fn is not None:
+            options = dataclasses.replace(options, job_fn=job_fn)
+        if options.max_jobs_per_worker < 1:
+            from cudagym.errors import ConfigError
+
+            raise ConfigError(f"expected max_jobs_per_worker >= 1, got {options.max_jobs_per_worker}")
+        self.options = options
+        self._own_root = root_dir is None
+        self.root = Path(root_dir) if root_dir else Path(tempfile.mkdtemp(prefix="cudagym-judge-"))
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._closing = threading.Event()
+        self._lock = threading.Lock()
+        self._lanes = [_Lane(str(d), options, self.root, self._closing) for d in device_ids]
+        self._next = 0
+
+    @property
+    def device_ids(self) -> tuple[str, ...]:
+        """The devices this pool runs workers on."""
+        return tuple(lane.device for lane in self._lanes)
+
+    def submit(self, job: Job) -> Future[EvalResult]:
+        """Queue a job on the least-loaded GPU; the future always gets exactly one result, never an exception."""
+        future: Future[EvalResult] = Future()
+        future.set_running_or_notify_cancel()
+        with self._lock:
+            if self._closing.is_set() or not self._lanes:
+                why = "the judge is closed" if self._lanes else "this judge has no GPU workers"
+                status = EvalStatus.INFRA_ERROR if self._lanes else EvalStatus.NO_GPU
+                future.set_result(_result(job, status, why))
+                return future
+            n = len(self._lanes)
+            rotated = [self._lanes[(self._next + k) % n] for k in range(n)]
+            lane = min(rotated, key=lambda ln: ln.pending)  # the first of the least loaded: round robin on ties
+            self._next = (self._lanes.index(lane) + 1) % n
+            with lane.lock:
+                lane.pending += 1
+            lane.queue.put((job, future))
+        return future
+
+    def info(self) -> list[WorkerInfo]:
+        """The current worker of each device."""
+        return [lane.info() for lane in self._lanes]
+
+    def close(self) -> None:
+        """Stop every worker; queued jobs get an ``INFRA_ERROR`` result. Safe to call twice."""
+        with self._lock:
+            if self._closing.is_set():
+                return
+            self._closing.set()
+            for lane in self._lanes:
+                lane.queue.put(_STOP)
+        for lane in self._lanes:
+            lane.thread.join(timeout=60)
+        if self._own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ----------------------------------------------------------------------------------------------------
+# Child side: ``python -m cudagym.judge.worker``
+# ----------------------------------------------------------------------------------------------------
+
+def load_job_fn(spec: str) -> Callable[[Job], EvalResult]:
+    """Import ``module:function``."""
+    module, _, name = spec.partition(":")
+    fn = getattr(importlib.import_module(module), name or "run_job")
+    if not callable(fn):
+        raise TypeError(f"expected {spec} to be a function of a Job, got {type(fn).__name__}")
+    return fn  # type: ignore[no-any-return]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Worker entry point: enter the sandbox, load the job function, then serve jobs until told to stop."""
+    parser = argparse.ArgumentParser(prog="python -m cudagym.judge.worker")
+    for name in ("--job-fn", "--token", "--root", "--policy"):
+        parser.add_argument(name, required=True)
+    parser.add_argument("--jobs-fd", type=int, required=True)
+    parser.add_argument("--results-fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    policy = SandboxPolicy.from_json(args.policy)
+    info = enter_sandbox(policy)  # first: namespaces and capabilities are per thread
+    jobs = Connection(args.jobs_fd, writable=False)
+    results = Connection(args.results_fd, readable=False)
+    job_fn = load_job_fn(args.job_fn)  # an import error ends the worker; the judge reports its output
+    _end_output(args.token, -1)  # start-up output (sandbox warnings) is not the first job's
+    results.send_bytes(json.dumps({"kind": "ready", "info": to_dict(info)}).encode())
+    while True:
+        try:
+            msg = jobs.recv()
+        except EOFError:
+            return 0
+        reply = _serve(msg, job_fn, policy, Path(args.root))
+        _end_output(args.token, msg["seq"])
+        results.send_bytes(json.dumps(reply).encode())
+        if not reply["healthy"]:
+            return 0  # a broken CUDA context cannot be repaired in-process; the judge starts a new worker
+
+
+def _serve(
+    msg: dict[str, Any], job_fn: Callable[[Job], EvalResult], policy: SandboxPolicy, root: Path
+) -> dict[str, Any]:
+    job: Job = msg["job"]
+    private = Path(tempfile.mkdtemp(prefix="job-", dir=root / "jobs"))
+    for sub in ("home", "tmp"):
+        (private / sub).mkdir()
+    os.environ.update(HOME=str(private / "home"), TMPDIR=str(private / "tmp"), TMP=str(private / "tmp"),
+                      TEMP=str(private / "tmp"))
+    tempfile.tempdir = None
+    try:
+        workdir = job.workdir or str(prepare_workdir(private / "work", job.solution))
+        problems = check_workdir(workdir, job.solution)
+        if not os.path.isdir(workdir):
+            result = _result(job, EvalStatus.INFRA_ERROR, f"the job's working folder {workdir} does not exist")
+        elif problems:
+            result = _result(job, EvalStatus.RULE_VIOLATION, "protected files were changed: " + "; ".join(problems),
+                             violations=(Violation("protected_files", "; ".join(problems)),))
+        else:
+            os.chdir(workdir)
+            set_cpu_budget(policy.cpu_time_s)
+            result = job_fn(job)
+            if not isinstance(result, EvalResult):
+                result = _result(job, EvalStatus.INFRA_ERROR, f"job function returned {type(result).__name__}, "
+                                 "expected EvalResult")
+    except Exception:
+        result = _result(job, EvalStatus.INFRA_ERROR, "the job function raised:\n" + traceback.format_exc()[-4000:])
+    finally:
+        os.chdir(root)
+        shutil.rmtree(private, ignore_errors=True)
+    healthy, health = _cuda_context_ok()
+    return {"kind": "result", "seq": msg["seq"], "nonce": msg["nonce"], "job_id": job.job_id,
+            "healthy": healthy, "health": health, "result": to_dict(result)}
+
+
+def _cuda_context_ok() -> tuple[bool, str]:
+    """False after a sticky CUDA error (illegal address, device assert): the context cannot be reused."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return True, ""
+    try:
+        torch.cuda.synchronize()
+        if torch.ones(1, device="cuda").add_(1).item() != 2.0:
+            return False, "a test kernel returned a wrong value"
+    except Exception as exc:
+        return False, f"{type(exc).__name__}: {exc}"
+    return True, ""
+
+
+def _end_output(token: str, seq: int) -> None:
+    """Flush Python's and C's stdio, then write the end-of-job marker the judge splits output at."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    try:
+        ctypes.CDLL(None).fflush(None)
+        os.write(1, f"\n\x1ecudagym-job-end:{token}:{seq}\x1e\n".encode())
+    except OSError:
+        pass  # stdout closed by the candidate: the judge stops waiting for the marker after a moment
+
+
+if __name__ == "__main__":
+    sys.exit(main())
