@@ -5,7 +5,8 @@ and ``run(args: argparse.Namespace) -> int`` (the exit code). Importing it only 
 ``cudagym --help`` fast and lets commands whose modules are not installed fail with a message, not a
 traceback.
 
-Exit codes: 0 ok; 2 usage or data errors (message on stderr); anything else is the command's own.
+Exit codes: 0 ok; 2 usage or data errors (message on stderr); 1 when the reader of stdout closed the
+pipe (``| head``); anything else is the command's own.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +25,7 @@ from cudagym.errors import CudaGymError
 
 EXIT_OK = 0
 EXIT_USAGE = 2
+EXIT_BROKEN_PIPE = 1
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _error("interrupted")
         return 130
+    except BrokenPipeError:
+        return _reader_went_away()
 
 
 def _top_parser() -> argparse.ArgumentParser:
@@ -111,6 +116,17 @@ def _import_command(name: str, command: Command) -> ModuleType | None:
                f"missing {', '.join(missing)}")
         return None
     return module
+
+
+def _reader_went_away() -> int:
+    # `cudagym tasks list | head`: the reader closed the pipe. Point stdout at devnull so the flush at
+    # interpreter exit does not raise again, and exit 1 (as the Python docs on SIGPIPE suggest).
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return EXIT_BROKEN_PIPE
 
 
 def _exit_code(exc: SystemExit) -> int:

@@ -167,3 +167,15 @@ def test_console_script_runs_in_a_real_process(kernelbench_tree, tmp_path):
     failed = subprocess.run([*argv, "tasks", "show", "L1/999_Nothing"], env=env, capture_output=True,
                             text=True, timeout=120)
     assert failed.returncode == 2 and "Traceback" not in failed.stderr
+
+
+def test_closed_stdout_pipe_exits_quietly(kernelbench_tree):
+    exe = shutil.which("cudagym")
+    argv = [exe] if exe else [sys.executable, "-m", "cudagym.cli"]
+    env = {**os.environ, "CUDAGYM_KERNELBENCH_DIR": str(kernelbench_tree)}
+    proc = subprocess.Popen([*argv, "tasks", "list", "--suite", "kernelbench"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # the reader goes away before the listing is written, like `| head -0`
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert "Traceback" not in err and "BrokenPipeError" not in err
