@@ -169,22 +169,9 @@ def test_shipped_file_is_in_the_wheel(tmp_path):
     import sys
     import zipfile
 
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(tmp_path),
-            str(ROOT),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    pip_wheel = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+    built = subprocess.run([*pip_wheel, "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True)
+    assert built.returncode == 0, f"pip wheel failed:\n{built.stderr[-3000:]}"
     wheel = next(tmp_path.glob("cudagym-*.whl"))
     with zipfile.ZipFile(wheel) as zf:
         assert zf.read("cudagym/data/cudagym_code_bpe.tiktoken") == SHIPPED_FILE.read_bytes()
