@@ -285,3 +285,13 @@ def test_checkout_copy_keeps_hashes_across_comment_changes(tmp_path, kernelbench
     path.write_text("# a comment added upstream\n" + original.replace("\n\n\n", "\n\n"))
     task = KernelBenchSource(1, root=root).get(f"L1/{path.stem}")
     assert task.content_hash == content_hash(original)
+
+
+def test_level_column_written_as_text_is_understood(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    stem, code = kernelbench_problem(3, 4)
+    pq.write_table(pa.table({"code": [code], "level": ["level_3"], "name": [stem], "problem_id": [4]}),
+                   tmp_path / "level_3.parquet")
+    assert KernelBenchHubSource(3, parquet=tmp_path).ids() == [f"L3/{stem}"]

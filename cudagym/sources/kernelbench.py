@@ -16,6 +16,7 @@ import os
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from cudagym.errors import ConfigError, DataUnavailableError
 from cudagym.sources.base import TaskSource
@@ -194,7 +195,7 @@ class KernelBenchHubSource(TaskSource):
         tasks: list[Task] = []
         for level in self.levels:
             split_files = files_for_split(files, f"level_{level}")
-            rows = [r for r in read_rows(split_files, HF_COLUMNS, how_to=how_to) if r["level"] == level]
+            rows = [r for r in read_rows(split_files, HF_COLUMNS, how_to=how_to) if _row_level(r) == level]
             if not rows:
                 raise DataUnavailableError(
                     f"expected KernelBench level {level} rows (split level_{level}) in {root}, found none; {how_to}"
@@ -203,7 +204,13 @@ class KernelBenchHubSource(TaskSource):
         return tasks
 
 
-def _tasks_from_rows(rows: list[dict], level: int, *, origin: str) -> list[Task]:
+def _row_level(row: dict[str, Any]) -> int | None:
+    # the hub's column is int64; accept "1" or "level_1" too rather than silently dropping every row
+    match = re.search(r"\d+", str(row["level"]))
+    return int(match.group()) if match else None
+
+
+def _tasks_from_rows(rows: list[dict[str, Any]], level: int, *, origin: str) -> list[Task]:
     by_id: dict[str, Task] = {}
     for row in sorted(rows, key=lambda r: (int(r["problem_id"]), str(r["name"]))):
         name = str(row["name"]).removesuffix(".py")
