@@ -16,7 +16,10 @@ namespace cudagym {
 
 using BindingFn = std::function<void(pybind11::module_&)>;
 
-class BindingRegistry {
+// Hidden visibility: one registry per extension module. With default visibility g++ makes the static
+// below a process-wide (STB_GNU_UNIQUE) symbol, so a second solution loaded into the same process would
+// also expose, and on a name clash dispatch to, the first solution's functions.
+class __attribute__((visibility("hidden"))) BindingRegistry {
  public:
   static BindingRegistry& instance() {
     static BindingRegistry registry;
