@@ -1,0 +1,324 @@
+"""Baseline cache: eager and torch.compile times per (task, GPU, torch version, protocol), on disk, locked.
+
+Timing the baselines costs more than timing a candidate (torch.compile compiles first), and they do not
+change between episodes, so a reset must never re-time a known task. Each key is one JSON file::
+
+    <cache>/baselines/<protocol id>/<gpu>/torch-<version>/<task content hash>.json
+
+under the user cache folder (``$CUDAGYM_CACHE_DIR``, else ``$XDG_CACHE_HOME/cudagym``, else
+``~/.cache/cudagym``), written atomically under a file lock, so concurrent judges (vector envs, several
+processes) never see a torn file. :class:`~cudagym.judge.local.LocalJudge` passes known baselines to the
+harness in ``Job.baselines`` and stores the ones a result measured.
+
+The command ``cudagym baselines precompute --env CudaKernel-Bundled-v0`` fills the cache for every task of
+an environment id (or ``--suite``/``--tasks``), with a progress bar; ``cudagym baselines show`` lists what
+is cached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from filelock import FileLock
+
+from cudagym.errors import ConfigError, UnknownTaskError
+from cudagym.judge.job import KnownBaselines
+from cudagym.judge.records import EvalResult, EvalStatus, Hardware, TimingStats, from_dict, to_dict
+from cudagym.solution import Solution
+from cudagym.task import Task
+
+log = logging.getLogger(__name__)
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+
+
+def default_cache_root() -> Path:
+    """``<user cache folder>/baselines``."""
+    from cudagym.sources.hub import cache_dir
+
+    return cache_dir() / "baselines"
+
+
+@dataclass(frozen=True)
+class BaselineKey:
+    """What a baseline time depends on."""
+
+    task_hash: str
+    gpu: str
+    torch: str
+    protocol_id: str
+
+    @classmethod
+    def of(cls, task: Task, hardware: Hardware, protocol_id: str) -> BaselineKey:
+        """The key of ``task`` timed on ``hardware`` under ``protocol_id``."""
+        return cls(task.content_hash, hardware.gpu, hardware.torch, protocol_id)
+
+    def relpath(self) -> Path:
+        """Where this key's file lies under the cache root."""
+        parts = (self.protocol_id, self.gpu, f"torch-{self.torch}")
+        return Path(*(_UNSAFE.sub("_", p).strip("._") or "unknown" for p in parts)) / f"{self.task_hash}.json"
+
+
+class BaselineCache:
+    """Baseline times on disk, one locked JSON file per :class:`BaselineKey`.
+
+    Args:
+        root: The cache folder (default :func:`default_cache_root`).
+    """
+
+    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
+        self.root = Path(root) if root is not None else default_cache_root()
+
+    def path(self, key: BaselineKey) -> Path:
+        """The file of ``key``."""
+        return self.root / key.relpath()
+
+    def get(self, key: BaselineKey) -> KnownBaselines:
+        """The cached baselines of ``key`` (unmeasured where unknown); never raises for a bad file."""
+        path = self.path(key)
+        if not path.exists():
+            return KnownBaselines()
+        with FileLock(f"{path}.lock"):
+            return self._read(path)
+
+    def put(
+        self, key: BaselineKey, eager: TimingStats, compiled: TimingStats, *, task_id: str = "",
+        replace: bool = False,
+    ) -> KnownBaselines:
+        """Store measured baselines (unmeasured ones are ignored).
+
+        Args:
+            key: The key.
+            eager: Eager PyTorch time.
+            compiled: torch.compile time.
+            task_id: For humans reading the file.
+            replace: Overwrite times already cached; otherwise the first measurement is kept.
+
+        Returns:
+            What the cache holds for ``key`` afterwards.
+        """
+        path = self.path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(f"{path}.lock"):
+            old = self._read(path)
+            merged = KnownBaselines(
+                eager=_pick(old.eager, eager, replace), compiled=_pick(old.compiled, compiled, replace),
+            )
+            if merged != old:
+                self._write(path, key, merged, task_id)
+            return merged
+
+    def entries(self) -> list[tuple[BaselineKey, str, KnownBaselines]]:
+        """Every cached key with its task id and times."""
+        found = []
+        for path in sorted(self.root.rglob("*.json")):
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+                key = BaselineKey(**data["key"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            found.append((key, str(data.get("task_id", "")), self._decode(data)))
+        return found
+
+    def _read(self, path: Path) -> KnownBaselines:
+        try:
+            return self._decode(json.loads(path.read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            return KnownBaselines()
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("baseline cache: ignoring unreadable %s (%s)", path, exc)
+            return KnownBaselines()
+
+    @staticmethod
+    def _decode(data: dict[str, Any]) -> KnownBaselines:
+        return KnownBaselines(eager=from_dict(TimingStats, data.get("eager", {})),
+                              compiled=from_dict(TimingStats, data.get("compiled", {})))
+
+    @staticmethod
+    def _write(path: Path, key: BaselineKey, value: KnownBaselines, task_id: str) -> None:
+        data = {"key": to_dict(key), "task_id": task_id, "eager": to_dict(value.eager),
+                "compiled": to_dict(value.compiled), "updated": time.time()}
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(data, fh, indent=1)
+            os.replace(tmp, path)  # readers see the old file or the new one, never half of one
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def _pick(old: TimingStats, new: TimingStats, replace: bool) -> TimingStats:
+    if not new.measured:
+        return old
+    return new if replace or not old.measured else old
+
+
+# ----------------------------------------------------------------------------------------------------
+# Timing baselines through the judge
+# ----------------------------------------------------------------------------------------------------
+
+def reference_solution(task: Task) -> Solution:
+    """An ``inline`` solution that *is* the reference (``ModelNew = Model``).
+
+    Judged in PROFILE mode with guards off, the harness times it against eager and torch.compile, which is
+    how the baselines get measured with exactly the protocol's timing method.
+    """
+    return Solution("inline", {"model_new.py": f"{task.source.rstrip()}\n\n\nModelNew = Model\n"})
+
+
+# ----------------------------------------------------------------------------------------------------
+# The command: cudagym baselines precompute|show
+# ----------------------------------------------------------------------------------------------------
+
+class Progress:
+    """A plain-text progress bar: redrawn in place on a terminal, one line per step otherwise."""
+
+    def __init__(self, total: int, stream: IO[str] | None = None, width: int = 30) -> None:
+        self.total = max(total, 1)
+        self.done = 0
+        self.stream = stream or sys.stderr
+        self.width = width
+        self.started = time.monotonic()
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+
+    def step(self, label: str) -> None:
+        """Count one finished item and redraw."""
+        self.done += 1
+        filled = self.width * self.done // self.total
+        elapsed = time.monotonic() - self.started
+        eta = elapsed / self.done * (self.total - self.done)
+        line = (f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} "
+                f"{elapsed:5.0f}s elapsed, ~{eta:.0f}s left  {label}")
+        if self.tty:
+            self.stream.write("\r\x1b[K" + line + ("\n" if self.done >= self.total else ""))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``cudagym baselines``."""
+    sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    pre = sub.add_parser("precompute", help="time eager and torch.compile for tasks not yet cached")
+    show = sub.add_parser("show", help="list cached baselines")
+    for p in (pre, show):
+        p.add_argument("--env", help="an environment id, e.g. CudaKernel-Bundled-v0 (its suite and level)")
+        p.add_argument("--suite", help="a suite name instead of --env (kernelbench, ops6k, bundled)")
+        p.add_argument("--level", type=int, help="only this level")
+        p.add_argument("--tasks", nargs="+", metavar="ID", help="only these task ids")
+        p.add_argument("--protocol", default="cudagym", help="protocol name or id (default: cudagym)")
+        p.add_argument("--cache-dir", help="cache folder (default: $CUDAGYM_CACHE_DIR or ~/.cache/cudagym)")
+    pre.add_argument("--devices", default="auto", help="GPUs: auto, or comma-separated CUDA device ids")
+    pre.add_argument("--force", action="store_true", help="time again tasks that are already cached")
+    pre.add_argument("--journal", help="JSONL journal; a run resumed with the same journal skips done tasks")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``cudagym baselines``; the exit code is 0 when every task got its baselines."""
+    if args.action == "show":
+        return _show(args)
+    return _precompute(args)
+
+
+def resolve_tasks(args: argparse.Namespace) -> tuple[Task, ...]:
+    """The tasks an ``--env`` / ``--suite`` / ``--level`` / ``--tasks`` selection names.
+
+    Raises:
+        ConfigError: Neither ``--env`` nor ``--suite`` nor ``--tasks`` was given.
+        UnknownTaskError: The env id is not registered, or a task id is unknown.
+    """
+    from cudagym.suites import load_tasks, suite_of
+
+    filters: dict[str, Any] = {}
+    if args.env:
+        from cudagym.registration import ENV_IDS
+
+        if args.env not in ENV_IDS:
+            raise UnknownTaskError(f"unknown env id {args.env!r}; expected one of: {', '.join(ENV_IDS)}")
+        filters = dict(ENV_IDS[args.env])
+    suite = filters.pop("suite", None) or args.suite
+    if suite is None and args.tasks:
+        suite = suite_of(args.tasks[0]).name
+    if suite is None:
+        raise ConfigError("expected --env ID, --suite NAME or --tasks ID...; got none of them")
+    if args.level is not None:
+        filters["level"] = args.level
+    return tuple(load_tasks(suite, ids=args.tasks, **filters))
+
+
+def _precompute(args: argparse.Namespace) -> int:
+    from cudagym.judge.interface import EvalMode
+    from cudagym.judge.local import LocalJudge
+    from cudagym.judge.protocol import get_protocol
+
+    tasks = resolve_tasks(args)
+    protocol = get_protocol(args.protocol)
+    cache_root = Path(args.cache_dir) if args.cache_dir else None
+    devices: str | list[str] = "auto" if args.devices == "auto" else args.devices.split(",")
+    # Guards judge candidates, not baselines; the id stays, so the cache key is the protocol's own.
+    timing_protocol = protocol.with_changes(guards=())
+    with LocalJudge(timing_protocol, devices=devices, cache_dir=cache_root, journal=args.journal) as judge:
+        if not judge.has_gpu:
+            print("cudagym baselines precompute: no GPU found; baselines are timed on a GPU", file=sys.stderr)
+            return 1
+        hardware = judge.hardware()
+        todo = [t for t in tasks if args.force or not judge.baselines.get(
+            BaselineKey.of(t, hardware, protocol.id)).known]
+        print(f"{len(tasks)} tasks, {len(tasks) - len(todo)} already cached on {hardware.gpu} "
+              f"(torch {hardware.torch}, protocol {protocol.id}); timing {len(todo)}", file=sys.stderr)
+        mode = EvalMode.SUBMIT if args.force else EvalMode.PROFILE  # SUBMIT always re-times the baselines
+        futures = {judge.submit(t, reference_solution(t), mode,
+                                job_id=f"baselines:{protocol.id}:{t.content_hash[:16]}"): t for t in todo}
+        return _collect(futures, judge, hardware, protocol.id)
+
+
+def _collect(futures: dict[Any, Task], judge: Any, hardware: Hardware, protocol_id: str) -> int:
+    from concurrent.futures import as_completed
+
+    progress = Progress(len(futures))
+    failed = 0
+    for future in as_completed(futures):
+        task = futures[future]
+        result: EvalResult = future.result()
+        if result.eager.measured and result.compiled.measured:
+            label = f"{task.id}: eager {result.eager.median_us:.1f} us, compile {result.compiled.median_us:.1f} us"
+        elif judge.baselines.get(BaselineKey.of(task, hardware, protocol_id)).known:
+            label = f"{task.id}: cached"
+        else:
+            failed += 1
+            why = result.message.splitlines()[0] if result.message else result.status.value
+            label = f"{task.id}: FAILED ({result.status.value}: {why})"
+            if result.status is EvalStatus.OK:
+                label = f"{task.id}: FAILED (a baseline was not timed)"
+        progress.step(label)
+    print(f"done: {len(futures) - failed} timed, {failed} failed", file=sys.stderr)
+    return 0 if failed == 0 else 1
+
+
+def _show(args: argparse.Namespace) -> int:
+    from cudagym.judge.protocol import get_protocol
+
+    cache = BaselineCache(Path(args.cache_dir) / "baselines" if args.cache_dir else None)
+    protocol_id = get_protocol(args.protocol).id
+    wanted = None
+    if args.env or args.suite or args.tasks:
+        wanted = {t.content_hash: t.id for t in resolve_tasks(args)}
+    rows = [(k, tid, v) for k, tid, v in cache.entries()
+            if k.protocol_id == protocol_id and (wanted is None or k.task_hash in wanted)]
+    for key, task_id, value in rows:
+        name = (wanted or {}).get(key.task_hash) or task_id or key.task_hash[:12]
+        print(f"{name:40s} {key.gpu:28s} torch {key.torch:16s} eager {value.eager.median_us:10.1f} us  "
+              f"compile {value.compiled.median_us:10.1f} us")
+    print(f"{len(rows)} cached baselines under {cache.root} (protocol {protocol_id})", file=sys.stderr)
+    return 0

@@ -1,0 +1,177 @@
+"""An append-only JSONL journal of judge jobs and their results: exactly one result per job id, resumable.
+
+Each line is one JSON object, written with a single ``write`` under a file lock, so several processes can
+share a journal and a crash leaves at most one torn last line (skipped, with a warning, on reading):
+
+- ``{"kind": "job", "job_id", "task_id", "solution_hash", "mode", "protocol_id", "time"}`` when a job is
+  handed to the judge;
+- ``{"kind": "result", "job_id", "task_id", "solution_hash", "status", "result", "time"}`` when it has its
+  verdict (``result`` is :func:`~cudagym.judge.records.to_dict` of the
+  :class:`~cudagym.judge.records.EvalResult`).
+
+A resumed run asks :meth:`Journal.result` for each job id before running it and skips the ones already
+there; :meth:`Journal.pending` lists jobs that were started but never got a result (the run died).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from cudagym.judge.records import EvalResult, from_dict, to_dict
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """One journaled job and, once it has one, its result."""
+
+    job_id: str
+    task_id: str
+    solution_hash: str
+    mode: str = ""
+    protocol_id: str = ""
+    result: EvalResult | None = None
+
+
+class Journal:
+    """Append-only record of jobs and results in one JSONL file, shared safely between threads and processes.
+
+    Args:
+        path: The ``.jsonl`` file (created with its folder if missing).
+        fsync: Flush each line to disk before returning (survives a machine crash, costs a few ms).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fsync = fsync
+        self._lock = threading.Lock()
+        self._file_lock = FileLock(str(self.path) + ".lock")
+        self._entries: dict[str, JournalEntry] = {}
+        self._offset = 0  # bytes of the file already read into _entries
+
+    def record_job(
+        self, job_id: str, *, task_id: str, solution_hash: str, mode: str = "", protocol_id: str = ""
+    ) -> None:
+        """Note that a job was handed to the judge (so a crash before its result shows it as pending)."""
+        self._append({"kind": "job", "job_id": job_id, "task_id": task_id, "solution_hash": solution_hash,
+                      "mode": mode, "protocol_id": protocol_id})
+
+    def record_result(self, job_id: str, result: EvalResult, *, task_id: str, solution_hash: str) -> bool:
+        """Journal a job's verdict.
+
+        Returns:
+            True when written; False when this job id already had a result (the first one is kept).
+        """
+        with self._lock, self._file_lock:
+            self._refresh()
+            entry = self._entries.get(job_id)
+            if entry is not None and entry.result is not None:
+                log.warning("journal %s: job %s already has a result (%s); keeping the first",
+                            self.path, job_id, entry.result.status.value)
+                return False
+            self._write({"kind": "result", "job_id": job_id, "task_id": task_id, "solution_hash": solution_hash,
+                         "status": result.status.value, "result": to_dict(result)})
+            return True
+
+    def result(self, job_id: str) -> EvalResult | None:
+        """The journaled result of ``job_id``, or None when it has none yet."""
+        entry = self.entry(job_id)
+        return entry.result if entry else None
+
+    def entry(self, job_id: str) -> JournalEntry | None:
+        """What the journal knows about ``job_id``."""
+        with self._lock, self._file_lock:
+            self._refresh()
+            return self._entries.get(job_id)
+
+    def done_ids(self) -> set[str]:
+        """Ids of jobs that have a result."""
+        return {e.job_id for e in self.entries() if e.result is not None}
+
+    def pending(self) -> list[JournalEntry]:
+        """Jobs that were started but have no result (their run was interrupted)."""
+        return [e for e in self.entries() if e.result is None]
+
+    def entries(self) -> list[JournalEntry]:
+        """Every job, in the order first seen."""
+        with self._lock, self._file_lock:
+            self._refresh()
+            return list(self._entries.values())
+
+    def __iter__(self) -> Iterator[JournalEntry]:
+        return iter(self.entries())
+
+    def __len__(self) -> int:
+        return len(self.entries())
+
+    def _append(self, record: dict[str, Any]) -> None:
+        with self._lock, self._file_lock:
+            self._refresh()
+            self._write(record)
+
+    def _write(self, record: dict[str, Any]) -> None:
+        record["time"] = time.time()
+        line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size and not self._ends_with_newline(fd):
+                line = b"\n" + line  # a torn line from a crashed writer stays alone on its line
+            os.write(fd, line)
+            if self.fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._refresh()
+
+    @staticmethod
+    def _ends_with_newline(fd: int) -> bool:
+        size = os.fstat(fd).st_size
+        return os.pread(fd, 1, size - 1) == b"\n"
+
+    def _refresh(self) -> None:
+        """Read lines appended since the last read (by this or another process)."""
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return
+        end = data.rfind(b"\n") + 1  # a line still being written is read next time
+        for line in data[:end].splitlines():
+            if line.strip():
+                self._apply(line)
+        self._offset += end
+
+    def _apply(self, line: bytes) -> None:
+        try:
+            record = json.loads(line)
+            job_id = record["job_id"]
+            kind = record["kind"]
+        except (ValueError, KeyError, TypeError):
+            log.warning("journal %s: skipping an unreadable line near byte %d", self.path, self._offset)
+            return
+        entry = self._entries.get(job_id) or JournalEntry(
+            job_id, record.get("task_id", ""), record.get("solution_hash", ""),
+            record.get("mode", ""), record.get("protocol_id", ""),
+        )
+        if kind == "result" and entry.result is None:
+            try:
+                result = from_dict(EvalResult, record["result"])
+            except (ValueError, KeyError, TypeError):
+                log.warning("journal %s: skipping an unreadable result of job %s", self.path, job_id)
+                return
+            entry = JournalEntry(entry.job_id, entry.task_id, entry.solution_hash, entry.mode,
+                                 entry.protocol_id, result)
+        self._entries[job_id] = entry

@@ -1,0 +1,82 @@
+"""Stand-in job functions for worker tests: what the harness does, reduced to the parts the tests need.
+
+The worker imports this module by name (``jobs:run_model``) with tests/faults on its PYTHONPATH, so the
+process management is tested without the real harness and without a GPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+from cudagym.judge.job import Job
+from cudagym.judge.records import EvalResult, EvalStatus
+
+
+def _result(job: Job, status: EvalStatus, message: str) -> EvalResult:
+    return EvalResult(status=status, message=message, build=job.build, protocol_id=job.protocol.id)
+
+
+def _load_candidate(job: Job):
+    path = Path.cwd() / "model_new.py"
+    spec = importlib.util.spec_from_file_location(f"candidate_{job.job_id.replace('-', '_')}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_script(job: Job) -> EvalResult:
+    """Import model_new.py from the working folder and call its ``run()``; OK with the value as message."""
+    try:
+        value = _load_candidate(job).run()
+    except Exception as exc:
+        return _result(job, EvalStatus.RUNTIME_ERROR, f"{type(exc).__name__}: {exc}")
+    return _result(job, EvalStatus.OK, str(value))
+
+
+def report_sandbox(job: Job) -> EvalResult:
+    """OK with a JSON message describing the process the job runs in (env, cwd, limits, network)."""
+    import socket
+
+    try:
+        socket.create_connection(("1.1.1.1", 53), timeout=1).close()
+        network = "reachable"
+    except OSError as exc:
+        network = f"unreachable: {exc}"
+    facts = {
+        "pid": os.getpid(),
+        "pgid": os.getpgid(0),
+        "sid": os.getsid(0),
+        "cwd": os.getcwd(),
+        "files": sorted(os.listdir(".")),
+        "env": dict(os.environ),
+        "environ_at_exec": open("/proc/self/environ", "rb").read().decode(errors="replace"),
+        "fsize": resource.getrlimit(resource.RLIMIT_FSIZE)[0],
+        "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+        "core": resource.getrlimit(resource.RLIMIT_CORE)[0],
+        "cpu": resource.getrlimit(resource.RLIMIT_CPU)[0],
+        "network": network,
+        "judge_writable": _writable(Path(__import__("cudagym").__file__).parent / "probe.tmp"),
+        "sys_path": sys.path,
+        "time": time.time(),
+    }
+    return _result(job, EvalStatus.OK, json.dumps(facts))
+
+
+def _writable(path: Path) -> bool:
+    try:
+        path.write_text("x")
+    except OSError:
+        return False
+    path.unlink()
+    return True
+
+
+def raise_error(job: Job) -> EvalResult:
+    """A job function with a bug: raises instead of returning a result."""
+    raise ValueError("stand-in harness bug")
