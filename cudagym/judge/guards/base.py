@@ -1,0 +1,135 @@
+"""The guard interface and the registry of guards by name.
+
+A guard is a small class with a name and up to seven hooks, all with one shared signature shape
+``hook(ctx, ...)``; the harness calls each hook at a defined point of an evaluation, in ``order``:
+
+==================  ==========================================================================================
+hook                when
+==================  ==========================================================================================
+check_sources       before anything is loaded: the solution's text (``ctx.sources``) and the working folder
+after_load          ``model_new.py`` executed, both models built with the same weights
+forward_scope       a context manager entered right around each audited candidate forward (innermost)
+after_forward       right after that forward returned, before anything synchronises the device
+on_check            after one input set was compared (``ctx`` holds inputs, outputs and the reference's)
+after_correctness   every correctness input passed
+after_timing        candidate and baselines were timed (PROFILE and SUBMIT only)
+==================  ==========================================================================================
+
+A guard reports with ``ctx.flag(self.name, message)``; any flag makes the verdict ``RULE_VIOLATION``
+(tier -1) and the observation names the guard. Guards never raise for candidate behaviour; candidate code
+they run goes through the context's call helpers, which turn candidate exceptions into statuses.
+
+Which guards run is the protocol's ``guards`` field: ``("all",)`` or a tuple of names.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from cudagym.errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover - typing only; the harness imports torch
+    from cudagym.judge.harness.context import CheckRecord, EvalContext, ForwardCall
+
+ALL = "all"
+
+# The modules that define guards (one module per family); imported on first use of the registry.
+GUARD_MODULES = (
+    "cudagym.judge.guards.fallback",
+    "cudagym.judge.guards.reference",
+    "cudagym.judge.guards.patching",
+    "cudagym.judge.guards.concurrency",
+    "cudagym.judge.guards.outputs",
+    "cudagym.judge.guards.caching",
+    "cudagym.judge.guards.memory",
+    "cudagym.judge.guards.inputs",
+    "cudagym.judge.guards.precision",
+    "cudagym.judge.guards.kernels",
+    "cudagym.judge.guards.tampering",
+    "cudagym.judge.guards.speedup",
+)
+
+
+class Guard:
+    """A named reward-hacking check; subclasses override the hooks they need (each defaults to nothing)."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""  # one line: the exploit it stops (shown in listings and the task prompt)
+    order: ClassVar[int] = 50  # lower runs first at every hook
+
+    def check_sources(self, ctx: EvalContext) -> None:
+        """Static checks on the solution's files, before anything runs."""
+
+    def after_load(self, ctx: EvalContext) -> None:
+        """Checks once the candidate module is executed and both models are built."""
+
+    def forward_scope(self, ctx: EvalContext, call: ForwardCall) -> AbstractContextManager[Any] | None:
+        """A context manager to enter right around an audited candidate forward, or None."""
+        return None
+
+    def after_forward(self, ctx: EvalContext, call: ForwardCall) -> None:
+        """Checks right after an audited forward returned (``call.outputs`` set), before any device sync."""
+
+    def on_check(self, ctx: EvalContext, record: CheckRecord) -> None:
+        """Checks after one input set was compared with the reference."""
+
+    def after_correctness(self, ctx: EvalContext) -> None:
+        """Checks after every correctness input passed (extra runs of the candidate are allowed here)."""
+
+    def after_timing(self, ctx: EvalContext) -> None:
+        """Checks after timing (PROFILE and SUBMIT)."""
+
+
+_REGISTRY: dict[str, type[Guard]] = {}
+_loaded = False
+
+
+def register(cls: type[Guard]) -> type[Guard]:
+    """Class decorator: add a guard to the registry under its ``name``.
+
+    Raises:
+        ConfigError: The name is empty or already taken by another class.
+    """
+    if not cls.name:
+        raise ConfigError(f"guard class {cls.__qualname__} must set a non-empty `name`")
+    existing = _REGISTRY.get(cls.name)
+    if existing is not None and existing.__qualname__ != cls.__qualname__:
+        raise ConfigError(f"guard name {cls.name!r} is taken by {existing.__qualname__}; pick another")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def registry() -> dict[str, type[Guard]]:
+    """Every registered guard class by name (imports the guard modules on first call)."""
+    global _loaded
+    if not _loaded:
+        for module in GUARD_MODULES:
+            importlib.import_module(module)
+        _loaded = True
+    return dict(_REGISTRY)
+
+
+def guard_names() -> tuple[str, ...]:
+    """Names of every guard, sorted."""
+    return tuple(sorted(registry()))
+
+
+def select_guards(spec: Iterable[str]) -> list[Guard]:
+    """Instances of the guards a protocol names (``("all",)`` for every one), in hook order.
+
+    Raises:
+        ConfigError: A name is not a registered guard.
+    """
+    known = registry()
+    names = list(spec)
+    if ALL in names:
+        chosen = list(known)
+    else:
+        unknown = sorted(set(names) - set(known))
+        if unknown:
+            raise ConfigError(f"unknown guard(s) {', '.join(unknown)}; expected names from: {', '.join(sorted(known))}")
+        chosen = list(dict.fromkeys(names))
+    return sorted((known[n]() for n in chosen), key=lambda g: (g.order, g.name))

@@ -1,0 +1,90 @@
+"""result_cache: results may not be cached across calls (keyed on pointers, shapes or contents).
+
+Three checks:
+
+- a failed correctness input whose candidate output matches the reference output of an earlier input
+  (within the tolerance, on its leading elements) is a cache hit, not an ordinary bug;
+- after correctness, the candidate runs twice on the same buffers with different contents copied in
+  between: a cache keyed on addresses or shapes returns the first answer for the second input;
+- every timed call gets a fresh input set, and the timed outputs are spot-checked against the reference
+  (every round when the eager baseline is timed alongside; else every tenth round): a mismatch is flagged
+  here (a cache or a behaviour change after warm-up).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from cudagym.judge.guards.base import Guard, register
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cudagym.judge.harness.context import CheckRecord, EvalContext
+
+FINGERPRINT = 4096  # leading elements of each output remembered per input
+
+
+@register
+class ResultCache(Guard):
+    """Results cached across calls instead of computed for the input at hand."""
+
+    name = "result_cache"
+    summary = "compute every call's result from its inputs: no caching across calls"
+
+    def __init__(self) -> None:
+        self._references: list[tuple[int, list[Any]]] = []  # (seed, leading elements of each output)
+
+    def on_check(self, ctx: EvalContext, record: CheckRecord) -> None:
+        """A failed output equal to an earlier input's reference output is a cache hit."""
+        from cudagym.judge.harness.inputs import tensors_in
+
+        refs = [_lead(t) for t in tensors_in(record.reference)]
+        if not record.check.passed:
+            outs = [_lead(t) for t in tensors_in(record.outputs)]
+            for seed, earlier in self._references:
+                if seed != record.seed and _close(outs, earlier, ctx):
+                    ctx.flag(self.name, f"the output for seed {record.seed} is the reference output of seed "
+                             f"{seed}: a result cached from an earlier call")
+                    break
+        self._references.append((record.seed, refs))
+
+    def after_correctness(self, ctx: EvalContext) -> None:
+        """Same buffers, new contents: the output must change with them."""
+        from cudagym.judge.harness.correctness import compare_outputs
+        from cudagym.judge.harness.inputs import clone_tree, tensors_in
+
+        first = ctx.make_inputs(secrets.randbelow(2**31 - 1))
+        second_seed = secrets.randbelow(2**31 - 1)
+        second = ctx.make_inputs(second_seed)
+        buffers, new = tensors_in(first), tensors_in(second)
+        if [t.shape for t in buffers] != [t.shape for t in new]:
+            return  # inputs of varying shapes: nothing to reuse
+        args = clone_tree(first)
+        ctx.run_candidate(args, "result_cache")
+        for buffer, value in zip(tensors_in(args), new, strict=True):
+            buffer.copy_(value)  # same addresses, same shapes, new contents
+        outputs = ctx.run_candidate(args, "result_cache")
+        reference = ctx.run_reference(clone_tree(second))
+        check = compare_outputs(reference, outputs, ctx.tolerance, seed=second_seed)
+        if not check.passed:
+            ctx.flag(self.name, "called again on the same input buffers holding new values, the candidate "
+                     f"returned a wrong result ({check.message}): a result cached by address or shape")
+
+    def after_timing(self, ctx: EvalContext) -> None:
+        """Timed calls whose outputs did not match the reference."""
+        if ctx.spot_failures:
+            ctx.flag(self.name, f"{len(ctx.spot_failures)} spot check(s) of timed calls failed; first: "
+                     f"{ctx.spot_failures[0]}")
+
+
+def _lead(tensor: Any) -> Any:
+    return tensor.detach().reshape(-1)[:FINGERPRINT].double().cpu()
+
+
+def _close(a: list[Any], b: list[Any], ctx: EvalContext) -> bool:
+    import torch
+
+    if not a or len(a) != len(b):
+        return False
+    return all(x.shape == y.shape and bool(torch.allclose(x, y, atol=ctx.tolerance.atol, rtol=ctx.tolerance.rtol))
+               for x, y in zip(a, b, strict=True))

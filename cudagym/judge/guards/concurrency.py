@@ -1,0 +1,193 @@
+"""side_stream and host_threads: work that escapes the timed region.
+
+side_stream. CUDA events are recorded on the current stream; work the candidate queues on another stream
+without making the current stream wait for it finishes after the end event, so the events undercount it.
+The timer's device-wide synchronize still waits for it, so it shows in the host wall time. Three checks:
+
+- after each audited forward, before anything synchronises: the current stream must be the one the
+  forward started on (a forward that switches streams is flagged, and the stream restored); then the
+  harness waits for that stream only, snapshots the outputs, synchronises the device and compares: outputs
+  that changed after the forward's stream was done were still being written by escaped work;
+- after timing (CUDA events timer): the host wall time minus the event time (the part of the call the
+  events did not see) must stay small: a median over ``max(100 us, half the event time)``, and more than
+  three times the eager baseline's (when timed in the same run), is escaped work.
+
+A side stream that the candidate joins back (``wait_stream`` / ``cudaStreamWaitEvent``) is legitimate and
+passes: the events then cover it.
+
+host_threads. Extra host threads can do work after the forward returned. Static: importing ``threading``,
+``_thread``, ``multiprocessing``, ``concurrent.futures`` or ``asyncio`` in ``model_new.py``, or ``std::thread``,
+``pthread_create``, ``std::async`` in C++. Run time: Python threads started by the candidate (alive after
+loading or after a forward), and native threads created during a forward (new entries of
+``/proc/self/task`` still alive when the forward returned, except those the CUDA driver names ``cuda*``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cudagym.judge.guards.base import Guard, register
+from cudagym.judge.guards.source_scan import PYTHON_FILE, all_cpp, imported_modules, parse_python, strip_cpp
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cudagym.judge.harness.context import EvalContext, ForwardCall
+
+TAIL_FLOOR_US = 100.0  # escaped work below this is indistinguishable from host jitter
+TAIL_FRACTION = 0.5  # of the candidate's event time
+TAIL_VS_EAGER = 3.0  # times the eager baseline's tail
+
+THREAD_MODULES = frozenset({"threading", "_thread", "multiprocessing", "concurrent", "asyncio"})
+# Threads the CUDA driver and profiler start on their own (named by them); a candidate's thread inherits
+# the interpreter's name.
+LIBRARY_THREADS = ("cuda", "CUPTI", "cupti", "nvrtc")
+CPP_THREADS = re.compile(r"\bstd\s*::\s*(thread|jthread|async)\b|\bpthread_create\b")
+
+
+@register
+class SideStream(Guard):
+    """GPU work on streams the timed region does not wait for."""
+
+    name = "side_stream"
+    summary = "all GPU work must finish on (or be joined to) the current stream before forward returns"
+    order = 0  # its after_forward must run before any other hook synchronises the device
+
+    def after_forward(self, ctx: EvalContext, call: ForwardCall) -> None:
+        """Outputs must be final once the forward's stream is done."""
+        if not ctx.on_gpu:
+            return
+        import torch
+
+        from cudagym.judge.harness.inputs import clone_tree, trees_bitwise_equal
+        from cudagym.judge.harness.integrity import PRISTINE
+
+        now = PRISTINE.current_stream(ctx.device)
+        if now != call.stream:
+            ctx.flag(self.name, f"forward returned with a different current stream ({now}); it must leave "
+                     "the caller's stream current")
+            torch.cuda.set_stream(call.stream)
+        done = PRISTINE.event()
+        PRISTINE.event_record(done, call.stream)
+        PRISTINE.event_synchronize(done)  # the forward's stream is idle; other streams may not be
+        snapshot = clone_tree(call.outputs)
+        PRISTINE.sync(ctx.device)
+        if not trees_bitwise_equal(snapshot, call.outputs):
+            ctx.flag(self.name, "outputs were still being written after the forward's stream finished: work "
+                     "on another stream was not joined to the current stream")
+
+    def after_timing(self, ctx: EvalContext) -> None:
+        """Host wall time that the CUDA events did not see is escaped work."""
+        if not ctx.on_gpu or ctx.timing is None or ctx.protocol.timing != "cuda_events":
+            return
+        from cudagym.judge.harness.stats import median
+
+        cand = ctx.timing.samples.get("candidate")
+        if cand is None or not cand.time_us:
+            return
+        tail = median([w - t for w, t in zip(cand.wall_us, cand.time_us, strict=True)])
+        event = median(cand.time_us)
+        limit = max(TAIL_FLOOR_US, TAIL_FRACTION * event)
+        eager = ctx.timing.samples.get("eager")
+        if eager is not None and eager.time_us:
+            eager_tail = median([w - t for w, t in zip(eager.wall_us, eager.time_us, strict=True)])
+            limit = max(limit, TAIL_VS_EAGER * eager_tail)
+        if tail > limit:
+            ctx.flag(self.name, f"each timed call took {tail:.0f} us of host time that its CUDA events did not "
+                     f"see (events {event:.0f} us; allowed {limit:.0f} us): work escaped the current stream")
+
+
+@register
+class HostThreads(Guard):
+    """Extra host threads that keep working after the forward returns."""
+
+    name = "host_threads"
+    summary = "no extra host threads or processes"
+
+    def __init__(self) -> None:
+        self._python_before: set[int] = set()
+
+    def check_sources(self, ctx: EvalContext) -> None:
+        """Flag thread APIs in the sources; remember the threads alive before loading."""
+        self._python_before = {t.ident for t in threading.enumerate() if t.ident is not None}
+        findings = list(_static_findings(ctx.sources))
+        if findings:
+            ctx.flag(self.name, "; ".join(findings[:8]))
+
+    def after_load(self, ctx: EvalContext) -> None:
+        """Python threads the candidate started while loading."""
+        self._check_python(ctx, "loading", only_candidate=False)
+
+    def forward_scope(self, ctx: EvalContext, call: ForwardCall) -> AbstractContextManager[Any] | None:
+        """Native threads created during the forward and still alive after it."""
+        return self._native_scope(ctx, call)
+
+    def after_correctness(self, ctx: EvalContext) -> None:
+        """Python threads started by the candidate's forwards."""
+        self._check_python(ctx, "the correctness runs", only_candidate=False)
+
+    def after_timing(self, ctx: EvalContext) -> None:
+        """Python threads running the candidate's code after timing (torch.compile starts its own)."""
+        self._check_python(ctx, "timing", only_candidate=True)
+
+    @contextmanager
+    def _native_scope(self, ctx: EvalContext, call: ForwardCall) -> Iterator[None]:
+        before = native_threads()
+        yield
+        new = [tid for tid in native_threads() - before if not _thread_name(tid).startswith(LIBRARY_THREADS)]
+        if new:
+            ctx.flag(self.name, f"the forward started {len(new)} native thread(s) that outlived it")
+
+    def _check_python(self, ctx: EvalContext, stage: str, only_candidate: bool) -> None:
+        new = [t for t in threading.enumerate() if t.ident not in self._python_before and t.is_alive()]
+        if only_candidate:
+            new = [t for t in new if _runs_candidate_code(t, ctx.workdir)]
+        if new:
+            names = ", ".join(t.name for t in new[:5])
+            ctx.flag(self.name, f"extra Python threads are running after {stage}: {names}")
+
+
+def native_threads() -> set[int]:
+    """Thread ids of this process (Linux ``/proc/self/task``; empty elsewhere)."""
+    try:
+        return {int(tid) for tid in os.listdir("/proc/self/task")}
+    except OSError:
+        return set()
+
+
+def _thread_name(tid: int) -> str:
+    try:
+        return Path(f"/proc/self/task/{tid}/comm").read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _runs_candidate_code(thread: threading.Thread, workdir: Path) -> bool:
+    root = str(workdir.resolve())
+    target = getattr(thread, "_target", None)
+    code = getattr(target, "__code__", None)
+    if code is not None and code.co_filename.startswith(root):
+        return True
+    frame = sys._current_frames().get(thread.ident or -1)
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(root):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _static_findings(sources: dict[str, str]) -> Iterator[str]:
+    tree = parse_python(sources.get(PYTHON_FILE, ""))
+    if tree is not None:
+        for module, line in imported_modules(tree):
+            if module.split(".")[0] in THREAD_MODULES:
+                yield f"{PYTHON_FILE}:{line} imports {module}"
+    for path, first_line, text in all_cpp(sources):
+        for match in CPP_THREADS.finditer(strip_cpp(text)):
+            line = first_line + text.count("\n", 0, match.start())
+            yield f"{path}:{line} starts a host thread ({match.group(0)})"

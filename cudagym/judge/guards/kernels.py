@@ -1,0 +1,94 @@
+"""decoy_kernels: the candidate's own kernels (or the libraries it may call) must do the forward's GPU work.
+
+A decoy solution compiles a kernel that never runs, or runs a trivial one, while torch does the work out of
+sight of the dispatcher audit (a CUDA graph captured from torch ops, a torch.compile'd function). The
+profiler sees every kernel. Each kernel of a profiled forward is classed by name:
+
+- *torch*: torch's own kernels (``at::native::``, ``c10::``, ``at_cuda_detail``, inductor's ``triton_*``);
+- *library*: cuBLAS / cuBLASLt / CUTLASS GEMMs and cuDNN convolutions (allowed when the candidate calls them
+  from its C++: they dispatch no torch operator);
+- *moves*: memory copies, memsets and torch's fill and copy kernels (allocation and layout; neutral);
+- *own*: everything else.
+
+Violation when own + library kernels account for less than half of the forward's GPU time without the
+moves, or when the build compiled kernels and none of the forward's kernels is own or library. Checked
+after correctness and again after timing (on the profile taken after the candidate's many calls).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from cudagym.judge.guards.base import Guard, register
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cudagym.judge.harness.context import EvalContext
+    from cudagym.judge.harness.profiling import DeviceEvent
+
+MIN_OWN_SHARE = 0.5
+
+# torch's kernels all live in at::/c10:: namespaces; inductor names its generated kernels triton_*.
+TORCH_KERNELS = re.compile(r"\bat::|\bc10::|at_cuda_detail|^triton_")
+LIBRARY_KERNELS = re.compile(r"cublas|cutlass|gemm|gemv|nvjet|xmma|sm\d+_|ampere_|hopper_|volta_|turing_"
+                             r"|cudnn|conv|winograd|fft|implicit_|splitKreduce|dot_kernel|scal_kernel",
+                             re.IGNORECASE)
+MOVE_KERNELS = re.compile(r"^Memcpy|^Memset|FillFunctor|fill_kernel|copy_kernel|CopyFunctor|direct_copy")
+
+
+def classify(name: str) -> str:
+    """``moves``, ``torch``, ``library`` or ``own`` for a kernel name from the profiler."""
+    if MOVE_KERNELS.search(name):
+        return "moves"
+    if TORCH_KERNELS.search(name):
+        return "torch"
+    if LIBRARY_KERNELS.search(name):
+        return "library"
+    return "own"
+
+
+@register
+class DecoyKernels(Guard):
+    """Kernels that are compiled but do not do the work."""
+
+    name = "decoy_kernels"
+    summary = "your kernels (or cuBLAS/cuDNN called from them) must do most of the forward's GPU time"
+    order = 85
+
+    def after_correctness(self, ctx: EvalContext) -> None:
+        """Kernel mix of the forward, profiled after the correctness runs."""
+        self._check(ctx, "after the correctness runs")
+
+    def after_timing(self, ctx: EvalContext) -> None:
+        """Kernel mix of the forward, profiled after timing."""
+        self._check(ctx, "after timing")
+
+    def _check(self, ctx: EvalContext, when: str) -> None:
+        if not ctx.on_gpu:
+            return
+        message = judge_kernel_mix(ctx.kernel_events(), built_kernels=len(ctx.job.build.kernels))
+        if message:
+            ctx.flag(self.name, f"{message} ({when})")
+
+
+def judge_kernel_mix(events: list[DeviceEvent], built_kernels: int) -> str:
+    """Why a forward's kernels are a decoy (``""`` when they are not)."""
+    time_by_class = {"own": 0.0, "library": 0.0, "torch": 0.0, "moves": 0.0}
+    torch_names: dict[str, float] = {}
+    for event in events:
+        kind = "moves" if event.is_memory_op else classify(event.name)
+        time_by_class[kind] += event.duration_us
+        if kind == "torch":
+            torch_names[event.name] = torch_names.get(event.name, 0.0) + event.duration_us
+    work = time_by_class["own"] + time_by_class["library"] + time_by_class["torch"]
+    if work <= 0:
+        return ""  # nothing but copies: no compute to attribute
+    share = (time_by_class["own"] + time_by_class["library"]) / work
+    top = sorted(torch_names, key=lambda n: torch_names[n], reverse=True)[:3]
+    shown = "; ".join(name[:120] for name in top)
+    if built_kernels and time_by_class["own"] == 0 and time_by_class["library"] == 0:
+        return f"none of the {built_kernels} compiled kernel(s) ran; torch's kernels did the work ({shown})"
+    if share < MIN_OWN_SHARE:
+        return (f"your kernels and cuBLAS/cuDNN did only {100 * share:.0f}% of the forward's GPU time; torch's "
+                f"kernels did the rest ({shown})")
+    return ""

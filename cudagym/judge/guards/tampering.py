@@ -1,0 +1,100 @@
+"""tampering: protected workspace files and the judge's code must not change; sandbox-reported breaches.
+
+The worker writes each job's working folder fresh (solution files plus the format's protected files, read
+only) and hash-checks it before the harness runs (``cudagym.judge.sandbox.check_workdir``). This guard
+checks again, before loading and after the candidate's code ran (it could ``chmod`` and rewrite
+``binding.cpp``, or rewrite its own ``model_new.py`` after the static checks read it): protected files
+against the package's templates, ``model.py`` (where present) against the task's source, and the solution
+files against the snapshot the judge built. Static: ``model_new.py`` may not import the judge
+(``cudagym.*`` other than ``cudagym.runtime``, the raw format's launch API).
+
+``file_access`` and ``network`` are enforced by the sandbox (a private mount and network namespace); they
+are registered here so that protocols can name them and a worker can record what its sandbox saw as a
+:class:`~cudagym.judge.records.Violation` with that name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cudagym.judge.guards.base import Guard, register
+from cudagym.judge.guards.source_scan import PYTHON_FILE, imported_modules, parse_python
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cudagym.judge.harness.context import EvalContext
+
+ALLOWED_CUDAGYM_MODULES = ("cudagym.runtime",)
+REFERENCE_FILE = "model.py"
+
+
+@register
+class Tampering(Guard):
+    """Changes to protected files or the solution after it was checked; imports of the judge."""
+
+    name = "tampering"
+    summary = "do not modify protected files (binding.cpp, binding_registry.h, model.py) or import the judge"
+    order = 5
+
+    def check_sources(self, ctx: EvalContext) -> None:
+        """Static import check and the first file check."""
+        tree = parse_python(ctx.sources.get(PYTHON_FILE, ""))
+        if tree is not None:
+            for module, line in imported_modules(tree):
+                if module.split(".")[0] == "cudagym" and not module.startswith(ALLOWED_CUDAGYM_MODULES):
+                    ctx.flag(self.name, f"{PYTHON_FILE}:{line} imports the judge's module {module}")
+        self._check_files(ctx, "before loading")
+
+    def after_correctness(self, ctx: EvalContext) -> None:
+        """Files after the candidate's code ran."""
+        self._check_files(ctx, "after the correctness runs")
+
+    def after_timing(self, ctx: EvalContext) -> None:
+        """Files after timing."""
+        self._check_files(ctx, "after timing")
+
+    def _check_files(self, ctx: EvalContext, when: str) -> None:
+        problems = workdir_problems(ctx)
+        if problems:
+            ctx.flag(self.name, f"files changed {when}: " + "; ".join(problems[:6]))
+
+
+def workdir_problems(ctx: EvalContext) -> list[str]:
+    """One line per protected or solution file in the working folder that differs from the judge's copy."""
+    from cudagym.solution import get_format
+
+    expected = dict(get_format(ctx.job.solution.format).template_files())
+    expected.update(ctx.job.solution.files)
+    problems = []
+    for rel, text in sorted(expected.items()):
+        actual = _digest(ctx.workdir / rel)
+        if actual != hashlib.sha256(text.encode("utf-8")).hexdigest():
+            problems.append(f"{rel} {'is missing' if actual is None else 'was modified'}")
+    reference = ctx.workdir / REFERENCE_FILE
+    if reference.exists() and _digest(reference) != hashlib.sha256(ctx.job.task.source.encode("utf-8")).hexdigest():
+        problems.append(f"{REFERENCE_FILE} was modified")
+    return problems
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+@register
+class FileAccess(Guard):
+    """Reading or writing files outside the workspace (enforced and reported by the sandbox)."""
+
+    name = "file_access"
+    summary = "touch no file outside the workspace"
+
+
+@register
+class Network(Guard):
+    """Network access (enforced and reported by the sandbox)."""
+
+    name = "network"
+    summary = "no network access"

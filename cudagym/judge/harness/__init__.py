@@ -1,0 +1,52 @@
+"""The in-worker harness: runs one :class:`~cudagym.judge.job.Job` on a GPU and returns its verdict.
+
+A GPU worker process calls :func:`run_job`. The harness loads the reference task and the candidate, checks
+correctness on the protocol's inputs, runs the reward-hacking guards, times candidate and baselines, and
+profiles per-kernel time. It never raises for anything the candidate does: that is a status in the
+returned :class:`~cudagym.judge.records.EvalResult`.
+
+Contract with the worker
+    A CUDA error raised while the candidate ran (illegal address, launch failure, device-side assert, ...)
+    can leave the process's CUDA context unusable. The harness then returns ``RUNTIME_ERROR`` with a
+    message that starts with ``"CUDA error:"`` and a log line holding :data:`CONTEXT_POISONED_MARKER`;
+    :func:`is_context_poisoned` checks for it. The worker must replace its process before the next job.
+
+Importing this package is cheap (no torch): the worker's parent process may import it for the marker.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from cudagym.judge.job import Job
+    from cudagym.judge.records import EvalResult
+
+# A line in EvalResult.log that says the CUDA context of the worker process is poisoned.
+CONTEXT_POISONED_MARKER = "[cudagym] CUDA_CONTEXT_POISONED: replace this worker process"
+
+# EvalResult.message of a poisoned context starts with this.
+CUDA_ERROR_PREFIX = "CUDA error:"
+
+
+def is_context_poisoned(result: EvalResult) -> bool:
+    """True when ``result`` says the worker's CUDA context can no longer be trusted."""
+    return CONTEXT_POISONED_MARKER in result.log
+
+
+def run_job(job: Job) -> EvalResult:
+    """Evaluate one job on this process's current CUDA device; never raises for candidate problems.
+
+    Args:
+        job: The task, the built solution, the mode (VERIFY/PROFILE/SUBMIT), the protocol and the workdir.
+
+    Returns:
+        The complete verdict: status, per-input checks, violations, timings in microseconds, speedups,
+        per-kernel breakdown (PROFILE/SUBMIT), protocol id, hardware and log.
+    """
+    from cudagym.judge.harness.runner import evaluate
+
+    return evaluate(job)
+
+
+__all__ = ["CONTEXT_POISONED_MARKER", "CUDA_ERROR_PREFIX", "is_context_poisoned", "run_job"]

@@ -1,0 +1,259 @@
+"""The state of one evaluation, shared by the runner and the guards, with the helpers that run code.
+
+Every candidate forward that the judge checks goes through :meth:`EvalContext.run_candidate`: the free
+memory is scrubbed first, the guards' ``forward_scope`` context managers wrap the call, their
+``after_forward`` hooks run before anything synchronises, then the device is synchronised so asynchronous
+kernel errors surface here, attributed to the candidate. :meth:`EvalContext.verify_seed` is one
+correctness check: the candidate runs first on its own copy of a seeded input set, then the reference on
+another copy of the pristine set, so the candidate never runs on memory where this input's reference
+results lived.
+"""
+
+from __future__ import annotations
+
+import time
+import types
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cudagym.judge.guards.base import Guard
+from cudagym.judge.harness.correctness import Tolerance, compare_outputs, nonfinite_count
+from cudagym.judge.harness.failures import CandidateFailure, TaskProblem, candidate_traceback, is_cuda_error
+from cudagym.judge.harness.inputs import clone_tree, generate_inputs, poison_tree_, tensors_in
+from cudagym.judge.harness.integrity import PRISTINE, AttributeSnapshot, TorchFlags, protocol_flags
+from cudagym.judge.harness.loading import Reference
+from cudagym.judge.harness.profiling import DeviceEvent, profile_calls
+from cudagym.judge.harness.scrub import scrub_free_blocks
+from cudagym.judge.harness.timing import TimingRun
+from cudagym.judge.job import Job
+from cudagym.judge.protocol import Protocol
+from cudagym.judge.records import InputCheck, KernelTime, TimingStats, Violation
+
+PROFILE_REPEATS = 3  # forward passes per kernel profile
+
+
+@dataclass
+class ForwardCall:
+    """One audited candidate forward, as the guards' forward hooks see it."""
+
+    args: list[Any]
+    purpose: str
+    stream: Any = None  # the current CUDA stream before the call (None on the CPU)
+    outputs: Any = None
+    scratch: dict[str, Any] = field(default_factory=dict)  # per-guard state between scope and after_forward
+
+
+@dataclass
+class CheckRecord:
+    """One input set compared, as the guards' ``on_check`` hooks see it (tensors are freed afterwards)."""
+
+    index: int
+    seed: int
+    purpose: str
+    inputs: list[Any]  # pristine: neither model saw these
+    args: list[Any]  # the candidate's copies, after its call
+    ref_args: list[Any]  # the reference's copies, after its call
+    outputs: Any
+    reference: Any
+    check: InputCheck
+
+
+class EvalContext:
+    """Everything one evaluation knows; created by the runner, read and extended by the guards."""
+
+    def __init__(self, job: Job, device: torch.device, guards: list[Guard], workdir: Path) -> None:
+        self.job = job
+        self.protocol: Protocol = job.protocol
+        self.device = device
+        self.guards = guards
+        self.workdir = workdir
+        self.tolerance = Tolerance(job.protocol.atol, job.protocol.rtol)
+        self.flags: TorchFlags = protocol_flags(job.protocol.allow_tf32)
+        self.sources: dict[str, str] = {}
+        self.reference: Reference | None = None
+        self.module: types.ModuleType | None = None
+        self.ref_model: torch.nn.Module | None = None
+        self.cand_model: torch.nn.Module | None = None
+        self.snapshot: AttributeSnapshot | None = None
+        self.checks: list[InputCheck] = []
+        self.violations: list[Violation] = []
+        self.notes: list[str] = []
+        self.timing: TimingRun | None = None
+        self.timed: dict[str, TimingStats] = {}
+        self.speedup_vs_eager = 0.0
+        self.speedup_vs_compile = 0.0
+        self.spot_failures: list[str] = []
+        self.flag_changes: list[str] = []  # torch switches the candidate changed during timing
+        self.kernels: tuple[KernelTime, ...] = ()
+        self.started = time.monotonic()
+        self.output_dtype = torch.float32  # of the reference's first output: the scrub pattern's dtype
+        self._kernel_events: list[DeviceEvent] | None = None
+        self._model_ptrs: set[int] | None = None
+
+    # ------------------------------------------------------------------------------------- reporting
+
+    def flag(self, guard: str, message: str) -> None:
+        """Record a rule violation by ``guard`` (once per distinct message)."""
+        violation = Violation(guard, message)
+        if violation not in self.violations:
+            self.violations.append(violation)
+
+    def flagged(self, guard: str) -> bool:
+        """True when ``guard`` has flagged this evaluation."""
+        return any(v.guard == guard for v in self.violations)
+
+    def note(self, text: str) -> None:
+        """Add a line to the result's log."""
+        self.notes.append(text)
+
+    @property
+    def on_gpu(self) -> bool:
+        """True when evaluating on a CUDA device (False on the CPU test path)."""
+        return self.device.type == "cuda"
+
+    # ----------------------------------------------------------------------------------- running code
+
+    def make_inputs(self, seed: int, on_device: bool = False) -> list[Any]:
+        """A seeded input set on the device (see :func:`~cudagym.judge.harness.inputs.generate_inputs`)."""
+        assert self.reference is not None
+        try:
+            return generate_inputs(self.reference.get_inputs, seed, self.device, on_device=on_device)
+        except Exception as exc:
+            if is_cuda_error(exc):
+                raise
+            raise TaskProblem(f"task {self.job.task.id}: get_inputs() raised {type(exc).__name__}: {exc}") from exc
+
+    def run_candidate(self, args: list[Any], purpose: str) -> Any:
+        """One audited forward of the candidate on ``args`` (see the module docstring)."""
+        assert self.cand_model is not None
+        if self.on_gpu:
+            scrub_free_blocks(self.device, self.output_dtype)
+        call = ForwardCall(args=args, purpose=purpose, stream=self.current_stream())
+        model = self.cand_model
+        with ExitStack() as stack:
+            for guard in self.guards:
+                scope = guard.forward_scope(self, call)
+                if scope is not None:
+                    stack.enter_context(scope)
+            call.outputs = self.call_candidate(lambda: model(*args), "forward")
+        try:
+            for guard in self.guards:
+                guard.after_forward(self, call)
+            PRISTINE.sync(self.device)  # asynchronous kernel errors surface here, as the candidate's
+        except Exception as exc:
+            if is_cuda_error(exc):
+                raise CandidateFailure("forward", _cuda_text(exc), cuda=True) from exc
+            raise
+        return call.outputs
+
+    def call_candidate(self, fn: Callable[[], Any], stage: str) -> Any:
+        """Call candidate code; its exceptions become a :class:`CandidateFailure` for ``stage``."""
+        try:
+            return fn()
+        except Exception as exc:
+            cuda = is_cuda_error(exc)
+            text = _cuda_text(exc) if cuda else candidate_traceback(exc, (self.workdir.resolve(),))
+            raise CandidateFailure(stage, text, cuda=cuda) from exc
+
+    def run_reference(self, args: list[Any]) -> Any:
+        """The reference model on ``args``, under the protocol's precision switches.
+
+        Raises:
+            TaskProblem: The reference raised (a task problem, not the agent's).
+        """
+        assert self.ref_model is not None
+        self.flags.apply()
+        try:
+            outputs = self.ref_model(*args)
+            PRISTINE.sync(self.device)
+        except Exception as exc:
+            if is_cuda_error(exc):
+                raise
+            raise TaskProblem(f"task {self.job.task.id}: the reference forward raised {type(exc).__name__}: "
+                              f"{exc}") from exc
+        return outputs
+
+    def verify_seed(self, seed: int, index: int, purpose: str) -> CheckRecord:
+        """Check the candidate against the reference on the input set of ``seed``; runs ``on_check`` hooks.
+
+        Raises:
+            TaskProblem: The reference output is not finite (the task is invalid for this input).
+        """
+        pristine = self.make_inputs(seed)
+        args = clone_tree(pristine)
+        outputs = self.run_candidate(args, purpose)
+        ref_args = clone_tree(pristine)
+        reference = self.run_reference(ref_args)
+        bad = nonfinite_count(reference)
+        if bad:
+            raise TaskProblem(f"task {self.job.task.id}: the reference output has {bad} NaN/Inf values for "
+                              f"seed {seed}; the task is invalid (its reference must be finite)")
+        check = compare_outputs(reference, outputs, self.tolerance, index=index, seed=seed)
+        record = CheckRecord(index, seed, purpose, pristine, args, ref_args, outputs, reference, check)
+        for guard in self.guards:
+            guard.on_check(self, record)
+        for tensor in tensors_in(reference):
+            if self.may_poison(tensor):
+                poison_tree_(tensor)  # freed results hold poison, never answers
+        return record
+
+    def current_stream(self) -> Any:
+        """The current CUDA stream (None on the CPU)."""
+        return PRISTINE.current_stream(self.device) if self.on_gpu else None
+
+    def kernel_events(self) -> list[DeviceEvent]:
+        """Device events of :data:`PROFILE_REPEATS` candidate forwards on the first input set (cached)."""
+        if self._kernel_events is None:
+            assert self.cand_model is not None
+            model = self.cand_model
+            args = self.make_inputs(self.protocol.seed)
+            self.call_candidate(lambda: model(*args), "forward")  # warm: first-call costs are not profiled
+            self._kernel_events = self.call_candidate(
+                lambda: profile_calls(lambda: model(*args), self.device, PROFILE_REPEATS), "forward")
+        return self._kernel_events
+
+    def forget_kernel_events(self) -> None:
+        """Drop the cached kernel profile; the next :meth:`kernel_events` profiles again."""
+        self._kernel_events = None
+
+    def elapsed_s(self) -> float:
+        """Seconds since this evaluation started."""
+        return time.monotonic() - self.started
+
+    def release_models(self) -> None:
+        """Drop the models and the candidate module so their memory can be freed."""
+        self.ref_model = None
+        self.cand_model = None
+        self._model_ptrs = None
+        self._kernel_events = None
+
+    def model_storage_ptrs(self) -> set[int]:
+        """Storage addresses of every parameter and buffer of both models (never poisoned)."""
+        if self._model_ptrs is None:
+            ptrs: set[int] = set()
+            for model in (self.ref_model, self.cand_model):
+                if model is None:
+                    continue
+                for tensor in [*model.parameters(), *model.buffers()]:
+                    ptrs.add(tensor.untyped_storage().data_ptr())
+            self._model_ptrs = ptrs
+        return self._model_ptrs
+
+    def may_poison(self, tensor: torch.Tensor) -> bool:
+        """False for tensors that share storage with a model's weights."""
+        return tensor.untyped_storage().data_ptr() not in self.model_storage_ptrs()
+
+    def first_output_dtype(self, outputs: Any) -> torch.dtype:
+        """The dtype of the first tensor of an output tree (float32 when there is none)."""
+        found = tensors_in(outputs)
+        return found[0].dtype if found else torch.float32
+
+
+def _cuda_text(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if text.startswith("CUDA error") else f"CUDA error: {text}"

@@ -1,0 +1,181 @@
+"""Comparison of a candidate's outputs with the reference's, on any device.
+
+An output passes when it has the reference's structure (tensor, or nested tuple/list/dict of tensors),
+every tensor is a plain ``torch.Tensor`` (exactly that type: a subclass can compute lazily or lie about its
+values), with the same shape, dtype and device, all values finite, and every element within
+``|out - ref| <= atol + rtol * |ref|`` (``torch.isclose``'s rule). NaN and Inf never pass, not even where
+the reference has them: a reference that is not finite makes the task invalid (see
+:func:`nonfinite_count`), which the runner reports as the judge's problem, not the agent's.
+
+Relative errors are reported over the elements with ``|ref| >= atol`` (below that only the absolute
+error is meaningful), so a near-zero reference value does not produce a meaningless huge ratio. Maximum
+errors are over finite differences (records stay plain JSON numbers); NaN and Inf outputs are counted as
+mismatches and named in the message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from cudagym.judge.records import InputCheck
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Elementwise tolerance ``|out - ref| <= atol + rtol * |ref|``."""
+
+    atol: float
+    rtol: float
+
+
+@dataclass
+class _Totals:
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    mismatches: int = 0
+    numel: int = 0
+    first_index: tuple[int, ...] = ()
+    message: str = ""
+
+    def fail(self, message: str) -> None:
+        if not self.message:
+            self.message = message
+
+
+def compare_outputs(
+    reference: Any, candidate: Any, tolerance: Tolerance, *, index: int = 0, seed: int = 0
+) -> InputCheck:
+    """Check one input's candidate output against the reference output.
+
+    Args:
+        reference: The reference model's output tree.
+        candidate: The candidate's output tree.
+        tolerance: atol and rtol.
+        index: Input set number, copied into the result.
+        seed: Input set seed, copied into the result.
+    """
+    totals = _Totals()
+    _compare(reference, candidate, "output", tolerance, totals)
+    return InputCheck(
+        index=index,
+        seed=seed,
+        passed=not totals.message,
+        max_abs_error=totals.max_abs,
+        max_rel_error=totals.max_rel,
+        mismatch_count=totals.mismatches,
+        numel=totals.numel,
+        first_mismatch_index=totals.first_index,
+        message=totals.message,
+    )
+
+
+def nonfinite_count(tree: Any) -> int:
+    """Number of NaN or Inf elements in the floating-point tensors of a tree."""
+    total = 0
+    for tensor in _tensors(tree):
+        if tensor.is_floating_point() or tensor.is_complex():
+            total += int((~torch.isfinite(tensor)).sum().item())
+    return total
+
+
+def _compare(ref: Any, out: Any, where: str, tol: Tolerance, totals: _Totals) -> None:
+    if isinstance(ref, torch.Tensor):
+        _compare_tensor(ref, out, where, tol, totals)
+    elif isinstance(ref, (list, tuple)):
+        if not isinstance(out, (list, tuple)) or len(out) != len(ref):
+            totals.fail(f"{where}: expected a {type(ref).__name__} of {len(ref)} items, got {_describe(out)}")
+            return
+        for i, (r, o) in enumerate(zip(ref, out, strict=True)):
+            _compare(r, o, f"{where}[{i}]", tol, totals)
+    elif isinstance(ref, dict):
+        if not isinstance(out, dict) or set(out) != set(ref):
+            totals.fail(f"{where}: expected a dict with keys {sorted(map(str, ref))}, got {_describe(out)}")
+            return
+        for key in ref:
+            _compare(ref[key], out[key], f"{where}[{key!r}]", tol, totals)
+    elif isinstance(ref, (int, float)) and not isinstance(ref, bool):
+        if isinstance(out, torch.Tensor) or not isinstance(out, (int, float)):
+            totals.fail(f"{where}: expected a Python number, got {_describe(out)}")
+        elif not abs(out - ref) <= tol.atol + tol.rtol * abs(ref):
+            totals.fail(f"{where}: got {out!r}, expected {ref!r}")
+    elif out != ref:
+        totals.fail(f"{where}: got {_describe(out)}, expected {ref!r}")
+
+
+def _compare_tensor(ref: torch.Tensor, out: Any, where: str, tol: Tolerance, totals: _Totals) -> None:
+    totals.numel += ref.numel()
+    if type(out) is not torch.Tensor:
+        why = " (a subclass: outputs must be plain tensors)" if isinstance(out, torch.Tensor) else ""
+        totals.fail(f"{where}: expected a torch.Tensor, got {_describe(out)}{why}")
+        totals.mismatches += ref.numel()
+        return
+    for attr in ("shape", "dtype", "device"):
+        want, got = getattr(ref, attr), getattr(out, attr)
+        if want != got:
+            shown = tuple(got) if attr == "shape" else got
+            expected = tuple(want) if attr == "shape" else want
+            totals.fail(f"{where}: expected {attr} {expected}, got {shown}")
+            totals.mismatches += ref.numel()
+            return
+    if ref.numel() == 0:
+        return
+    ref_v, out_v = _comparable(ref), _comparable(out)
+    diff = (out_v - ref_v).abs()
+    bound = tol.atol + tol.rtol * ref_v.abs()
+    bad = ~(diff <= bound)  # NaN in diff is "not <=": a NaN or Inf output always mismatches
+    count = int(bad.sum().item())
+    totals.max_abs = max(totals.max_abs, _finite_max(diff))
+    significant = ref_v.abs() >= tol.atol
+    if bool(significant.any()):
+        totals.max_rel = max(totals.max_rel, _finite_max(diff[significant] / ref_v.abs()[significant]))
+    if count == 0:
+        return
+    totals.mismatches += count
+    flat = int(bad.reshape(-1).nonzero()[0].item())
+    first = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), ref.shape))
+    if not totals.first_index:
+        totals.first_index = first
+    nan = int(torch.isnan(out_v).sum().item()) if out_v.is_floating_point() else 0
+    inf = int(torch.isinf(out_v).sum().item()) if out_v.is_floating_point() else 0
+    nonfinite = f"; {nan} NaN, {inf} Inf" if nan or inf else ""
+    got, want = out_v.reshape(-1)[flat].item(), ref_v.reshape(-1)[flat].item()
+    totals.fail(
+        f"{where}: {count} of {ref.numel()} elements differ{nonfinite}; first at {first}: got {got:.6g}, "
+        f"expected {want:.6g} (atol={tol.atol:g}, rtol={tol.rtol:g})"
+    )
+
+
+def _comparable(t: torch.Tensor) -> torch.Tensor:
+    """Values in a dtype where subtraction is exact enough to judge a tolerance."""
+    if t.is_complex():
+        return t.to(torch.complex128)
+    if t.dtype in (torch.float16, torch.bfloat16) or not t.is_floating_point():
+        return t.to(torch.float64) if t.dtype != torch.bool else t.to(torch.float32)
+    return t
+
+
+def _finite_max(values: torch.Tensor) -> float:
+    """Largest finite value (0.0 if none): errors stay JSON numbers; NaN/Inf are counted in the message."""
+    finite = values[torch.isfinite(values)]
+    return float(finite.max().item()) if finite.numel() else 0.0
+
+
+def _tensors(tree: Any) -> list[torch.Tensor]:
+    if isinstance(tree, torch.Tensor):
+        return [tree]
+    if isinstance(tree, (list, tuple)):
+        return [t for item in tree for t in _tensors(item)]
+    if isinstance(tree, dict):
+        return [t for item in tree.values() for t in _tensors(item)]
+    return []
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"{type(value).__name__}(shape={tuple(value.shape)}, dtype={value.dtype}, device={value.device})"
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__} of {len(value)} items"
+    return f"a {type(value).__name__}"

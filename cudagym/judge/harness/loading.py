@@ -1,0 +1,236 @@
+"""Loading the reference task and the candidate solution into the worker, and building both models.
+
+The reference source is executed into a fresh module of its own (never imported from the workspace, whose
+``model.py`` the candidate could have touched). The candidate's ``model_new.py`` is executed from the job's
+working folder after its format's loader made the built artifact importable: for ``extension`` the built
+module is aliased as ``cuda_extension`` in :data:`sys.modules`; ``inline`` installs a ``load_inline`` that
+returns the pre-built module; ``raw`` registers the compiled cubins with :mod:`cudagym.runtime`. A build
+without an artifact (``artifact_path == ""``) loads nothing: ``model_new.py`` is then plain Python.
+
+Both models are built from ``get_init_inputs()`` under the same seed, then the reference's ``state_dict``
+is copied into the candidate strictly (same parameter and buffer names and shapes), so weights are
+identical whatever order the candidate creates them in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import itertools
+import linecache
+import sys
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cudagym.judge.harness.failures import CandidateFailure, TaskProblem, candidate_traceback, is_cuda_error
+from cudagym.judge.harness.inputs import seed_all
+from cudagym.judge.records import BuildResult
+from cudagym.task import Task
+
+CANDIDATE_FILE = "model_new.py"
+CANDIDATE_CLASS = "ModelNew"
+
+_counter = itertools.count()
+
+# One loader per solution format: make the built artifact importable, return an undo callable.
+FormatLoader = Callable[[BuildResult, Path], Callable[[], None]]
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The reference task, executed."""
+
+    module: types.ModuleType
+    model_cls: type[torch.nn.Module]
+    get_inputs: Callable[[], Any]
+    get_init_inputs: Callable[[], Any]
+
+
+def load_reference(task: Task) -> Reference:
+    """Execute the task's source into a fresh module.
+
+    Raises:
+        TaskProblem: The source raises, or lacks ``Model``, ``get_inputs`` or ``get_init_inputs``.
+    """
+    name = f"_cudagym_reference_{task.short_hash}_{next(_counter)}"
+    filename = f"<reference {task.id}>"
+    module = types.ModuleType(name)
+    module.__file__ = filename
+    linecache.cache[filename] = (len(task.source), None, task.source.splitlines(True), filename)
+    sys.modules[name] = module  # torch.compile and pickling look classes up by module
+    try:
+        exec(compile(task.source, filename, "exec"), module.__dict__)
+    except Exception as exc:
+        raise TaskProblem(f"task {task.id}: the reference source raised {type(exc).__name__}: {exc}") from exc
+    missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if n not in module.__dict__]
+    if missing:
+        raise TaskProblem(f"task {task.id}: the reference defines no {', '.join(missing)}")
+    return Reference(module, module.Model, module.get_inputs, module.get_init_inputs)
+
+
+def unload_reference(reference: Reference) -> None:
+    """Forget the reference module (its classes stay alive only through live objects)."""
+    sys.modules.pop(reference.module.__name__, None)
+
+
+@contextlib.contextmanager
+def candidate_module(build: BuildResult, workdir: Path) -> Iterator[types.ModuleType]:
+    """Make the build importable, execute ``model_new.py`` from ``workdir``, and undo both afterwards.
+
+    Raises:
+        CandidateFailure: ``model_new.py`` is missing, raises at import, or defines no ``ModelNew``.
+        TaskProblem: The format's loader failed on a build that said it was OK (the judge's problem).
+    """
+    undo = _install_format(build, workdir)
+    name = f"_cudagym_candidate_{next(_counter)}"
+    try:
+        yield _exec_candidate(name, workdir)
+    finally:
+        sys.modules.pop(name, None)
+        undo()
+
+
+def build_models(
+    reference: Reference, module: types.ModuleType, device: torch.device, seed: int, train: bool = False
+) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """Build ``Model`` and ``ModelNew`` with identical weights on ``device``; returns ``(reference, candidate)``.
+
+    Raises:
+        TaskProblem: ``get_init_inputs`` or ``Model(...)`` failed.
+        CandidateFailure: ``ModelNew(...)`` failed, or its state_dict keys or shapes differ from Model's.
+    """
+    try:
+        seed_all(seed)
+        ref = reference.model_cls(*reference.get_init_inputs())
+        ref = ref.to(device).train(train)
+    except Exception as exc:
+        raise TaskProblem(f"building the reference Model failed: {type(exc).__name__}: {exc}") from exc
+    with candidate_calls("init", Path(module.__file__ or ".").parent):
+        seed_all(seed)
+        cand = getattr(module, CANDIDATE_CLASS)(*reference.get_init_inputs())
+        if not isinstance(cand, torch.nn.Module):
+            raise TypeError(f"ModelNew(...) must be a torch.nn.Module, got {type(cand).__name__}")
+    problem = state_dict_mismatch(ref.state_dict(), cand.state_dict())
+    if problem:
+        raise CandidateFailure("state_dict", problem)
+    with candidate_calls("init", Path(module.__file__ or ".").parent):
+        cand.load_state_dict(ref.state_dict(), strict=True)
+        cand = cand.to(device).train(train)
+    return ref, cand
+
+
+def state_dict_mismatch(expected: dict[str, torch.Tensor], got: dict[str, torch.Tensor]) -> str:
+    """Why ``got`` cannot take ``expected`` strictly (``""`` when it can): missing, unexpected, shapes."""
+    missing = sorted(set(expected) - set(got))
+    unexpected = sorted(set(got) - set(expected))
+    shapes = [
+        f"{key}: Model has {tuple(expected[key].shape)}, ModelNew has {tuple(got[key].shape)}"
+        for key in sorted(set(expected) & set(got))
+        if tuple(expected[key].shape) != tuple(got[key].shape)
+    ]
+    if not (missing or unexpected or shapes):
+        return ""
+    parts = ["ModelNew must declare the same parameters and buffers as Model (same names and shapes): the "
+             "judge copies Model's state_dict into ModelNew so both use the same weights"]
+    if missing:
+        parts.append(f"missing keys: {', '.join(missing)}")
+    if unexpected:
+        parts.append(f"unexpected keys: {', '.join(unexpected)}")
+    if shapes:
+        parts.append(f"shape mismatches: {'; '.join(shapes)}")
+    return "; ".join(parts)
+
+
+@contextlib.contextmanager
+def candidate_calls(stage: str, workdir: Path) -> Iterator[None]:
+    """Turn any exception raised inside the block into a :class:`CandidateFailure` for ``stage``."""
+    try:
+        yield
+    except CandidateFailure:
+        raise
+    except Exception as exc:
+        text = candidate_traceback(exc, (workdir.resolve(),))
+        raise CandidateFailure(stage, text, cuda=is_cuda_error(exc)) from exc
+
+
+# ------------------------------------------------------------------------------------------ internals
+
+
+def _exec_candidate(name: str, workdir: Path) -> types.ModuleType:
+    path = workdir / CANDIDATE_FILE
+    if not path.is_file():
+        raise CandidateFailure("load", f"{CANDIDATE_FILE} is missing from the solution")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:  # pragma: no cover - a .py path always has a loader
+        raise CandidateFailure("load", f"cannot load {CANDIDATE_FILE}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    with candidate_calls("load", workdir):
+        spec.loader.exec_module(module)
+    if not isinstance(getattr(module, CANDIDATE_CLASS, None), type):
+        raise CandidateFailure("load", f"{CANDIDATE_FILE} must define class {CANDIDATE_CLASS}(nn.Module)")
+    return module
+
+
+def _install_format(build: BuildResult, workdir: Path) -> Callable[[], None]:
+    if not build.artifact_path:
+        return lambda: None  # nothing was built: model_new.py is plain Python
+    loader = FORMAT_LOADERS.get(build.format)
+    if loader is None:
+        raise TaskProblem(f"no loader for solution format {build.format!r}; expected one of {sorted(FORMAT_LOADERS)}")
+    try:
+        return loader(build, workdir)
+    except (ImportError, AttributeError) as exc:
+        raise TaskProblem(f"the {build.format} loader is unavailable: {exc}") from exc
+    except CandidateFailure:
+        raise
+    except Exception as exc:
+        # The artifact is the candidate's code: a static initialiser that throws is the candidate's fault.
+        text = candidate_traceback(exc, (workdir.resolve(),))
+        raise CandidateFailure("load", text, cuda=is_cuda_error(exc)) from exc
+
+
+def _alias_modules(aliases: dict[str, types.ModuleType]) -> Callable[[], None]:
+    saved = {name: sys.modules.get(name) for name in aliases}
+    sys.modules.update(aliases)
+
+    def undo() -> None:
+        for name, previous in saved.items():
+            if previous is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = previous
+
+    return undo
+
+
+def _load_extension(build: BuildResult, workdir: Path) -> Callable[[], None]:
+    from cudagym.judge.build.extension import load_extension  # type: ignore[import-not-found]
+
+    return _alias_modules({"cuda_extension": load_extension(build)})
+
+
+def _load_inline(build: BuildResult, workdir: Path) -> Callable[[], None]:
+    from cudagym.judge.build.inline import install_inline_loader  # type: ignore[import-not-found]
+
+    undo = install_inline_loader(build)
+    return undo if callable(undo) else (lambda: None)
+
+
+def _load_raw(build: BuildResult, workdir: Path) -> Callable[[], None]:
+    from cudagym.runtime import install_build  # type: ignore[import-not-found,attr-defined]
+
+    undo = install_build(build)
+    return undo if callable(undo) else (lambda: None)
+
+
+FORMAT_LOADERS: dict[str, FormatLoader] = {
+    "extension": _load_extension,
+    "inline": _load_inline,
+    "raw": _load_raw,
+}

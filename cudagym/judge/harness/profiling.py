@@ -1,0 +1,100 @@
+"""Per-kernel breakdown of a forward pass with ``torch.profiler``: which GPU kernels ran and for how long.
+
+Device activity is read from the profiler's device events: kernels, and memory operations (``Memcpy``,
+``Memset``), each with its duration and the stream it ran on. The breakdown feeds the observation the agent
+sees after ``profile()`` and the ``decoy_kernels`` guard (whose kernels did the work).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from cudagym.judge.harness.integrity import PRISTINE
+from cudagym.judge.records import KernelTime
+
+MAX_KERNELS = 20  # rows of the breakdown; the rest is summed into one "(other kernels)" row
+OTHER = "(other kernels)"
+
+
+@dataclass(frozen=True)
+class DeviceEvent:
+    """One piece of GPU activity."""
+
+    name: str
+    duration_us: float
+    stream: int
+    is_memory_op: bool
+
+
+@contextlib.contextmanager
+def profiled(device: torch.device) -> Iterator[Any]:
+    """A ``torch.profiler.profile`` recording device activity (CPU ops too on a CPU device)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activity = ProfilerActivity.CUDA if device.type == "cuda" else ProfilerActivity.CPU
+    with profile(activities=[activity]) as prof:
+        yield prof
+
+
+def device_events(prof: Any) -> list[DeviceEvent]:
+    """The device events (kernels and memory operations) a finished profile recorded."""
+    from torch.autograd import DeviceType
+
+    found = []
+    for event in prof.events():
+        if event.device_type != DeviceType.CUDA:
+            continue
+        name = str(event.name)
+        found.append(
+            DeviceEvent(
+                name=name,
+                duration_us=float(event.time_range.elapsed_us()),
+                stream=int(getattr(event, "device_resource_id", 0) or 0),
+                is_memory_op=name.startswith(("Memcpy", "Memset")),
+            )
+        )
+    return found
+
+
+def device_activity_us(prof: Any) -> float:
+    """Total device time of a finished profile, in microseconds."""
+    return sum(e.duration_us for e in device_events(prof))
+
+
+def profile_calls(call: Callable[[], Any], device: torch.device, repeats: int) -> list[DeviceEvent]:
+    """Device events of ``repeats`` calls of ``call`` (the device is synchronised before and after)."""
+    PRISTINE.sync(device)
+    with profiled(device) as prof:
+        for _ in range(repeats):
+            call()
+        PRISTINE.sync(device)
+    return device_events(prof)
+
+
+def breakdown(events: list[DeviceEvent], repeats: int, limit: int = MAX_KERNELS) -> tuple[KernelTime, ...]:
+    """Per-name time and calls per forward pass, largest first, with each name's share of the total."""
+    time_us: dict[str, float] = defaultdict(float)
+    calls: dict[str, int] = defaultdict(int)
+    for event in events:
+        time_us[event.name] += event.duration_us
+        calls[event.name] += 1
+    total = sum(time_us.values())
+    if total <= 0 or repeats <= 0:
+        return ()
+    rows = sorted(time_us, key=lambda n: time_us[n], reverse=True)
+    out = [
+        KernelTime(name=n, time_us=time_us[n] / repeats, calls=round(calls[n] / repeats), share=time_us[n] / total)
+        for n in rows[:limit]
+    ]
+    rest = rows[limit:]
+    if rest:
+        rest_time = sum(time_us[n] for n in rest)
+        out.append(KernelTime(name=OTHER, time_us=rest_time / repeats,
+                              calls=round(sum(calls[n] for n in rest) / repeats), share=rest_time / total))
+    return tuple(out)

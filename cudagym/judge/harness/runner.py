@@ -1,0 +1,317 @@
+"""One evaluation, top to bottom: static checks, load, correctness, guards, timing, profile, verdict.
+
+Each stage is one function; the guards' hooks run at fixed points between them (see
+:mod:`cudagym.judge.guards.base`). Nothing the candidate does escapes :func:`evaluate`: its exceptions are
+statuses, CUDA errors are statuses with the poisoned-context marker, and the harness's own failures are
+``INFRA_ERROR`` with the traceback in the log.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import secrets
+import time
+import traceback
+from contextlib import ExitStack
+from pathlib import Path
+
+import torch
+
+from cudagym.errors import ConfigError
+from cudagym.judge.guards.base import select_guards
+from cudagym.judge.harness import CONTEXT_POISONED_MARKER, CUDA_ERROR_PREFIX
+from cudagym.judge.harness.context import PROFILE_REPEATS, EvalContext
+from cudagym.judge.harness.correctness import compare_outputs
+from cudagym.judge.harness.failures import CandidateFailure, TaskProblem, exception_line, is_cuda_error
+from cudagym.judge.harness.hardware import describe, l2_cache_bytes
+from cudagym.judge.harness.inputs import clone_tree, poison_tree_, tensors_in, trees_bitwise_equal
+from cudagym.judge.harness.integrity import AttributeSnapshot, TorchFlags
+from cudagym.judge.harness.loading import build_models, candidate_module, load_reference, unload_reference
+from cudagym.judge.harness.profiling import breakdown
+from cudagym.judge.harness.stats import StoppingRule, speedup, summarize
+from cudagym.judge.harness.timing import Contender, L2Flusher, TimingLoop, make_timer
+from cudagym.judge.interface import EvalMode
+from cudagym.judge.job import Job
+from cudagym.judge.records import EvalResult, EvalStatus, Hardware, TimingStats
+
+log = logging.getLogger(__name__)
+
+PRIMING_SEED_OFFSET = -1  # the priming run's seed: protocol.seed - 1, never a correctness seed
+TIMING_SEED_OFFSET = 100_000  # timing round r draws its inputs from seed + 100000 + r
+SPOT_CHECK_EVERY = 10  # with cached baselines, every 10th timed round is checked against the reference
+TIMING_BUDGET_FRACTION = 0.6  # of the protocol's eval timeout, for the timing loop
+
+
+def evaluate(job: Job, device: str | torch.device | None = None) -> EvalResult:
+    """Run ``job`` on ``device`` (the current CUDA device by default; ``"cpu"`` for the CPU test path)."""
+    started = time.monotonic()
+    if device is None and not torch.cuda.is_available():
+        return EvalResult(EvalStatus.NO_GPU, "this worker has no CUDA device", build=job.build,
+                          protocol_id=job.protocol.id, hardware=Hardware())
+    dev = torch.device(device if device is not None else "cuda", torch.cuda.current_device()) \
+        if (device is None or str(device) == "cuda") else torch.device(device)
+    try:
+        guards = select_guards(job.protocol.guards)
+    except ConfigError as exc:
+        return EvalResult(EvalStatus.INFRA_ERROR, str(exc), build=job.build, protocol_id=job.protocol.id)
+    ctx = EvalContext(job, dev, guards, Path(job.workdir or os.getcwd()))
+    poisoned = False
+    try:
+        with torch.no_grad(), ExitStack() as stack:
+            status, message = _pipeline(ctx, stack)
+    except CandidateFailure as failure:
+        poisoned = failure.cuda
+        status, message = EvalStatus.RUNTIME_ERROR, _failure_message(failure)
+    except TaskProblem as problem:
+        status, message = EvalStatus.INFRA_ERROR, f"the task is invalid: {problem}"
+    except Exception as exc:  # the harness's own failure, or a CUDA error surfacing in its code
+        poisoned = is_cuda_error(exc)
+        if poisoned:
+            status, message = EvalStatus.RUNTIME_ERROR, f"{CUDA_ERROR_PREFIX} {exception_line(exc)}"
+        else:
+            log.exception("harness failure on job %s", job.job_id)
+            status, message = EvalStatus.INFRA_ERROR, f"the judge failed: {exception_line(exc)}"
+            ctx.note(traceback.format_exc()[-4000:])
+    finally:
+        _cleanup(ctx, poisoned)
+    if poisoned:
+        ctx.note(CONTEXT_POISONED_MARKER)
+    return _result(ctx, status, message, time.monotonic() - started)
+
+
+# ------------------------------------------------------------------------------------------ the stages
+
+
+def _pipeline(ctx: EvalContext, stack: ExitStack) -> tuple[EvalStatus, str]:
+    if not ctx.job.build.ok:
+        return EvalStatus.BUILD_FAILED, ctx.job.build.message or f"build {ctx.job.build.status.value}"
+    _prepare(ctx)
+    for guard in ctx.guards:
+        guard.check_sources(ctx)
+    if ctx.violations:
+        return _violation(ctx)
+    _load(ctx, stack)
+    for guard in ctx.guards:
+        guard.after_load(ctx)
+    if ctx.violations:
+        return _violation(ctx)
+    _correctness(ctx)
+    failed = [c for c in ctx.checks if not c.passed]
+    if ctx.violations:
+        return _violation(ctx)
+    if failed:
+        return EvalStatus.INCORRECT, f"{len(failed)} of {len(ctx.checks)} inputs did not match the reference; " \
+            f"input {failed[0].index} (seed {failed[0].seed}): {failed[0].message}"
+    for guard in ctx.guards:
+        guard.after_correctness(ctx)
+    if ctx.violations:
+        return _violation(ctx)
+    if ctx.job.mode is EvalMode.VERIFY:
+        return EvalStatus.OK, f"correct on all {len(ctx.checks)} inputs"
+    _timing(ctx)
+    _post_timing_check(ctx)
+    ctx.forget_kernel_events()  # profile what the candidate does after many calls, not what it did first
+    for guard in ctx.guards:
+        guard.after_timing(ctx)
+    _profile(ctx)
+    if ctx.violations:
+        return _violation(ctx)
+    if ctx.spot_failures:
+        return EvalStatus.INCORRECT, "outputs during timing did not match the reference: " + ctx.spot_failures[0]
+    return EvalStatus.OK, _timing_message(ctx)
+
+
+def _prepare(ctx: EvalContext) -> None:
+    if ctx.on_gpu:
+        torch.cuda.set_device(ctx.device)
+    # torch._dynamo replaces torch.manual_seed when first imported: import it before any snapshot so that
+    # is not mistaken for the candidate's doing.
+    importlib.import_module("torch._dynamo")
+    ctx.flags.apply()
+    ctx.note(f"precision: torch.backends.cuda.matmul.allow_tf32={ctx.flags.matmul_allow_tf32}, "
+             f"torch.backends.cudnn.allow_tf32={ctx.flags.cudnn_allow_tf32} (protocol {ctx.protocol.id})")
+    ctx.note(f"guards: {', '.join(g.name for g in ctx.guards)}")
+    ctx.sources = dict(ctx.job.solution.files)
+
+
+def _load(ctx: EvalContext, stack: ExitStack) -> None:
+    ctx.reference = load_reference(ctx.job.task)
+    stack.callback(unload_reference, ctx.reference)
+    ctx.snapshot = AttributeSnapshot()  # before any candidate code runs
+    ctx.module = stack.enter_context(candidate_module(ctx.job.build, ctx.workdir))
+    train = ctx.protocol.extra.get("module_mode", "eval") == "train"
+    ctx.ref_model, ctx.cand_model = build_models(ctx.reference, ctx.module, ctx.device, ctx.protocol.seed, train)
+
+
+def _correctness(ctx: EvalContext) -> None:
+    # Priming: one reference run on a seed no check uses, its outputs poisoned and freed, so even the
+    # first candidate call finds poison (not answers) in recycled memory.
+    prime = ctx.run_reference(ctx.make_inputs(ctx.protocol.seed + PRIMING_SEED_OFFSET))
+    ctx.output_dtype = ctx.first_output_dtype(prime)
+    for tensor in tensors_in(prime):
+        if ctx.may_poison(tensor):
+            poison_tree_(tensor)
+    del prime
+    for index, seed in enumerate(ctx.protocol.input_seeds()):
+        record = ctx.verify_seed(seed, index, "correctness")
+        ctx.checks.append(record.check)
+        del record
+
+
+def _timing(ctx: EvalContext) -> None:
+    protocol, job = ctx.protocol, ctx.job
+    retime = job.mode is EvalMode.SUBMIT or not job.baselines.known
+    contenders = [_candidate_contender(ctx)]
+    if retime:
+        contenders.extend(_baseline_contenders(ctx))
+    loop = TimingLoop(
+        contenders=contenders,
+        make_inputs=lambda r: ctx.make_inputs(protocol.seed + TIMING_SEED_OFFSET + r, on_device=True),
+        timer=make_timer(protocol.timing, ctx.device),
+        flusher=L2Flusher(ctx.device, l2_cache_bytes(ctx.device), protocol.l2_flush),
+        rule=StoppingRule(protocol.min_runs, protocol.max_runs, protocol.target_ci_pct, protocol.statistic),
+        warmup_runs=protocol.warmup_runs,
+        interleave=protocol.interleave,
+        budget_s=_timing_budget_s(ctx),
+        may_poison=ctx.may_poison,
+        on_round=lambda r, inputs, results: _spot_check(ctx, r, inputs, results),
+    )
+    ctx.timing = loop.run()
+    ctx.timed = {name: summarize(s.time_us) for name, s in ctx.timing.samples.items()}
+    if not retime:
+        ctx.timed["eager"], ctx.timed["compiled"] = job.baselines.eager, job.baselines.compiled
+        ctx.note("baselines: cached eager and torch.compile times (not re-timed in PROFILE mode)")
+    cand = ctx.timed["candidate"]
+    ctx.speedup_vs_eager = speedup(ctx.timed.get("eager", TimingStats()), cand, protocol.statistic)
+    ctx.speedup_vs_compile = speedup(ctx.timed.get("compiled", TimingStats()), cand, protocol.statistic)
+    ctx.note(f"timing: {ctx.timing.rounds} rounds ({ctx.timing.stop_reason}), timer {loop.timer.name}, "
+             f"L2 flush {'on' if loop.flusher.enabled else 'off'}, "
+             f"{'interleaved' if protocol.interleave else 'sequential'}, statistic {protocol.statistic}")
+
+
+def _candidate_contender(ctx: EvalContext) -> Contender:
+    model = ctx.cand_model
+    assert model is not None
+    return Contender("candidate", lambda args: ctx.call_candidate(lambda: model(*args), "timing"))
+
+
+def _baseline_contenders(ctx: EvalContext) -> list[Contender]:
+    ref = ctx.ref_model
+    assert ref is not None
+    found = [Contender("eager", lambda args: ref(*args))]
+    compiled = torch.compile(ref)  # default mode; compiles on its first call, below
+    try:
+        compiled(*ctx.make_inputs(ctx.protocol.seed + TIMING_SEED_OFFSET - 1_000, on_device=True))
+    except Exception as exc:
+        if is_cuda_error(exc):
+            raise
+        ctx.note(f"torch.compile baseline failed, not timed: {exception_line(exc)}")
+        return found
+    found.append(Contender("compiled", lambda args: compiled(*args)))
+    return found
+
+
+def _spot_check(ctx: EvalContext, index: int, inputs: list, results: dict) -> None:
+    """Compare the candidate's timed output with the reference's on the same round inputs."""
+    flags_now = TorchFlags.capture()
+    if flags_now != ctx.flags:  # the candidate changed torch's switches: restore before the next round
+        ctx.flag_changes.extend(ctx.flags.differences(flags_now))
+        ctx.flags.apply()
+    args, outputs = results["candidate"]
+    if "eager" in results:
+        reference = results["eager"][1]
+    elif index % SPOT_CHECK_EVERY == 0:
+        reference = ctx.run_reference(clone_tree(inputs))
+    else:
+        return
+    check = compare_outputs(reference, outputs, ctx.tolerance, index=index)
+    if not check.passed:
+        ctx.spot_failures.append(f"timed round {index}: {check.message}")
+    if not trees_bitwise_equal(args, inputs):
+        ctx.spot_failures.append(f"timed round {index}: the candidate changed its inputs")
+
+
+def _post_timing_check(ctx: EvalContext) -> None:
+    """One more audited check on a fresh seed: behaviour that changed after many calls shows here."""
+    seed = secrets.randbelow(2**31 - 1)
+    record = ctx.verify_seed(seed, -1, "post_timing")
+    if not record.check.passed:
+        ctx.spot_failures.append(f"audited check after timing (seed {seed}): {record.check.message}")
+
+
+def _profile(ctx: EvalContext) -> None:
+    ctx.kernels = breakdown(ctx.kernel_events(), PROFILE_REPEATS) if ctx.on_gpu else ()
+
+
+# ------------------------------------------------------------------------------------------ the verdict
+
+
+def _violation(ctx: EvalContext) -> tuple[EvalStatus, str]:
+    names = ", ".join(dict.fromkeys(v.guard for v in ctx.violations))
+    details = "; ".join(f"[{v.guard}] {v.message}" for v in ctx.violations)
+    return EvalStatus.RULE_VIOLATION, f"rule violation ({names}): {details}"
+
+
+def _failure_message(failure: CandidateFailure) -> str:
+    if failure.cuda:
+        text = failure.text if failure.text.startswith(CUDA_ERROR_PREFIX) else f"{CUDA_ERROR_PREFIX} {failure.text}"
+        return f"{text} (during {failure.stage}; the CUDA context of this worker is poisoned)"
+    return f"{failure.stage} failed:\n{failure.text}"
+
+
+def _timing_message(ctx: EvalContext) -> str:
+    cand = ctx.timed.get("candidate")
+    if cand is None:
+        return "correct"
+    parts = [f"correct; candidate {cand.median_us:.1f} us (median of {cand.runs})"]
+    if ctx.speedup_vs_eager:
+        parts.append(f"{ctx.speedup_vs_eager:.3f}x vs eager")
+    if ctx.speedup_vs_compile:
+        parts.append(f"{ctx.speedup_vs_compile:.3f}x vs torch.compile")
+    return ", ".join(parts)
+
+
+def _timing_budget_s(ctx: EvalContext) -> float:
+    return max(5.0, TIMING_BUDGET_FRACTION * ctx.protocol.eval_timeout_s - ctx.elapsed_s())
+
+
+def _cleanup(ctx: EvalContext, poisoned: bool) -> None:
+    """Undo what the candidate changed in this process, so the next job starts clean."""
+    if ctx.snapshot is not None:
+        restored = ctx.snapshot.restore()
+        if restored:
+            ctx.note(f"restored replaced functions: {', '.join(restored)}")
+    ctx.release_models()
+    if ctx.on_gpu and not poisoned:
+        try:
+            torch.cuda.synchronize(ctx.device)
+            torch.cuda.empty_cache()
+        except Exception as exc:  # a sticky error surfacing only now: the context is gone
+            ctx.note(f"{CONTEXT_POISONED_MARKER} ({exception_line(exc)})")
+    ctx.flags.apply()
+
+
+def _result(ctx: EvalContext, status: EvalStatus, message: str, wall_s: float) -> EvalResult:
+    try:
+        hardware = describe(ctx.device)
+    except Exception:  # a broken context cannot describe itself; the verdict must still come back
+        hardware = Hardware(gpu="unknown", torch=torch.__version__)
+    return EvalResult(
+        status=status,
+        message=message,
+        build=ctx.job.build,
+        checks=tuple(ctx.checks),
+        violations=tuple(ctx.violations),
+        candidate=ctx.timed.get("candidate", TimingStats()),
+        eager=ctx.timed.get("eager", TimingStats()),
+        compiled=ctx.timed.get("compiled", TimingStats()),
+        speedup_vs_eager=ctx.speedup_vs_eager,
+        speedup_vs_compile=ctx.speedup_vs_compile,
+        kernels=ctx.kernels,
+        protocol_id=ctx.protocol.id,
+        hardware=hardware,
+        wall_time_s=wall_s,
+        log="\n".join(ctx.notes),
+    )

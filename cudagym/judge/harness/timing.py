@@ -1,0 +1,260 @@
+"""Timing of candidate and baselines: timers with one signature, the L2 flush, and the interleaved loop.
+
+One timed call, with CUDA events (the default protocol)::
+
+    flush L2                       # a buffer twice the L2's size is overwritten: no call starts warm
+    synchronize the device         # nothing queued earlier is counted
+    host clock t0; record start on the current stream
+    outputs = forward(inputs)
+    record end on the current stream; synchronize the DEVICE   # every stream: side-stream work included
+    host clock t1
+    time = elapsed(start, end); wall = t1 - t0
+
+The event time is the measurement. The host wall time brackets the same region and includes work that
+escaped the current stream (a side stream the candidate did not join, a kernel launched late): the
+``side_stream`` guard compares the two. The timer uses function references captured before any candidate
+code ran (:data:`~cudagym.judge.harness.integrity.PRISTINE`).
+
+The loop draws a fresh input set for every round (inputs created on the GPU from a new seed), so no two
+timed calls see the same data: a cache keyed on pointers, shapes or contents cannot hit. Within a round
+the candidate runs first, then the baselines on their own copies of the same inputs; after each round
+every output is overwritten with the poison pattern before it is freed, so no contender finds another's
+results in recycled memory. Rounds continue until the stopping rule holds for every contender.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from cudagym.errors import ConfigError
+from cudagym.judge.harness.inputs import clone_tree, poison_tree_
+from cudagym.judge.harness.integrity import PRISTINE
+from cudagym.judge.harness.stats import StoppingRule
+
+
+@dataclass
+class Measurement:
+    """One timed call: its outputs, the timer's time and the host wall time around it, in microseconds."""
+
+    outputs: Any
+    time_us: float
+    wall_us: float
+
+
+class Timer(abc.ABC):
+    """Times one call of a forward function; every timer has this signature."""
+
+    name: str = ""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    @abc.abstractmethod
+    def measure(self, call: Callable[[], Any]) -> Measurement:
+        """Run ``call`` once and time it."""
+
+
+class CudaEventTimer(Timer):
+    """CUDA events on the current stream around the call, then a device-wide synchronize."""
+
+    name = "cuda_events"
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__(device)
+        self._start = PRISTINE.event(enable_timing=True)
+        self._end = PRISTINE.event(enable_timing=True)
+
+    def measure(self, call: Callable[[], Any]) -> Measurement:
+        """Time ``call`` with events; see the module docstring for the exact sequence."""
+        stream = PRISTINE.current_stream(self.device)
+        PRISTINE.sync(self.device)
+        t0 = PRISTINE.perf_counter()
+        PRISTINE.event_record(self._start, stream)
+        outputs = call()
+        PRISTINE.event_record(self._end, stream)  # the stream captured before the call, whatever it set
+        PRISTINE.sync(self.device)  # device-wide: work on every stream has finished
+        t1 = PRISTINE.perf_counter()
+        elapsed_ms = PRISTINE.event_elapsed_time(self._start, self._end)
+        return Measurement(outputs, elapsed_ms * 1000.0, (t1 - t0) * 1e6)
+
+
+class ProfilerTimer(Timer):
+    """Sum of the device time of every GPU kernel and memory operation of the call (the CUDA Agent method).
+
+    This excludes launch overhead and idle gaps; it counts side-stream kernels too.
+    """
+
+    name = "profiler"
+
+    def measure(self, call: Callable[[], Any]) -> Measurement:
+        """Profile ``call`` alone and sum its device activity."""
+        from cudagym.judge.harness.profiling import device_activity_us, profiled
+
+        PRISTINE.sync(self.device)
+        t0 = PRISTINE.perf_counter()
+        with profiled(self.device) as prof:
+            outputs = call()
+            PRISTINE.sync(self.device)
+        t1 = PRISTINE.perf_counter()
+        return Measurement(outputs, device_activity_us(prof), (t1 - t0) * 1e6)
+
+
+class HostTimer(Timer):
+    """Host wall clock around the call (the CPU test path: there is no device to synchronize)."""
+
+    name = "host"
+
+    def measure(self, call: Callable[[], Any]) -> Measurement:
+        """Time ``call`` with the captured ``perf_counter``."""
+        t0 = PRISTINE.perf_counter()
+        outputs = call()
+        elapsed = (PRISTINE.perf_counter() - t0) * 1e6
+        return Measurement(outputs, elapsed, elapsed)
+
+
+TIMERS: dict[str, type[Timer]] = {t.name: t for t in (CudaEventTimer, ProfilerTimer, HostTimer)}
+
+
+def make_timer(method: str, device: torch.device) -> Timer:
+    """The timer for a protocol's ``timing`` on ``device`` (the host clock on a CPU device).
+
+    Raises:
+        ConfigError: ``method`` names no timer.
+    """
+    if method not in TIMERS:
+        raise ConfigError(f"unknown timing method {method!r}; expected one of {sorted(TIMERS)}")
+    return HostTimer(device) if device.type != "cuda" else TIMERS[method](device)
+
+
+class L2Flusher:
+    """Overwrites a buffer twice the L2's size, so no timed call finds its data in the L2 cache."""
+
+    def __init__(self, device: torch.device, l2_bytes: int, enabled: bool) -> None:
+        self.enabled = enabled and device.type == "cuda" and l2_bytes > 0
+        self.buffer = torch.empty(2 * l2_bytes, dtype=torch.uint8, device=device) if self.enabled else None
+        self._value = 0
+
+    def flush(self) -> None:
+        """Write the whole buffer (a different byte each time); asynchronous on the current stream."""
+        if self.buffer is not None:
+            self._value = (self._value + 1) % 251
+            self.buffer.fill_(self._value)
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One implementation being timed: ``candidate``, ``eager`` or ``compiled``."""
+
+    name: str
+    forward: Callable[[list[Any]], Any]
+
+
+@dataclass
+class Samples:
+    """Timed calls of one contender."""
+
+    time_us: list[float] = field(default_factory=list)
+    wall_us: list[float] = field(default_factory=list)
+
+
+@dataclass
+class TimingRun:
+    """Everything the loop measured."""
+
+    samples: dict[str, Samples]
+    rounds: int = 0
+    stop_reason: str = ""
+
+
+# Called after each timed round with (round index, the round's inputs, {name: (its inputs, its outputs)}),
+# before the outputs are poisoned: the runner spot-checks the candidate there.
+RoundHook = Callable[[int, list[Any], dict[str, tuple[list[Any], Any]]], None]
+
+
+@dataclass
+class TimingLoop:
+    """The timing schedule of one evaluation.
+
+    Attributes:
+        contenders: In call order within a round; the candidate first.
+        make_inputs: A fresh input set for a round number (negative numbers are warm-up rounds).
+        timer: How one call is timed.
+        flusher: The L2 flush before every call.
+        rule: When to stop.
+        warmup_runs: Untimed rounds first (torch.compile compiles in the first).
+        interleave: Round-robin over contenders within each round; else each contender's rounds in a block.
+        budget_s: Stop timing after this many seconds of wall time, whatever the rule says.
+        may_poison: Whether an output tensor may be overwritten after its round (not a model's weights).
+        on_round: The spot-check hook.
+    """
+
+    contenders: list[Contender]
+    make_inputs: Callable[[int], list[Any]]
+    timer: Timer
+    flusher: L2Flusher
+    rule: StoppingRule
+    warmup_runs: int
+    interleave: bool
+    budget_s: float
+    may_poison: Callable[[torch.Tensor], bool]
+    on_round: RoundHook
+
+    def run(self) -> TimingRun:
+        """Warm up, then time rounds until the rule holds for every contender (or the cap or budget)."""
+        run = TimingRun({c.name: Samples() for c in self.contenders})
+        deadline = time.monotonic() + self.budget_s
+        groups = [self.contenders] if self.interleave else [[c] for c in self.contenders]
+        for group in groups:
+            for warm in range(self.warmup_runs):
+                self._round(group, -1 - warm, None)
+            round_index = 0
+            while True:
+                self._round(group, round_index, run)
+                round_index += 1
+                reason = self._stop_reason(group, run, deadline)
+                if reason:
+                    run.stop_reason = reason
+                    break
+            run.rounds = max(run.rounds, round_index)
+        return run
+
+    def _round(self, group: list[Contender], index: int, run: TimingRun | None) -> None:
+        inputs = self.make_inputs(index)
+        results: dict[str, tuple[list[Any], Any]] = {}
+        for contender in group:
+            args = clone_tree(inputs)
+            self.flusher.flush()
+            measured = self.timer.measure(lambda c=contender, a=args: c.forward(a))
+            results[contender.name] = (args, measured.outputs)
+            if run is not None:
+                run.samples[contender.name].time_us.append(measured.time_us)
+                run.samples[contender.name].wall_us.append(measured.wall_us)
+        if run is not None:
+            self.on_round(index, inputs, results)
+        for _args, outputs in results.values():
+            _poison_outputs(outputs, self.may_poison)
+
+    def _stop_reason(self, group: list[Contender], run: TimingRun, deadline: float) -> str:
+        samples = [run.samples[c.name].time_us for c in group]
+        if all(self.rule.done(s) for s in samples):
+            n = len(samples[0])
+            if n >= self.rule.max_runs:
+                return "max_runs"
+            return "min_runs" if self.rule.target_ci_pct == 0 else "ci_target"
+        if time.monotonic() > deadline and len(samples[0]) >= self.rule.min_runs:
+            return "time_budget"
+        return ""
+
+
+def _poison_outputs(outputs: Any, may_poison: Callable[[torch.Tensor], bool]) -> None:
+    from cudagym.judge.harness.inputs import tensors_in
+
+    for tensor in tensors_in(outputs):
+        if type(tensor) is torch.Tensor and may_poison(tensor):
+            poison_tree_(tensor)
