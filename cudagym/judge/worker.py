@@ -47,6 +47,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from cudagym.judge.harness import is_context_poisoned
 from cudagym.judge.job import Job
 from cudagym.judge.records import EvalResult, EvalStatus, Violation, from_dict, to_dict
 from cudagym.judge.sandbox import (
@@ -349,7 +350,7 @@ class _Worker:
         if not healthy and result.status is EvalStatus.OK:
             result = dataclasses.replace(result, status=EvalStatus.RUNTIME_ERROR,
                                          message=f"the CUDA context was broken after the run: {health}")
-        retire = (not healthy or self.jobs_done >= self.options.max_jobs_per_worker
+        retire = (not healthy or is_context_poisoned(result) or self.jobs_done >= self.options.max_jobs_per_worker
                   or (self.options.retire_on_failure and result.status in _SUSPECT))
         return _Outcome(result, retire)
 
