@@ -18,7 +18,7 @@ from cudagym.judge.records import EvalResult, Hardware, to_dict
 from cudagym.observation import render_eval, render_score, truncate
 from cudagym.prompt import EpisodeLimits, build_prompt
 from cudagym.reward import RewardConfig, Score, best_of, better, reward_config, score
-from cudagym.solution import Solution, get_format
+from cudagym.solution import Solution, SolutionFormat, get_format
 from cudagym.spaces import UnicodeText
 from cudagym.task import Task
 from cudagym.toolcalls import TOOL_NAMES, parse_action, tool_schemas
@@ -224,6 +224,11 @@ class CudaKernelEnv(gym.Env[str, str]):
     def tool_names(self) -> tuple[str, ...]:
         """Names of the tools an action may call."""
         return TOOL_NAMES
+
+    @property
+    def solution_format(self) -> SolutionFormat:
+        """The solution format agents write."""
+        return self._format
 
     @property
     def protocol(self) -> Protocol:

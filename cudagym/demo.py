@@ -1,0 +1,123 @@
+"""``cudagym demo``: replay bundled reference solutions through the env's real tool calls.
+
+For each task a scripted agent (:mod:`cudagym.baselines.scripted`) writes the reference solution's files,
+then calls ``compile``, ``verify``, ``profile`` and ``submit``; every turn and the final reward are printed.
+Without a GPU the demo says so at the top and still runs what needs none: the compile is a real build by
+the judge, and the evaluations report that no GPU is available (reward 0, not evaluated).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+from cudagym.baselines.scripted import EpisodeRecord, ScriptedAgent, Turn, replay
+from cudagym.env import JUDGES, CudaKernelEnv
+from cudagym.errors import UnknownTaskError
+from cudagym.judge.interface import Judge
+from cudagym.judge.protocol import get_protocol
+from cudagym.task import Task
+
+DEFAULT_COUNT = 3
+SUMMARY_CHARS = 110
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the demo's arguments."""
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--tasks", nargs="+", metavar="ID", help="bundled task ids, e.g. bundled/L1/01_ReLU")
+    which.add_argument("--count", type=int, default=DEFAULT_COUNT,
+                       help=f"how many tasks, spread over the levels (default {DEFAULT_COUNT})")
+    which.add_argument("--all", action="store_true", help="every bundled task")
+    parser.add_argument("--judge", default="local", choices=sorted(JUDGES), help="judge backend (default local)")
+    parser.add_argument("--protocol", default=None, help="evaluation protocol (default: cudagym-v0)")
+    parser.add_argument("--bundled-root", default=None,
+                        help="a folder laid out like envs/bundled/ (default: the installed suite)")
+    parser.add_argument("--tokenizer", default=None, help="token counter spec (default: o200k_base, else shipped)")
+    parser.add_argument("--full", action="store_true", help="print whole observations, not one line per turn")
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Replay the chosen tasks; returns 0, or 1 when a reference solution was evaluated and scored -1."""
+    out = out or sys.stdout
+    from cudagym.sources.bundled import BundledSource
+
+    source = BundledSource(root=args.bundled_root)
+    tasks = _choose(source.tasks(), args)
+    judge = JUDGES[args.judge](get_protocol(args.protocol))
+    env = CudaKernelEnv(
+        "bundled", tasks=[t.id for t in tasks], suite_options={"root": args.bundled_root}, judge=judge,
+        token_counter=args.tokenizer,
+    )
+    records: list[EpisodeRecord] = []
+    try:
+        _header(judge, tasks, out)
+        for task in tasks:
+            observation, info = env.reset(options={"task": task.id})
+            print(f"\n== {task.id}  (level {task.level}; prompt {info['tokens_used']} tokens, "
+                  f"counted with {info['token_counter']})", file=out)
+            agent = ScriptedAgent.from_bundled(task.id, source)
+            record = replay(env, agent, observation=observation, on_turn=lambda t: _print_turn(t, args.full, out))
+            records.append(record)
+            print(f"   reward {record.reward:g}" + ("" if record.evaluated else " (not evaluated)"), file=out)
+    finally:
+        env.close()
+        judge.close()
+    _summary(records, out)
+    return 1 if any(r.evaluated and r.reward < 0 for r in records) else 0
+
+
+def _choose(tasks: Sequence[Task], args: argparse.Namespace) -> list[Task]:
+    if args.all:
+        return list(tasks)
+    if args.tasks:
+        by_id = {t.id: t for t in tasks}
+        missing = [i for i in args.tasks if i not in by_id]
+        if missing:
+            raise UnknownTaskError(
+                f"no bundled task {', '.join(missing)}; `cudagym tasks list --suite bundled` lists them"
+            )
+        return [by_id[i] for i in args.tasks]
+    # spread over the levels: the first task of each level, then the second of each, ...
+    levels = sorted({t.level for t in tasks})
+    rounds = [[t for t in tasks if t.level == lv] for lv in levels]
+    picked = [r[i] for i in range(max(map(len, rounds), default=0)) for r in rounds if i < len(r)]
+    return picked[: max(args.count, 0)]
+
+
+def _header(judge: Judge, tasks: Sequence[Task], out: TextIO) -> None:
+    hardware = judge.hardware()
+    print(f"cudagym demo: replaying {len(tasks)} bundled reference solution(s) through the env's tool calls",
+          file=out)
+    if hardware.gpu == "none":
+        print("NO GPU FOUND: compile runs for real (the judge's build); verify, profile and submit report that "
+              "no GPU is available, so rewards are 0 (not evaluated).", file=out)
+    else:
+        print(f"GPU: {hardware.gpu}; protocol {judge.protocol.id}", file=out)
+
+
+def _print_turn(turn: Turn, full: bool, out: TextIO) -> None:
+    mark = "ok  " if turn.ok else "FAIL"
+    if full:
+        print(f"-- turn {turn.turn} {turn.tool} [{mark}]\n{turn.observation}", file=out)
+        return
+    summary = turn.observation.strip().splitlines()[0] if turn.observation.strip() else ""
+    last = turn.info.get("last_eval", {})
+    if turn.tool in ("profile", "submit") and last.get("speedup_vs_eager"):
+        summary += f" ({last['speedup_vs_eager']:.2f}x vs eager, {last['speedup_vs_compile']:.2f}x vs compile)"
+    if len(summary) > SUMMARY_CHARS:
+        summary = summary[: SUMMARY_CHARS - 3] + "..."
+    print(f"   turn {turn.turn:>2}  {turn.tool:<10} {mark}  {summary}", file=out)
+
+
+def _summary(records: Sequence[EpisodeRecord], out: TextIO) -> None:
+    print("\nSummary", file=out)
+    for r in records:
+        speed = ""
+        if r.last_eval.get("speedup_vs_eager"):
+            speed = f"  {r.last_eval['speedup_vs_eager']:.2f}x eager  {r.last_eval['speedup_vs_compile']:.2f}x compile"
+        status = r.last_eval.get("status", "-")
+        note = "" if r.evaluated else "  (not evaluated)"
+        print(f"  {r.task_id:<40} reward {r.reward:>4g}  {status}{speed}{note}", file=out)
