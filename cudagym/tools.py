@@ -126,7 +126,8 @@ def write_file(ctx: ToolContext, args: Mapping[str, Any]) -> ToolResult:
     size, created = ctx.workspace.write_text(rel, args["content"])
     lines = args["content"].count("\n") + (0 if args["content"].endswith("\n") or not args["content"] else 1)
     verb = "Created" if created else "Overwrote"
-    return ToolResult("write_file", True, f"{verb} {rel} ({size} bytes, {lines} line{'' if lines == 1 else 's'}).")
+    sizes = f"{size} byte{'' if size == 1 else 's'}, {lines} line{'' if lines == 1 else 's'}"
+    return ToolResult("write_file", True, f"{verb} {rel} ({sizes}).")
 
 
 def edit_file(ctx: ToolContext, args: Mapping[str, Any]) -> ToolResult:
