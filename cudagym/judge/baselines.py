@@ -25,6 +25,7 @@ import re
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -33,6 +34,7 @@ from filelock import FileLock
 
 from cudagym.errors import ConfigError, UnknownTaskError
 from cudagym.judge.job import KnownBaselines
+from cudagym.judge.protocol import Protocol
 from cudagym.judge.records import EvalResult, EvalStatus, Hardware, TimingStats, from_dict, to_dict
 from cudagym.solution import Solution
 from cudagym.task import Task
@@ -115,7 +117,7 @@ class BaselineCache:
                 eager=_pick(old.eager, eager, replace), compiled=_pick(old.compiled, compiled, replace),
             )
             if merged != old:
-                self._write(path, key, merged, task_id)
+                self._write(path, key, merged, task_id or self._task_id(path))
             return merged
 
     def entries(self) -> list[tuple[BaselineKey, str, KnownBaselines]]:
@@ -138,6 +140,13 @@ class BaselineCache:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("baseline cache: ignoring unreadable %s (%s)", path, exc)
             return KnownBaselines()
+
+    @staticmethod
+    def _task_id(path: Path) -> str:
+        try:
+            return str(json.loads(path.read_text(encoding="utf-8")).get("task_id", ""))
+        except (OSError, ValueError, AttributeError):
+            return ""
 
     @staticmethod
     def _decode(data: dict[str, Any]) -> KnownBaselines:
@@ -258,32 +267,57 @@ def resolve_tasks(args: argparse.Namespace) -> tuple[Task, ...]:
 
 
 def _precompute(args: argparse.Namespace) -> int:
+    devices: str | list[str] = "auto" if args.devices == "auto" else args.devices.split(",")
+    return precompute(resolve_tasks(args), args.protocol, devices=devices, force=args.force,
+                      cache_dir=args.cache_dir, journal=args.journal)
+
+
+def precompute(
+    tasks: Sequence[Task],
+    protocol: str | Protocol = "cudagym",
+    *,
+    devices: str | Sequence[str] = "auto",
+    force: bool = False,
+    cache_dir: str | os.PathLike[str] | None = None,
+    journal: str | os.PathLike[str] | None = None,
+    make_judge: Callable[..., Any] | None = None,
+) -> int:
+    """Time the baselines of every task not yet cached, on every GPU at once, with a progress bar.
+
+    Args:
+        tasks: The tasks.
+        protocol: Whose timing method and key to use.
+        devices: ``"auto"`` or CUDA device ids.
+        force: Time cached tasks again (and replace their entries).
+        cache_dir: The cudagym cache folder (default: the user's).
+        journal: A JSONL journal: a run resumed with it skips the tasks it already finished.
+        make_judge: Builds the judge (``LocalJudge`` by default; tests pass a stand-in).
+
+    Returns:
+        0 when every task has its baselines, 1 otherwise (no GPU, or a task failed).
+    """
     from cudagym.judge.interface import EvalMode
     from cudagym.judge.local import LocalJudge
     from cudagym.judge.protocol import get_protocol
 
-    tasks = resolve_tasks(args)
-    protocol = get_protocol(args.protocol)
-    cache_root = Path(args.cache_dir) if args.cache_dir else None
-    devices: str | list[str] = "auto" if args.devices == "auto" else args.devices.split(",")
+    protocol = get_protocol(protocol)
     # Guards judge candidates, not baselines; the id stays, so the cache key is the protocol's own.
     timing_protocol = protocol.with_changes(guards=())
-    with LocalJudge(timing_protocol, devices=devices, cache_dir=cache_root, journal=args.journal) as judge:
+    with (make_judge or LocalJudge)(timing_protocol, devices=devices, cache_dir=cache_dir, journal=journal) as judge:
         if not judge.has_gpu:
             print("cudagym baselines precompute: no GPU found; baselines are timed on a GPU", file=sys.stderr)
             return 1
         hardware = judge.hardware()
-        todo = [t for t in tasks if args.force or not judge.baselines.get(
-            BaselineKey.of(t, hardware, protocol.id)).known]
+        todo = [t for t in tasks if force or not judge.baselines.get(BaselineKey.of(t, hardware, protocol.id)).known]
         print(f"{len(tasks)} tasks, {len(tasks) - len(todo)} already cached on {hardware.gpu} "
               f"(torch {hardware.torch}, protocol {protocol.id}); timing {len(todo)}", file=sys.stderr)
-        mode = EvalMode.SUBMIT if args.force else EvalMode.PROFILE  # SUBMIT always re-times the baselines
+        mode = EvalMode.SUBMIT if force else EvalMode.PROFILE  # SUBMIT always re-times the baselines
         futures = {judge.submit(t, reference_solution(t), mode,
                                 job_id=f"baselines:{protocol.id}:{t.content_hash[:16]}"): t for t in todo}
-        return _collect(futures, judge, hardware, protocol.id)
+        return _collect(futures, judge, hardware, protocol.id, replace=force)
 
 
-def _collect(futures: dict[Any, Task], judge: Any, hardware: Hardware, protocol_id: str) -> int:
+def _collect(futures: dict[Any, Task], judge: Any, hardware: Hardware, protocol_id: str, *, replace: bool) -> int:
     from concurrent.futures import as_completed
 
     progress = Progress(len(futures))
@@ -292,6 +326,9 @@ def _collect(futures: dict[Any, Task], judge: Any, hardware: Hardware, protocol_
         task = futures[future]
         result: EvalResult = future.result()
         if result.eager.measured and result.compiled.measured:
+            if replace:  # the judge keeps cached times; a forced run means the new ones
+                judge.baselines.put(BaselineKey.of(task, result.hardware, protocol_id), result.eager,
+                                    result.compiled, task_id=task.id, replace=True)
             label = f"{task.id}: eager {result.eager.median_us:.1f} us, compile {result.compiled.median_us:.1f} us"
         elif judge.baselines.get(BaselineKey.of(task, hardware, protocol_id)).known:
             label = f"{task.id}: cached"

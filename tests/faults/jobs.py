@@ -80,3 +80,18 @@ def _writable(path: Path) -> bool:
 def raise_error(job: Job) -> EvalResult:
     """A job function with a bug: raises instead of returning a result."""
     raise ValueError("stand-in harness bug")
+
+
+def fake_timing(job: Job) -> EvalResult:
+    """A PROFILE stand-in: made-up times; cached baselines (``job.baselines``) are used, not re-timed."""
+    from cudagym.judge.records import Hardware, TimingStats
+
+    bump = int(job.task.content_hash[:4], 16) % 50
+    cached = job.baselines.known
+    eager = job.baselines.eager if cached else TimingStats(median_us=100.0 + bump, runs=10)
+    compiled = job.baselines.compiled if cached else TimingStats(median_us=80.0 + bump, runs=10)
+    return EvalResult(
+        status=EvalStatus.OK, message="cached baselines" if cached else "timed baselines", build=job.build,
+        candidate=TimingStats(median_us=50.0, runs=10), eager=eager, compiled=compiled,
+        protocol_id=job.protocol.id, hardware=Hardware(gpu="Fake GPU 80GB", torch="9.9.9+fake"),
+    )

@@ -1,0 +1,187 @@
+"""The baseline cache (keys, merging, locking across processes, bad files) and `cudagym baselines`."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import io
+import json
+import multiprocessing
+from pathlib import Path
+
+import pytest
+from faults import FAULTS_DIR
+
+from cudagym.cli import main as cli_main
+from cudagym.errors import ConfigError, UnknownTaskError
+from cudagym.judge.baselines import (
+    BaselineCache,
+    BaselineKey,
+    Progress,
+    default_cache_root,
+    precompute,
+    reference_solution,
+    resolve_tasks,
+)
+from cudagym.judge.local import GpuProbe, LocalJudge
+from cudagym.judge.records import BuildResult, BuildStatus, Hardware, TimingStats
+from cudagym.judge.worker import PoolOptions
+from cudagym.task import content_hash
+
+H200 = Hardware(gpu="NVIDIA H200", torch="2.11.0+cu130")
+
+
+def key(task_hash: str = "a" * 64, protocol_id: str = "cudagym-v0") -> BaselineKey:
+    return BaselineKey(task_hash, H200.gpu, H200.torch, protocol_id)
+
+
+def stats(median_us: float) -> TimingStats:
+    return TimingStats(median_us=median_us, mean_us=median_us, runs=30)
+
+
+def test_key_paths_are_safe_and_distinct():
+    assert key().relpath() == Path("cudagym-v0/NVIDIA_H200/torch-2.11.0+cu130") / f"{'a' * 64}.json"
+    weird = BaselineKey("b" * 64, "../../etc GPU", "2/11", "p")
+    assert ".." not in weird.relpath().parts and len(weird.relpath().parts) == 4
+    assert key("c" * 64).relpath() != key().relpath() != key(protocol_id="kernelbench-v0.2").relpath()
+
+
+def test_unknown_then_stored_then_merged(tmp_path):
+    cache = BaselineCache(tmp_path)
+    assert not cache.get(key()).known and not cache.get(key()).eager.measured
+    cache.put(key(), stats(100.0), TimingStats(), task_id="L1/19_ReLU")
+    partial = cache.get(key())
+    assert partial.eager == stats(100.0) and not partial.known
+    cache.put(key(), TimingStats(), stats(80.0))
+    assert cache.get(key()).known and cache.get(key()).compiled == stats(80.0)
+    cache.put(key(), stats(999.0), stats(999.0))  # the first measurement is kept...
+    assert cache.get(key()).eager == stats(100.0)
+    cache.put(key(), stats(90.0), TimingStats(), replace=True)  # ...unless replaced on purpose
+    assert cache.get(key()).eager == stats(90.0) and cache.get(key()).compiled == stats(80.0)
+    data = json.loads(cache.path(key()).read_text())
+    assert data["task_id"] == "L1/19_ReLU" and data["key"]["gpu"] == "NVIDIA H200"
+    assert [(k, tid) for k, tid, _ in cache.entries()] == [(key(), "L1/19_ReLU")]
+
+
+def test_an_unreadable_file_counts_as_unknown_and_is_replaced(tmp_path):
+    cache = BaselineCache(tmp_path)
+    path = cache.path(key())
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    assert not cache.get(key()).eager.measured
+    cache.put(key(), stats(1.0), stats(2.0))
+    assert cache.get(key()).known
+
+
+def _hammer(root: str, worker: int) -> None:
+    cache = BaselineCache(root)
+    for i in range(30):
+        cache.put(key(f"{i % 5:064d}"), stats(float(worker)), TimingStats())
+        cache.put(key(f"{i % 5:064d}"), TimingStats(), stats(float(worker)))
+        cache.get(key(f"{i % 5:064d}"))
+
+
+def test_concurrent_writers_never_tear_a_file(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_hammer, args=(str(tmp_path), w)) for w in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+        assert p.exitcode == 0
+    cache = BaselineCache(tmp_path)
+    for i in range(5):
+        value = cache.get(key(f"{i:064d}"))
+        assert value.known and value.eager.median_us in {0.0, 1.0, 2.0, 3.0}
+        json.loads(cache.path(key(f"{i:064d}")).read_text())
+    assert not list(tmp_path.rglob(".tmp-*"))
+
+
+def test_cache_folder_follows_the_environment(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDAGYM_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_root() == tmp_path / "xdg" / "cudagym" / "baselines"
+    monkeypatch.setenv("CUDAGYM_CACHE_DIR", str(tmp_path / "mine"))
+    assert default_cache_root() == tmp_path / "mine" / "baselines"
+
+
+def test_the_reference_solution_is_the_reference_named_modelnew():
+    from cudagym.suites import load_tasks
+
+    task = load_tasks("bundled")[0]
+    solution = reference_solution(task)
+    assert solution.format == "inline"
+    source = solution.files["model_new.py"]
+    assert source.startswith(task.source.rstrip()) and source.rstrip().endswith("ModelNew = Model")
+    content_hash(source)  # it parses
+
+
+def _args(**kw) -> argparse.Namespace:
+    base = dict(env=None, suite=None, level=None, tasks=None)
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def test_tasks_come_from_an_env_id_a_suite_or_ids():
+    bundled = resolve_tasks(_args(env="CudaKernel-Bundled-v0"))
+    assert bundled and all(t.suite == "bundled" for t in bundled)
+    assert resolve_tasks(_args(suite="bundled")) == bundled
+    assert resolve_tasks(_args(tasks=[bundled[0].id])) == (bundled[0],)
+    assert resolve_tasks(_args(env="CudaKernel-Bundled-v0", level=1)) == tuple(t for t in bundled if t.level == 1)
+    with pytest.raises(UnknownTaskError, match="CudaKernel-Nope-v0"):
+        resolve_tasks(_args(env="CudaKernel-Nope-v0"))
+    with pytest.raises(ConfigError, match="--env"):
+        resolve_tasks(_args())
+
+
+def test_progress_prints_one_line_per_step_off_a_terminal():
+    out = io.StringIO()
+    bar = Progress(3, stream=out, width=6)
+    for label in ("a", "b", "c"):
+        bar.step(label)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3 and lines[0].startswith("[##....] 1/3") and lines[-1].startswith("[######] 3/3")
+    assert lines[-1].endswith("c")
+
+
+def _fake_judge(protocol, **kw):
+    options = PoolOptions(job_fn="jobs:fake_timing", pythonpath=(str(FAULTS_DIR),))
+    return LocalJudge(protocol, gpus=GpuProbe(("0",), Hardware(gpu="Fake GPU 80GB", torch="9.9.9+fake")),
+                      pool_options=options, build_fn=lambda t, s, p: BuildResult(BuildStatus.OK, s.format), **kw)
+
+
+def test_precompute_fills_the_cache_then_skips_what_it_holds(tmp_path, capsys):
+    tasks = resolve_tasks(_args(suite="bundled"))
+    run = functools.partial(precompute, tasks, "cudagym", cache_dir=tmp_path, make_judge=_fake_judge)
+    assert run() == 0
+    err = capsys.readouterr().err
+    assert f"0 already cached on Fake GPU 80GB (torch 9.9.9+fake, protocol cudagym-v0); timing {len(tasks)}" in err
+    assert f"{len(tasks)}/{len(tasks)}" in err and f"done: {len(tasks)} timed, 0 failed" in err
+    cache = BaselineCache(tmp_path / "baselines")
+    fake = Hardware(gpu="Fake GPU 80GB", torch="9.9.9+fake")
+    files = {t.id: cache.path(BaselineKey.of(t, fake, "cudagym-v0")) for t in tasks}
+    assert all(cache.get(BaselineKey.of(t, fake, "cudagym-v0")).known for t in tasks)
+    stamps = {tid: p.stat().st_mtime_ns for tid, p in files.items()}
+    assert run() == 0
+    assert f"{len(tasks)} already cached" in capsys.readouterr().err
+    assert {tid: p.stat().st_mtime_ns for tid, p in files.items()} == stamps  # nothing re-timed
+    assert run(force=True) == 0
+    assert f"timing {len(tasks)}" in capsys.readouterr().err
+
+
+def test_precompute_without_a_gpu_says_so(tmp_path, capsys):
+    code = cli_main(["baselines", "precompute", "--env", "CudaKernel-Bundled-v0", "--devices", "none",
+                     "--cache-dir", str(tmp_path)])
+    assert code == 1 and "no GPU" in capsys.readouterr().err
+
+
+def test_show_lists_cached_baselines(tmp_path, capsys):
+    from cudagym.suites import load_tasks
+
+    task = load_tasks("bundled")[0]
+    BaselineCache(tmp_path / "baselines").put(BaselineKey.of(task, H200, "cudagym-v0"), stats(123.4), stats(99.9),
+                                              task_id=task.id)
+    assert cli_main(["baselines", "show", "--cache-dir", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert task.id in captured.out and "123.4" in captured.out and "99.9" in captured.out
+    assert "1 cached baselines" in captured.err
