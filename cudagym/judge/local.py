@@ -261,7 +261,7 @@ def _load_build_fn(spec: str, cache_root: Path) -> BuildFn:
         raise RuntimeError(f"the build stage {module_name} is not available ({exc})") from exc
     fn = getattr(module, name or "build")
     make_cache = getattr(module, "BuildCache", None)
-    cache: Any = make_cache(cache_root / "builds") if callable(make_cache) else cache_root / "builds"
+    cache: Any = make_cache(cache_root) if callable(make_cache) else cache_root  # entries go under build/
     return lambda task, solution, protocol: fn(task, solution, protocol, cache)
 
 
@@ -280,7 +280,7 @@ class LocalJudge(Judge):
         protocol: Protocol name, id or record (default ``cudagym-v0``).
         devices: ``"auto"``, ``"none"``, or a list of CUDA device ids / UUIDs (one worker each).
         build_workers: Builds that may run at once.
-        cache_dir: The cudagym cache folder (baselines under ``baselines/``, builds under ``builds/``);
+        cache_dir: The cudagym cache folder (baselines under ``baselines/``, builds under ``build/``);
             default ``$CUDAGYM_CACHE_DIR``, else ``$XDG_CACHE_HOME/cudagym``, else ``~/.cache/cudagym``.
         job_fn: ``module:function`` the workers run per job (the harness by default).
         build_fn: The build stage: a callable ``(task, solution, protocol) -> BuildResult`` or the

@@ -1,0 +1,199 @@
+"""LocalJudge on CPU: the NO_GPU path, build failures and build caching, and (with a faked GPU and stand-in
+workers) the worker path with hardware, baselines, journal resume, workdir cleanup and the shared judge."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from faults import FAULTS_DIR, candidate, relu_task
+
+import cudagym.judge.local as local
+from cudagym.errors import ConfigError
+from cudagym.judge.interface import EvalMode
+from cudagym.judge.local import GpuProbe, LocalJudge, default_judge, probe_gpus
+from cudagym.judge.records import BuildResult, BuildStatus, EvalStatus, Hardware
+from cudagym.judge.worker import PoolOptions
+
+FAKE_GPU = GpuProbe(("0",), Hardware(gpu="Fake GPU 80GB", compute_capability="9.0", torch="9.9.9+fake"))
+
+
+class CountingBuild:
+    """A build stage stand-in: OK unless model_new.py says BROKEN; counts calls."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.calls = 0
+        self.delay_s = delay_s
+        self.lock = threading.Lock()
+
+    def __call__(self, task, solution, protocol) -> BuildResult:
+        with self.lock:
+            self.calls += 1
+        time.sleep(self.delay_s)
+        if "BROKEN" in solution.files.get("model_new.py", ""):
+            return BuildResult(BuildStatus.COMPILE_ERROR, solution.format, message="model_new.py:1: error: BROKEN")
+        return BuildResult(BuildStatus.OK, solution.format, artifact_key="k")
+
+
+def fake_gpu_judge(tmp_path, job_fn: str = "model_jobs:run_model", **kw) -> LocalJudge:
+    options = PoolOptions(job_fn=job_fn, pythonpath=(str(FAULTS_DIR),), startup_timeout_s=180.0)
+    kw.setdefault("build_fn", CountingBuild())
+    return LocalJudge("cudagym", gpus=FAKE_GPU, pool_options=options, cache_dir=tmp_path / "cache", **kw)
+
+
+# ---------------------------------------------------------------------------------------------- no GPU
+
+
+def test_without_a_gpu_the_judge_builds_and_answers_no_gpu(tmp_path):
+    build = CountingBuild()
+    with LocalJudge(devices="none", build_fn=build, cache_dir=tmp_path) as judge:
+        assert not judge.has_gpu and judge.hardware().gpu == "none"
+        result = judge.evaluate(relu_task(), candidate("good_relu"), EvalMode.VERIFY)
+        assert result.status is EvalStatus.NO_GPU and result.build.ok and result.build.artifact_key == "k"
+        assert "no GPU" in result.message and result.protocol_id == "cudagym-v0"
+        assert judge.workers() == []
+        assert judge.build(relu_task(), candidate("good_relu")).ok
+
+
+def test_the_env_process_never_imports_torch_or_touches_cuda(tmp_path):
+    code = (
+        "import sys, json\n"
+        f"sys.path.insert(0, {str(FAULTS_DIR.parent)!r})\n"
+        "from faults import relu_task, candidate\n"
+        "from cudagym.judge.local import LocalJudge\n"
+        "from cudagym.judge.records import BuildResult, BuildStatus\n"
+        "build = lambda t, s, p: BuildResult(BuildStatus.OK, s.format)\n"
+        f"with LocalJudge(build_fn=build, cache_dir={str(tmp_path)!r}) as judge:\n"
+        "    judge.hardware(); r = judge.evaluate(relu_task(), candidate('good_relu'))\n"
+        "print(json.dumps({'torch': 'torch' in sys.modules, 'status': r.status.value}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    facts = json.loads(out.stdout.strip().splitlines()[-1])
+    assert facts["torch"] is False
+    assert facts["status"] in ("no_gpu", "ok")  # ok only where this machine has a GPU and the harness ran
+
+
+def test_real_build_on_the_no_gpu_path(tmp_path):
+    stage = pytest.importorskip("cudagym.judge.build", reason="the build stage is not in this tree")
+    if not callable(getattr(stage, "build", None)):
+        pytest.skip("cudagym.judge.build has no build() yet")
+    with LocalJudge(devices="none", cache_dir=tmp_path) as judge:
+        good = judge.evaluate(relu_task(), candidate("good_relu"), EvalMode.VERIFY)
+        assert good.status is EvalStatus.NO_GPU and good.build.ok, good.build.message
+
+
+def test_probe_without_devices_needs_no_subprocess():
+    assert probe_gpus("none").device_ids == () and probe_gpus([]).hardware.gpu == "none"
+    assert local._normalize_devices("0, 2") == ("0", "2") and local._normalize_devices("auto") is None
+
+
+# ------------------------------------------------------------------------------------------------ builds
+
+
+def test_a_failed_build_is_a_build_failed_result_with_the_build_attached(tmp_path):
+    broken = candidate("good_relu").__class__("inline", {"model_new.py": "BROKEN\n"})
+    with LocalJudge(devices="none", build_fn=CountingBuild(), cache_dir=tmp_path) as judge:
+        result = judge.evaluate(relu_task(), broken)
+    assert result.status is EvalStatus.BUILD_FAILED
+    assert result.build.status is BuildStatus.COMPILE_ERROR and "BROKEN" in result.message
+
+
+def test_builds_are_remembered_and_identical_requests_share_one_build(tmp_path):
+    build = CountingBuild(delay_s=0.5)
+    with LocalJudge(devices="none", build_fn=build, build_workers=2, cache_dir=tmp_path) as judge:
+        futures = [judge.submit(relu_task(), candidate("good_relu"), EvalMode.VERIFY) for _ in range(4)]
+        assert all(f.result(timeout=60).build.ok for f in futures)
+        judge.build(relu_task(), candidate("good_relu"))
+        judge.build(relu_task(), candidate("segfault"))
+    assert build.calls == 2
+
+
+def test_a_crashing_build_stage_is_a_tool_error_and_is_retried(tmp_path):
+    calls = []
+
+    def flaky(task, solution, protocol):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("nvcc vanished")
+        return BuildResult(BuildStatus.OK, solution.format)
+
+    with LocalJudge(devices="none", build_fn=flaky, cache_dir=tmp_path) as judge:
+        first = judge.evaluate(relu_task(), candidate("good_relu"))
+        assert first.status is EvalStatus.BUILD_FAILED and first.build.status is BuildStatus.TOOL_ERROR
+        assert "nvcc vanished" in first.message
+        assert judge.evaluate(relu_task(), candidate("good_relu")).status is EvalStatus.NO_GPU
+    assert len(calls) == 2
+
+
+# ------------------------------------------------------------------------------ worker path (faked GPU)
+
+
+def test_jobs_run_on_the_workers_with_hardware_filled_and_workdirs_removed(tmp_path):
+    with fake_gpu_judge(tmp_path) as judge:
+        assert judge.has_gpu and judge.hardware().gpu == "Fake GPU 80GB"
+        good = judge.evaluate(relu_task(), candidate("good_relu"), EvalMode.VERIFY)
+        crash = judge.evaluate(relu_task(), candidate("segfault"), EvalMode.VERIFY)
+        again = judge.evaluate(relu_task(), candidate("good_relu"), EvalMode.VERIFY)
+        leftover = list((judge._backend.root / "jobs").iterdir())
+        info = judge.workers()
+    assert (good.status, crash.status, again.status) == (EvalStatus.OK, EvalStatus.CRASHED, EvalStatus.OK)
+    assert good.hardware.gpu == "Fake GPU 80GB" and good.build.artifact_key == "k"
+    assert "SIGSEGV" in crash.message
+    assert leftover == []
+    assert len(info) == 1 and info[0].device == "0" and info[0].generation >= 2
+
+
+def test_known_baselines_are_passed_to_jobs_and_new_ones_are_stored(tmp_path):
+    task = relu_task()
+    with fake_gpu_judge(tmp_path, job_fn="jobs:fake_timing") as judge:
+        first = judge.evaluate(task, candidate("good_relu"))
+        assert first.message == "timed baselines"
+        stored = judge.baselines.get(local.BaselineKey.of(task, first.hardware, "cudagym-v0"))
+        assert stored.known and stored.eager == first.eager and stored.compiled == first.compiled
+        second = judge.evaluate(task, candidate("segfault"))  # another solution of the same task
+        assert second.message == "cached baselines" and second.eager == first.eager
+
+
+def test_a_journaled_job_is_not_run_again(tmp_path):
+    journal = tmp_path / "run.jsonl"
+    with fake_gpu_judge(tmp_path, job_fn="jobs:fake_timing", journal=journal) as judge:
+        first = judge.submit(relu_task(), candidate("good_relu"), job_id="job-1").result(timeout=300)
+    build = CountingBuild()
+    with fake_gpu_judge(tmp_path, job_fn="jobs:fake_timing", journal=journal, build_fn=build) as judge:
+        again = judge.submit(relu_task(), candidate("good_relu"), job_id="job-1").result(timeout=300)
+        fresh = judge.submit(relu_task(), candidate("good_relu"), job_id="job-2").result(timeout=300)
+    assert again == first and build.calls == 1
+    assert fresh.status is EvalStatus.OK
+    lines = [json.loads(line) for line in journal.read_text().splitlines()]
+    assert [(x["kind"], x["job_id"]) for x in lines if x["kind"] == "result"] == [("result", "job-1"),
+                                                                                   ("result", "job-2")]
+
+
+def test_closing_is_idempotent_and_a_closed_judge_refuses_work(tmp_path):
+    judge = LocalJudge(devices="none", build_fn=CountingBuild(), cache_dir=tmp_path)
+    with judge:
+        pass
+    judge.close()
+    with pytest.raises(ConfigError, match="closed"):
+        judge.evaluate(relu_task(), candidate("good_relu"))
+
+
+def test_default_judge_handles_share_one_backend_until_the_last_closes(tmp_path):
+    first = default_judge("cudagym", devices="none", build_fn=CountingBuild(), cache_dir=tmp_path)
+    second = default_judge("kernelbench")
+    try:
+        assert first._backend is second._backend and second.protocol.id == "kernelbench-v0.2"
+        first.close()
+        first.close()
+        assert not second._backend.closed
+        assert second.evaluate(relu_task(), candidate("good_relu")).status is EvalStatus.NO_GPU
+    finally:
+        second.close()
+    assert second._backend.closed
+    third = default_judge(devices="none", build_fn=CountingBuild(), cache_dir=tmp_path)
+    assert third._backend is not second._backend
+    third.close()
