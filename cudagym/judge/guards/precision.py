@@ -44,7 +44,7 @@ from cudagym.judge.guards.base import Guard, register
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from cudagym.judge.harness.context import EvalContext
+    from cudagym.judge.harness.context import EvalContext, ForwardCall
 
 K_ERROR = 32.0
 FLOOR_ULPS = 32.0
@@ -62,6 +62,10 @@ class Precision(Guard):
     def after_load(self, ctx: EvalContext) -> None:
         """Torch's precision switches after loading."""
         self._check_switches(ctx, "loading")
+
+    def after_forward(self, ctx: EvalContext, call: ForwardCall) -> None:
+        """Torch's precision switches after each audited forward (the reference then resets them)."""
+        self._check_switches(ctx, "a forward")
 
     def after_correctness(self, ctx: EvalContext) -> None:
         """The float64 probes (see the module docstring)."""

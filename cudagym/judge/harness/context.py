@@ -118,8 +118,14 @@ class EvalContext:
 
     # ----------------------------------------------------------------------------------- running code
 
-    def make_inputs(self, seed: int, on_device: bool = False) -> list[Any]:
-        """A seeded input set on the device (see :func:`~cudagym.judge.harness.inputs.generate_inputs`)."""
+    def make_inputs(self, seed: int, on_device: bool = True) -> list[Any]:
+        """A seeded input set, created directly on the device.
+
+        On the GPU, ``get_inputs()`` runs with the device as torch's default, so its ``torch.rand``/
+        ``torch.randn`` draw from the GPU generator: a 256 MB input set takes a millisecond instead of the
+        CPU's half second. The values are a function of the seed, the torch version and the GPU, like the
+        baseline times (see :func:`~cudagym.judge.harness.inputs.generate_inputs`).
+        """
         assert self.reference is not None
         try:
             return generate_inputs(self.reference.get_inputs, seed, self.device, on_device=on_device)

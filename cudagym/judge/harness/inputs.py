@@ -60,8 +60,8 @@ def generate_inputs(
         seed: Seeds every generator before the call.
         device: Where the tensors go.
         on_device: Create tensors directly on ``device`` (factory calls inside ``get_inputs`` default to
-            it): fast enough to draw fresh inputs for every timed call. The correctness inputs are created
-            on the CPU, as KernelBench does, so they are the same on every GPU.
+            it): fast enough to draw fresh inputs for every call. Otherwise they are created on the CPU,
+            as KernelBench does, and copied.
     """
     seed_all(seed)
     if on_device and device.type != "cpu":

@@ -57,6 +57,7 @@ def evaluate(job: Job, device: str | torch.device | None = None) -> EvalResult:
     except ConfigError as exc:
         return EvalResult(EvalStatus.INFRA_ERROR, str(exc), build=job.build, protocol_id=job.protocol.id)
     ctx = EvalContext(job, dev, guards, Path(job.workdir or os.getcwd()))
+    caller_flags = TorchFlags.capture()  # restored at the end: run_job may run in a caller's process
     poisoned = False
     try:
         with torch.no_grad(), ExitStack() as stack:
@@ -76,6 +77,7 @@ def evaluate(job: Job, device: str | torch.device | None = None) -> EvalResult:
             ctx.note(traceback.format_exc()[-4000:])
     finally:
         _cleanup(ctx, poisoned)
+        caller_flags.apply()
     if poisoned:
         ctx.note(CONTEXT_POISONED_MARKER)
     return _result(ctx, status, message, time.monotonic() - started)
@@ -168,7 +170,7 @@ def _timing(ctx: EvalContext) -> None:
         contenders.extend(_baseline_contenders(ctx))
     loop = TimingLoop(
         contenders=contenders,
-        make_inputs=lambda r: ctx.make_inputs(protocol.seed + TIMING_SEED_OFFSET + r, on_device=True),
+        make_inputs=lambda r: ctx.make_inputs(protocol.seed + TIMING_SEED_OFFSET + r),
         timer=make_timer(protocol.timing, ctx.device),
         flusher=L2Flusher(ctx.device, l2_cache_bytes(ctx.device), protocol.l2_flush),
         rule=StoppingRule(protocol.min_runs, protocol.max_runs, protocol.target_ci_pct, protocol.statistic),
@@ -203,7 +205,7 @@ def _baseline_contenders(ctx: EvalContext) -> list[Contender]:
     found = [Contender("eager", lambda args: ref(*args))]
     compiled = torch.compile(ref)  # default mode; compiles on its first call, below
     try:
-        compiled(*ctx.make_inputs(ctx.protocol.seed + TIMING_SEED_OFFSET - 1_000, on_device=True))
+        compiled(*ctx.make_inputs(ctx.protocol.seed + TIMING_SEED_OFFSET - 1_000))
     except Exception as exc:
         if is_cuda_error(exc):
             raise
@@ -290,7 +292,6 @@ def _cleanup(ctx: EvalContext, poisoned: bool) -> None:
             torch.cuda.empty_cache()
         except Exception as exc:  # a sticky error surfacing only now: the context is gone
             ctx.note(f"{CONTEXT_POISONED_MARKER} ({exception_line(exc)})")
-    ctx.flags.apply()
 
 
 def _result(ctx: EvalContext, status: EvalStatus, message: str, wall_s: float) -> EvalResult:

@@ -1,0 +1,516 @@
+"""The harness end to end on the CPU test path: statuses, messages, and each run-time guard on a planted hack.
+
+The candidates here are plain Python (a build without an artifact loads nothing), so torch computes their
+outputs; each test selects only the guards under test and leaves ``torch_fallback`` off unless that is the
+one tested. The GPU-only guards (side streams, kernel mix, the allocator scrub) run in test_guards_gpu.py.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from cudagym.judge.guards import select_guards
+from cudagym.judge.harness import CONTEXT_POISONED_MARKER, is_context_poisoned
+from cudagym.judge.harness.correctness import Tolerance
+from cudagym.judge.harness.inputs import generate_inputs, poison_
+from cudagym.judge.harness.runner import evaluate
+from cudagym.judge.interface import EvalMode
+from cudagym.judge.job import Job, KnownBaselines
+from cudagym.judge.protocol import CUDAGYM_V0
+from cudagym.judge.records import (
+    BuildResult,
+    BuildStatus,
+    EvalResult,
+    EvalStatus,
+    InputCheck,
+    TimingStats,
+    from_dict,
+    to_dict,
+)
+from cudagym.solution import Solution
+from cudagym.task import make_task
+
+LINEAR_TASK = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+
+
+def get_inputs():
+    return [torch.randn(8, 32)]
+
+
+def get_init_inputs():
+    return [32]
+'''
+
+HONEST = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+
+    def forward(self, x):
+        return torch.relu(torch.addmm(self.lin.bias, x, self.lin.weight.t()))
+'''
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    """Two busy CPUs: torch's thread pool only adds contention to these tiny models."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def run(
+    tmp_path: Path,
+    candidate: str,
+    *,
+    task: str = LINEAR_TASK,
+    guards: Sequence[str] = (),
+    mode: EvalMode = EvalMode.VERIFY,
+    baselines: KnownBaselines | None = None,
+    build: BuildResult | None = None,
+    **protocol: object,
+) -> EvalResult:
+    """Evaluate ``candidate`` (the text of model_new.py) on the CPU."""
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    code = textwrap.dedent(candidate)
+    (work / "model_new.py").write_text(code)
+    settings = dict(id="test-cpu", guards=tuple(guards), num_inputs=2, warmup_runs=1, min_runs=5, max_runs=5,
+                    target_ci_pct=0.0)
+    settings.update(protocol)
+    job = Job(
+        job_id="job-1",
+        task=make_task(textwrap.dedent(task), id="test/cpu_task", suite="test", level=1, name="cpu_task",
+                       origin="test"),
+        solution=Solution("inline", {"model_new.py": code}),
+        build=build or BuildResult(BuildStatus.OK, "inline"),
+        mode=mode,
+        protocol=CUDAGYM_V0.with_changes(**settings),
+        baselines=baselines or KnownBaselines(),
+        workdir=str(work),
+    )
+    result = evaluate(job, device="cpu")
+    assert from_dict(EvalResult, json.loads(json.dumps(to_dict(result), allow_nan=False))) == result
+    return result
+
+
+def guards_named(result: EvalResult) -> set[str]:
+    return {v.guard for v in result.violations}
+
+
+# ------------------------------------------------------------------------------------------- statuses
+
+
+def test_correct_candidate_is_ok_with_one_check_per_input(tmp_path):
+    result = run(tmp_path, HONEST, guards=["all"], num_inputs=3)
+    # every guard on: the Python forward itself is a torch fallback, and nothing else fires
+    assert result.status is EvalStatus.RULE_VIOLATION and guards_named(result) == {"torch_fallback"}
+    result = run(tmp_path, HONEST, num_inputs=3)
+    assert result.status is EvalStatus.OK, result.message
+    assert [c.seed for c in result.checks] == [42, 43, 44]
+    assert all(c.passed and c.numel == 256 and c.max_abs_error < 1e-5 for c in result.checks)
+    assert result.protocol_id == "test-cpu" and result.hardware.gpu == "cpu"
+    assert "allow_tf32=False" in result.log
+    assert not result.timed and result.kernels == ()
+
+
+def test_wrong_candidate_is_incorrect_with_per_input_details(tmp_path):
+    result = run(tmp_path, HONEST.replace("torch.relu(", "torch.sigmoid("))
+    assert result.status is EvalStatus.INCORRECT
+    assert "2 of 2 inputs did not match" in result.message
+    check = result.checks[0]
+    assert not check.passed and check.mismatch_count > 0 and len(check.first_mismatch_index) == 2
+    assert check.max_abs_error > 0.1
+
+
+def test_crash_in_forward_is_a_runtime_error_with_the_candidates_frames_only(tmp_path):
+    crash = HONEST.replace("        return torch.relu(", "        raise ValueError('kernel config 7 unsupported')\n"
+                           "        return torch.relu(")
+    result = run(tmp_path, crash)
+    assert result.status is EvalStatus.RUNTIME_ERROR
+    assert 'File "model_new.py", line 12, in forward' in result.message
+    assert "ValueError: kernel config 7 unsupported" in result.message
+    assert "cudagym" not in result.message and not is_context_poisoned(result)
+
+
+@pytest.mark.parametrize(
+    ("candidate", "words"),
+    [
+        ("import torch\nclass ModelNew(torch.nn.Module:\n    pass\n", "SyntaxError"),
+        ("import torch\n", "must define class ModelNew"),
+        ("import not_a_module_anywhere\n", "ModuleNotFoundError"),
+        ("import torch\nclass ModelNew(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n",
+         "TypeError"),
+    ],
+)
+def test_load_and_init_failures_are_runtime_errors(tmp_path, candidate, words):
+    result = run(tmp_path, candidate)
+    assert result.status is EvalStatus.RUNTIME_ERROR
+    assert words in result.message
+
+
+def test_state_dict_names_must_match(tmp_path):
+    renamed = HONEST.replace("self.lin", "self.fc")
+    result = run(tmp_path, renamed)
+    assert result.status is EvalStatus.RUNTIME_ERROR
+    assert "missing keys: lin.bias, lin.weight" in result.message
+    assert "unexpected keys: fc.bias, fc.weight" in result.message
+
+
+def test_weights_are_copied_from_the_reference(tmp_path):
+    # ModelNew draws its own random weights in a different order; the state_dict copy makes them equal
+    shuffled = HONEST.replace("self.lin = nn.Linear(n, n)", "torch.rand(7)\n        self.lin = nn.Linear(n, n)")
+    assert run(tmp_path, shuffled).status is EvalStatus.OK
+
+
+def test_non_finite_reference_is_the_tasks_problem(tmp_path):
+    task = LINEAR_TASK.replace("return torch.relu(self.lin(x))", "return torch.log(self.lin(x) - 100.0)")
+    result = run(tmp_path, HONEST, task=task)
+    assert result.status is EvalStatus.INFRA_ERROR
+    assert "test/cpu_task" in result.message and "NaN/Inf" in result.message
+
+
+def test_build_failure_and_unknown_guards(tmp_path):
+    failed = BuildResult(BuildStatus.COMPILE_ERROR, "inline", message="kernels/x.cu:3: error: expected ';'")
+    result = run(tmp_path, HONEST, build=failed)
+    assert result.status is EvalStatus.BUILD_FAILED and "expected ';'" in result.message
+    result = run(tmp_path, HONEST, guards=["no_such_guard"])
+    assert result.status is EvalStatus.INFRA_ERROR and "no_such_guard" in result.message
+
+
+def test_profile_with_cached_baselines_times_only_the_candidate(tmp_path):
+    known = KnownBaselines(eager=TimingStats(median_us=1000.0, mean_us=1000.0, runs=30),
+                           compiled=TimingStats(median_us=800.0, mean_us=800.0, runs=30))
+    result = run(tmp_path, HONEST, mode=EvalMode.PROFILE, baselines=known)
+    assert result.status is EvalStatus.OK, result.message
+    assert result.candidate.runs == 5 and result.candidate.median_us > 0
+    assert result.eager == known.eager and result.compiled == known.compiled
+    assert result.speedup_vs_eager == pytest.approx(1000.0 / result.candidate.median_us)
+    assert result.speedup_vs_compile == pytest.approx(800.0 / result.candidate.median_us)
+    assert "cached eager" in result.log and "5 rounds" in result.log
+
+
+def test_timing_stops_on_the_ci_target(tmp_path):
+    known = KnownBaselines(eager=TimingStats(median_us=1.0, runs=1), compiled=TimingStats(median_us=1.0, runs=1))
+    result = run(tmp_path, HONEST, mode=EvalMode.PROFILE, baselines=known, min_runs=6, max_runs=400,
+                 target_ci_pct=50.0)
+    assert 6 <= result.candidate.runs < 400
+    assert result.candidate.ci95_halfwidth_pct <= 50.0
+
+
+# ----------------------------------------------------------------------------------- run-time guards
+
+
+def test_torch_fallback_sees_tensor_methods_the_static_check_cannot(tmp_path):
+    sneaky = HONEST.replace("torch.relu(torch.addmm(self.lin.bias, x, self.lin.weight.t()))",
+                            "x.matmul(self.lin.weight.t()).add(self.lin.bias).clamp_min(0)")
+    result = run(tmp_path, sneaky, guards=["torch_fallback"])
+    assert result.status is EvalStatus.RULE_VIOLATION
+    message = result.violations[0].message
+    assert result.violations[0].guard == "torch_fallback" and "aten.mm" in message and "aten.add" in message
+
+
+def test_torch_fallback_allows_allocation_views_and_copies(tmp_path):
+    # allocation, views and copies only; the "kernel" is a copy of a precomputed answer (wrong, but no fallback)
+    alloc_only = '''
+    import torch
+    import torch.nn as nn
+
+    class ModelNew(nn.Module):
+        def __init__(self, n):
+            super().__init__()
+            self.lin = nn.Linear(n, n)
+
+        def forward(self, x):
+            y = torch.empty_like(x).view(8, 32).t().contiguous()
+            z = torch.zeros(8, 32)
+            z.copy_(y.t())
+            return z.reshape(8, 32).float()
+    '''
+    result = run(tmp_path, alloc_only, guards=["torch_fallback"])
+    assert "torch_fallback" not in guards_named(result)
+
+
+def test_input_mutation(tmp_path):
+    mutating = HONEST.replace("        return torch.relu(", "        y = torch.relu(")
+    mutating = mutating.rstrip() + "\n        x.zero_()\n        return y\n"
+    result = run(tmp_path, mutating, guards=["input_mutation"])
+    assert result.status is EvalStatus.RULE_VIOLATION and guards_named(result) == {"input_mutation"}
+    assert "input(s) [0]" in result.violations[0].message
+
+
+def test_lazy_output_subclass_and_aliasing(tmp_path):
+    subclass = HONEST.replace("        return torch.relu(", "        Lazy = type('Lazy', (torch.Tensor,), {})\n"
+                              "        return getattr(torch.relu(")
+    subclass = subclass.replace("self.lin.weight.t()))", "self.lin.weight.t())), 'as_' + 'subclass')(Lazy)")
+    result = run(tmp_path, subclass, guards=["lazy_output"])
+    assert guards_named(result) == {"lazy_output"} and "not a plain torch.Tensor" in result.violations[0].message
+
+    aliasing = HONEST.replace("return torch.relu(torch.addmm(self.lin.bias, x, self.lin.weight.t()))",
+                              "return x.copy_(torch.relu(torch.addmm(self.lin.bias, x, self.lin.weight.t())))")
+    result = run(tmp_path, aliasing, guards=["lazy_output"])
+    assert guards_named(result) == {"lazy_output"} and "shares memory with an input" in result.violations[0].message
+
+
+def test_result_cache_keyed_on_shape_is_named_not_just_incorrect(tmp_path):
+    cached = HONEST.replace("        return torch.relu(", "        key = tuple(x.shape)\n"
+                            "        if key in self.__dict__.setdefault('memo', {}):\n"
+                            "            return self.memo[key]\n"
+                            "        self.memo[key] = torch.relu(")
+    cached = cached.rstrip() + "\n        return self.memo[key]\n"
+    result = run(tmp_path, cached, guards=["result_cache"])
+    assert result.status is EvalStatus.RULE_VIOLATION and guards_named(result) == {"result_cache"}
+    assert "seed 43 is the reference output of seed 42" in result.violations[0].message
+
+
+def test_result_cache_keyed_on_address_is_caught_after_correctness(tmp_path):
+    # keyed on the data pointer: the correctness inputs sit at different addresses, the reuse test does not
+    cached = HONEST.replace("        return torch.relu(", "        key = x.data_ptr()\n"
+                            "        if key in self.__dict__.setdefault('memo', {}):\n"
+                            "            return self.memo[key]\n"
+                            "        self.memo[key] = torch.relu(")
+    cached = cached.rstrip() + "\n        return self.memo[key]\n"
+    result = run(tmp_path, cached, guards=["result_cache"], num_inputs=1)
+    assert guards_named(result) == {"result_cache"}
+    assert "same input buffers" in result.violations[0].message
+
+
+def test_hard_coding_fails_on_unseen_seeds(tmp_path):
+    # outputs memorised for the protocol's published seeds (keyed on an input checksum), zeros otherwise
+    ns: dict = {}
+    exec(LINEAR_TASK, ns)
+    sums = [round(float(generate_inputs(ns["get_inputs"], s, torch.device("cpu"))[0].sum()), 3) for s in (42, 43)]
+    memorised = HONEST.replace("        return torch.relu(", f"        if round(float(x.sum()), 3) not in {sums}:\n"
+                               "            return torch.zeros(8, 32)\n        return torch.relu(")
+    assert run(tmp_path, memorised).status is EvalStatus.OK  # the published seeds alone cannot tell
+    result = run(tmp_path, memorised, guards=["hard_coding"])
+    assert guards_named(result) == {"hard_coding"} and "unseen input (seed" in result.violations[0].message
+
+
+def test_degenerate_output_under_the_tolerance(tmp_path):
+    softmax = '''
+    import torch
+    import torch.nn as nn
+
+    class Model(nn.Module):
+        def forward(self, x):
+            return torch.softmax(x, dim=1)
+
+    def get_inputs():
+        return [torch.rand(4, 32768)]
+
+    def get_init_inputs():
+        return []
+    '''
+    zeros = '''
+    import torch
+    import torch.nn as nn
+
+    class ModelNew(nn.Module):
+        def forward(self, x):
+            return torch.zeros_like(x)
+    '''
+    assert run(tmp_path, zeros, task=softmax).status is EvalStatus.OK  # every |value| < atol: zeros pass
+    result = run(tmp_path, zeros, task=softmax, guards=["degenerate_output"])
+    assert guards_named(result) == {"degenerate_output"}
+    assert "does not follow the reference's variation" in result.violations[0].message
+    honest = zeros.replace("torch.zeros_like(x)", "torch.softmax(x, dim=1)")
+    assert run(tmp_path, honest, task=softmax, guards=["degenerate_output"]).status is EvalStatus.OK
+
+
+MATMUL_TASK = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return torch.matmul(a, b)
+
+
+def get_inputs():
+    return [torch.rand(64, 1024), torch.rand(1024, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+TF32_MATMUL = '''
+import torch
+import torch.nn as nn
+
+
+def tf32(t):
+    bits = t.contiguous().view(torch.int32)
+    return ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        return torch.matmul(tf32(a), tf32(b))
+'''
+
+
+def test_precision_catches_tf32_that_passes_the_tolerance(tmp_path):
+    assert run(tmp_path, TF32_MATMUL, task=MATMUL_TASK).status is EvalStatus.OK  # passes atol=rtol=1e-4
+    result = run(tmp_path, TF32_MATMUL, task=MATMUL_TASK, guards=["precision"])
+    assert guards_named(result) == {"precision"}
+    assert "float64 reference" in result.violations[0].message and "TF32" in result.violations[0].message
+    sequential = TF32_MATMUL.replace("torch.matmul(tf32(a), tf32(b))",
+                                     "sum(torch.matmul(a[:, i::8], b[i::8, :]) for i in range(8))")
+    assert run(tmp_path, sequential, task=MATMUL_TASK, guards=["precision"]).status is EvalStatus.OK
+
+
+def test_precision_switches_changed_by_the_candidate(tmp_path):
+    flip = "        getattr(torch.backends, 'cud' + 'nn').allow_tf32 = True\n"
+    flips = HONEST.replace("        return torch.relu(", flip + "        return torch.relu(")
+    result = run(tmp_path, flips, guards=["precision"])
+    assert guards_named(result) == {"precision"} and "cudnn_allow_tf32: False -> True" in result.violations[0].message
+    assert torch.backends.cudnn.allow_tf32 is True  # the caller's switches are back (torch's default)
+    assert torch.is_grad_enabled()
+
+
+def test_timer_patch_at_run_time_is_flagged_and_undone(tmp_path):
+    original = time.perf_counter
+    patch = "__import__('ti' + 'me').__dict__['perf_' + 'counter'] = lambda: 0.0\n\n\n"
+    patcher = HONEST.replace("class ModelNew", patch + "class ModelNew")
+    result = run(tmp_path, patcher, guards=["timer_patch"])
+    assert guards_named(result) == {"timer_patch"} and "time.perf_counter" in result.violations[0].message
+    assert time.perf_counter is original
+
+
+def test_host_threads_started_in_forward(tmp_path):
+    threads = HONEST.replace("        return torch.relu(", "        __import__('thread' + 'ing').Thread(\n"
+                             "            target=__import__('time').sleep, args=(3,), daemon=True).start()\n"
+                             "        return torch.relu(")
+    result = run(tmp_path, threads, guards=["host_threads"])
+    assert "host_threads" in guards_named(result)
+    assert any("thread" in v.message for v in result.violations)
+
+
+def test_tampering_with_own_files_after_the_static_check(tmp_path):
+    rewriter = HONEST.replace("class ModelNew", "open(__file__, 'a').write('# changed')\n\n\nclass ModelNew")
+    result = run(tmp_path, rewriter, guards=["tampering"])
+    assert guards_named(result) == {"tampering"} and "model_new.py was modified" in result.violations[0].message
+
+
+def test_tampering_before_loading(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    result_files = {"model_new.py": HONEST}
+    job = Job("j", make_task(LINEAR_TASK, id="t/x", suite="t", level=1, name="x", origin="t"),
+              Solution("inline", result_files), BuildResult(BuildStatus.OK, "inline"), EvalMode.VERIFY,
+              CUDAGYM_V0.with_changes(id="t", guards=("tampering",), num_inputs=1), workdir=str(work))
+    (work / "model_new.py").write_text(HONEST + "\n# not what the judge checked\n")
+    result = evaluate(job, device="cpu")
+    assert result.status is EvalStatus.RULE_VIOLATION and "before loading" in result.violations[0].message
+
+
+def test_suspicious_speedup_is_reverified(tmp_path):
+    fast = KnownBaselines(eager=TimingStats(median_us=1e9, mean_us=1e9, runs=30),
+                          compiled=TimingStats(median_us=1e9, mean_us=1e9, runs=30))
+    result = run(tmp_path, HONEST, mode=EvalMode.PROFILE, baselines=fast, guards=["suspicious_speedup"])
+    assert result.status is EvalStatus.OK and "re-verified on 5 extra inputs" in result.log
+    ns: dict = {}
+    exec(LINEAR_TASK, ns)
+    sums = [round(float(generate_inputs(ns["get_inputs"], s, torch.device("cpu"))[0].sum()), 3) for s in (42, 43)]
+    memorised = HONEST.replace("        return torch.relu(", f"        if round(float(x.sum()), 3) not in {sums}:\n"
+                               "            return torch.zeros(8, 32)\n        return torch.relu(")
+    result = run(tmp_path, memorised, mode=EvalMode.PROFILE, baselines=fast, guards=["suspicious_speedup"])
+    assert guards_named(result) == {"suspicious_speedup"} and "wrong on an extra input" in result.violations[0].message
+
+
+def test_behaviour_change_after_warmup_fails_the_timing_spot_checks(tmp_path):
+    known = KnownBaselines(eager=TimingStats(median_us=1.0, runs=1), compiled=TimingStats(median_us=1.0, runs=1))
+    switch = HONEST.replace("        return torch.relu(", "        self.calls = getattr(self, 'calls', 0) + 1\n"
+                            "        if self.calls > 12:\n            return torch.zeros(8, 32)\n"
+                            "        return torch.relu(")
+    result = run(tmp_path, switch, mode=EvalMode.PROFILE, baselines=known, guards=["result_cache"], min_runs=25,
+                 max_runs=25)
+    assert guards_named(result) == {"result_cache"} and "spot check" in result.violations[0].message
+    result = run(tmp_path, switch, mode=EvalMode.PROFILE, baselines=known, min_runs=25, max_runs=25)
+    assert result.status is EvalStatus.INCORRECT and "during timing" in result.message
+
+
+# ----------------------------------------------------------------------------- guard logic in isolation
+
+
+def _record(outputs: object, reference: object, passed: bool = True) -> SimpleNamespace:
+    check = InputCheck(index=0, seed=1, passed=passed)
+    return SimpleNamespace(outputs=outputs, reference=reference, seed=1, check=check, args=[], ref_args=[], inputs=[])
+
+
+class _Ctx(SimpleNamespace):
+    def flag(self, guard: str, message: str) -> None:
+        self.violations.append((guard, message))
+
+
+def test_stale_memory_recognises_the_poison_pattern():
+    (guard,) = select_guards(["stale_memory"])
+    ctx = _Ctx(violations=[])
+    unwritten = torch.rand(16)
+    poison_(unwritten[4:])
+    guard.on_check(ctx, _record(unwritten, torch.rand(16)))
+    assert ctx.violations and "12 of 16" in ctx.violations[0][1]
+    clean = _Ctx(violations=[])
+    guard.on_check(clean, _record(torch.full((16,), float("nan")), torch.rand(16)))  # canonical NaN: a bug, not stale
+    assert clean.violations == []
+
+
+def test_reference_reuse_at_run_time_sees_subclassing_and_instances(tmp_path):
+    (guard,) = select_guards(["reference_reuse"])
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return x
+
+    class ModelNew(Model):
+        pass
+
+    class Holder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Model()
+
+    for cand, words in ((ModelNew(), "inherits"), (Holder(), "holds an instance")):
+        ctx = _Ctx(violations=[], reference=SimpleNamespace(model_cls=Model), module=object(), cand_model=cand,
+                   workdir=tmp_path)
+        guard.after_load(ctx)
+        assert any(words in m for _, m in ctx.violations)
+
+
+def test_a_cuda_error_marks_the_context_poisoned():
+    result = EvalResult(EvalStatus.RUNTIME_ERROR, "CUDA error: illegal memory access",
+                        log=f"x\n{CONTEXT_POISONED_MARKER}")
+    assert is_context_poisoned(result)
+    assert not is_context_poisoned(EvalResult(EvalStatus.RUNTIME_ERROR, "ValueError"))
+
+
+def test_tolerance_record_is_the_protocols():
+    assert Tolerance(CUDAGYM_V0.atol, CUDAGYM_V0.rtol) == Tolerance(1e-4, 1e-4)

@@ -1,0 +1,198 @@
+"""Guard registry and the static (source) checks: each exploit spelled out is named; clean code passes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cudagym.errors import ConfigError
+from cudagym.judge.guards import guard_names, registry, select_guards
+from cudagym.judge.guards.base import Guard, register
+from cudagym.judge.guards.kernels import classify, judge_kernel_mix
+from cudagym.judge.guards.source_scan import cpp_calls, strip_cpp
+from cudagym.judge.harness.profiling import DeviceEvent, breakdown
+from cudagym.judge.protocol import PROTOCOLS
+from cudagym.solution import Solution
+
+ROOT = Path(__file__).resolve().parents[1]
+STATIC = ["torch_fallback", "reference_reuse", "timer_patch", "host_threads", "lazy_output"]
+
+CLEAN = '''import torch
+import torch.nn as nn
+
+import cuda_extension
+
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(n, n))
+
+    def forward(self, x):
+        out = torch.empty_like(x)
+        stream = torch.cuda.current_stream()
+        return cuda_extension.relu(x.contiguous().view(-1), out, self.weight)
+'''
+
+CLEAN_BINDING = '''#include "binding_registry.h"
+#include <c10/cuda/CUDAStream.h>
+extern "C" int launch_relu(const float* x, float* y, long long n, cudaStream_t s);
+namespace {
+// torch::relu(x) would be a fallback, but this is a comment: "at::matmul(a, b)"
+torch::Tensor relu(const torch::Tensor& x) {
+  TORCH_CHECK(x.is_cuda() && x.dim() == 2, "expected 2-D, got ", x.sizes());
+  auto y = torch::empty_like(x);
+  launch_relu(x.data_ptr<float>(), y.data_ptr<float>(), x.numel(), at::cuda::getCurrentCUDAStream().stream());
+  return y;
+}
+}
+REGISTER_BINDING(relu, relu);
+'''
+
+
+class FakeCtx:
+    """What check_sources needs: the sources and a place to flag."""
+
+    def __init__(self, sources: dict[str, str]) -> None:
+        self.sources = sources
+        self.violations: list[tuple[str, str]] = []
+
+    def flag(self, guard: str, message: str) -> None:
+        self.violations.append((guard, message))
+
+
+def static_violations(sources: dict[str, str]) -> dict[str, str]:
+    ctx = FakeCtx(sources)
+    for guard in select_guards(STATIC):
+        guard.check_sources(ctx)
+    return dict(ctx.violations)
+
+
+def test_registry_has_every_guard_of_the_design_and_the_protocol_presets():
+    expected = {"torch_fallback", "reference_reuse", "timer_patch", "side_stream", "host_threads", "lazy_output",
+                "result_cache", "stale_memory", "input_mutation", "precision", "hard_coding", "decoy_kernels",
+                "tampering", "file_access", "network", "degenerate_output", "suspicious_speedup"}
+    assert set(guard_names()) == expected
+    for protocol in PROTOCOLS.values():
+        if "all" not in protocol.guards:
+            assert set(protocol.guards) <= expected, protocol.id
+    for cls in registry().values():
+        assert cls.summary and cls.__doc__
+
+
+def test_select_all_orders_by_hook_order_and_unknown_names_are_rejected():
+    guards = select_guards(["all"])
+    assert [g.order for g in guards] == sorted(g.order for g in guards)
+    assert guards[0].name == "side_stream"  # its after_forward must run before anything syncs
+    assert guards[-1].order >= 90
+    assert [g.name for g in select_guards(["precision", "precision"])] == ["precision"]
+    assert select_guards([]) == []
+    with pytest.raises(ConfigError, match="unknown guard.*nope"):
+        select_guards(["nope"])
+
+
+def test_guard_names_are_unique_on_register():
+    class Duplicate(Guard):
+        name = "precision"
+
+    with pytest.raises(ConfigError, match="taken"):
+        register(Duplicate)
+
+
+def test_clean_solution_passes_every_static_check():
+    assert static_violations({"model_new.py": CLEAN, "kernels/relu_binding.cpp": CLEAN_BINDING}) == {}
+
+
+@pytest.mark.parametrize("solution_dir", sorted((ROOT / "envs/bundled/solutions").glob("L*/*")), ids=lambda p: p.name)
+def test_bundled_reference_solutions_pass_every_static_check(solution_dir):
+    solution = Solution.from_dir(solution_dir, "extension")
+    assert static_violations(dict(solution.files)) == {}
+
+
+@pytest.mark.parametrize(
+    ("code", "guard", "words"),
+    [
+        ("import torch.nn.functional as F\ny = F.relu(x)\n", "torch_fallback", "torch.nn.functional.relu"),
+        ("import torch\ny = torch.matmul(a, b)\n", "torch_fallback", "torch.matmul"),
+        ("from torch import sigmoid\ny = sigmoid(x)\n", "torch_fallback", "torch.sigmoid"),
+        ("y = a @ b\n", "torch_fallback", "@ operator"),
+        ("import torch\nf = torch.compile(g)\n", "torch_fallback", "torch.compile"),
+        ("import torch\ny = torch.ops.aten.relu(x)\n", "torch_fallback", "torch.ops.aten.relu"),
+        ("from model import Model\n", "reference_reuse", "imports the reference module"),
+        ("import model\n", "reference_reuse", "imports the reference module"),
+        ("class ModelNew(Model):\n    pass\n", "reference_reuse", "`Model`"),
+        ("try:\n    import cuda_extension\nexcept ImportError:\n    pass\n", "reference_reuse", "try/except"),
+        ("import gc\nobjs = gc.get_objects()\n", "reference_reuse", "imports gc"),
+        ("import sys\nm = sys.modules\n", "reference_reuse", "sys.modules"),
+        ("exec('x = 1')\n", "reference_reuse", "calls exec"),
+        ("import torch\ntorch.cuda.synchronize = lambda: None\n", "timer_patch", "torch.cuda.synchronize"),
+        ("import time as t\nt.perf_counter = lambda: 0.0\n", "timer_patch", "time.perf_counter"),
+        ("import torch\nsetattr(torch.cuda.Event, 'elapsed_time', f)\n", "timer_patch", "setattr on torch.cuda.Event"),
+        ("from unittest import mock\n", "timer_patch", "unittest"),
+        ("import threading\n", "host_threads", "imports threading"),
+        ("from concurrent.futures import ThreadPoolExecutor\n", "host_threads", "concurrent.futures"),
+        ("import torch\nclass Lazy(torch.Tensor):\n    pass\n", "lazy_output", "subclasses torch.Tensor"),
+        ("y = torch.Tensor._make_subclass(C, x)\n", "lazy_output", "_make_subclass"),
+    ],
+)
+def test_each_static_exploit_is_named(code, guard, words):
+    found = static_violations({"model_new.py": code})
+    assert guard in found, found
+    assert words in found[guard]
+
+
+@pytest.mark.parametrize(
+    ("code", "guard", "words"),
+    [
+        ("auto y = at::relu(x);", "torch_fallback", "at::relu"),
+        ("return torch::matmul(a, b);", "torch_fallback", "torch::matmul"),
+        ("auto y = torch::nn::functional::gelu(x);", "torch_fallback", "torch::nn::functional::gelu"),
+        ("auto y = x.sum(1);", "torch_fallback", ".sum()"),
+        ("std::thread t([]{}); t.detach();", "host_threads", "std::thread"),
+        ("pthread_create(&t, nullptr, f, nullptr);", "host_threads", "pthread_create"),
+    ],
+)
+def test_each_cpp_exploit_is_named(code, guard, words):
+    found = static_violations({"model_new.py": CLEAN, "kernels/op_binding.cpp": f"void f() {{ {code} }}\n"})
+    assert guard in found, found
+    assert words in found[guard]
+
+
+def test_cpp_in_load_inline_strings_is_scanned_with_its_line():
+    code = ('import torch\nsrc = """\n#include <torch/extension.h>\n'
+            'torch::Tensor f(torch::Tensor x) { return at::gelu(x); }\n"""\n')
+    found = static_violations({"model_new.py": code})
+    assert "model_new.py:4 calls at::gelu" in found["torch_fallback"]
+
+
+def test_cpp_scan_ignores_comments_and_strings_and_keeps_lines():
+    text = '// at::relu(x)\n/* torch::mm(a, b)\n */ const char* s = "at::gelu(x)";\nat::empty_like(x);\n'
+    stripped = strip_cpp(text)
+    assert stripped.count("\n") == text.count("\n")
+    calls = [c for c in cpp_calls(text) if c.namespace]
+    assert [(c.name, c.line) for c in calls] == [("empty_like", 4)]
+
+
+def test_kernel_classes_and_the_decoy_rule():
+    assert classify("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>()") == "moves"
+    assert classify("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>()") == "torch"
+    assert classify("triton_poi_fused_mul_sigmoid_0") == "torch"
+    assert classify("sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32") == "library"
+    assert classify("void swish_kernel(float const*, float*, long long)") == "own"
+    own = DeviceEvent("void swish_kernel(float const*, float*, long long)", 90.0, 7, False)
+    aten = DeviceEvent("void at::native::vectorized_elementwise_kernel<4, at::native::sigmoid>()", 80.0, 7, False)
+    copy = DeviceEvent("Memcpy DtoD (Device -> Device)", 500.0, 7, True)
+    assert judge_kernel_mix([own, copy], built_kernels=1) == ""
+    assert "only" in judge_kernel_mix([DeviceEvent(own.name, 10.0, 7, False), aten], built_kernels=1)
+    assert "none of the 1 compiled" in judge_kernel_mix([aten], built_kernels=1)
+    assert judge_kernel_mix([copy], built_kernels=1) == ""
+
+
+def test_breakdown_is_per_forward_and_sums_the_tail():
+    events = [DeviceEvent(f"k{i}", float(i + 1), 0, False) for i in range(25) for _ in range(2)]
+    rows = breakdown(events, repeats=2, limit=20)
+    assert len(rows) == 21 and rows[0].name == "k24" and rows[0].time_us == 25.0 and rows[0].calls == 1
+    assert rows[-1].name == "(other kernels)"
+    assert sum(r.share for r in rows) == pytest.approx(1.0)
+    assert breakdown([], repeats=3) == ()
