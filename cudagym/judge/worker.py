@@ -101,6 +101,8 @@ class PoolOptions:
         retire_on_failure: Also replace the worker after any job that ended in an error status.
         job_timeout_s: Wall-clock limit of one job; 0 means the job protocol's ``eval_timeout_s``.
         startup_timeout_s: How long a new worker may take to import the job function.
+        spare_worker: Keep one more worker per GPU started and idle, so a replacement is ready at once
+            after a crash (costs the host memory of an interpreter with torch imported; no GPU memory).
         pythonpath: Folders put first on the workers' ``PYTHONPATH``.
         env: Extra environment variables for the workers (secret-looking names are dropped).
     """
@@ -111,6 +113,7 @@ class PoolOptions:
     retire_on_failure: bool = True
     job_timeout_s: float = 0.0
     startup_timeout_s: float = 300.0
+    spare_worker: bool = True
     pythonpath: tuple[str, ...] = ()
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
@@ -409,18 +412,36 @@ class _Lane:
         self.closing = closing
         self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.pending = 0  # queued + running, for picking the least-loaded lane
-        self.generation = 0
+        self.generation = 0  # workers that became current
+        self.started = 0  # worker processes started (spares included)
         self.worker: _Worker | None = None
+        self.spare: _Worker | None = None
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._loop, name=f"cudagym-gpu{device}", daemon=True)
         self.thread.start()
 
-    def _start_worker(self) -> None:
+    def _new_worker(self) -> _Worker:
+        self.started += 1
+        return _Worker(self.device, self.started, self.options, self.root)
+
+    def _promote(self) -> None:
+        """Make the spare (or a new process) the current worker, and start the next spare."""
         self.generation += 1
-        self.worker = _Worker(self.device, self.generation, self.options, self.root)
+        spare, self.spare = self.spare, None
+        if spare is not None and not spare.alive:
+            spare.close()
+            spare = None
+        self.worker = spare or self._new_worker()
+        if self.options.spare_worker and not self.closing.is_set():
+            self.spare = self._new_worker()  # imports torch and the harness now, not after the next crash
+
+    def _retire(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
 
     def _loop(self) -> None:
-        self._start_worker()  # warm: a worker is importing torch before the first job arrives
+        self._promote()  # warm: a worker is importing torch before the first job arrives
         while True:
             item = self.queue.get()
             if item is _STOP:
@@ -435,31 +456,30 @@ class _Lane:
             with self.lock:
                 self.pending -= 1
             future.set_result(result)
-        if self.worker is not None:
-            self.worker.close()
-            self.worker = None
+        self._retire()
+        if self.spare is not None:
+            self.spare.close()
+            self.spare = None
 
     def _run(self, job: Job) -> EvalResult:
         if self.worker is not None and not self.worker.alive:
-            self.worker.close()  # died between jobs (a stray thread of the last job?): not this job's fault
-            self.worker = None
+            self._retire()  # died between jobs (a stray thread of the last job?): not this job's fault
         if self.worker is None:
-            self._start_worker()
+            self._promote()
         assert self.worker is not None
         problem = self.worker.wait_ready(self.closing)
         if problem:
-            self.worker.close()
-            self._start_worker()
+            self._retire()
+            self._promote()
             return _result(job, EvalStatus.INFRA_ERROR, problem)
         timeout = self.options.job_timeout_s or job.protocol.eval_timeout_s
         outcome = self.worker.run(job, timeout, self.closing)
         if outcome.retire:
             log.info("replacing worker %d for GPU %s after job %s (%s)", self.worker.pid, self.device,
                      job.job_id, outcome.result.status.value)
-            self.worker.close()
-            self.worker = None
+            self._retire()
             if not self.closing.is_set():
-                self._start_worker()
+                self._promote()
         return outcome.result
 
     def info(self) -> WorkerInfo:
