@@ -27,6 +27,8 @@ from cudagym.workspace import Workspace, WorkspaceLimits
 
 logger = logging.getLogger(__name__)
 
+MAX_OBSERVATION_CHARS = 1 << 20  # the prompt and every observation are cut to this (a visible marker shows it)
+
 
 def _local_judge(protocol: Protocol) -> Judge:
     from cudagym.judge.local import default_judge
@@ -207,8 +209,10 @@ class CudaKernelEnv(gym.Env[str, str]):
         self.workspace_limits = workspace_limits or WorkspaceLimits()
         self._workspace_dir = workspace_dir
         self.render_mode = render_mode
+        self.max_action_chars = max_action_chars
+        self.max_observation_chars = MAX_OBSERVATION_CHARS
         self.action_space = UnicodeText(max_action_chars)
-        self.observation_space = UnicodeText(1 << 20)
+        self.observation_space = UnicodeText(MAX_OBSERVATION_CHARS)
         self._pool: tuple[Task, ...] | None = None
         self._episode: _Episode | None = None
         self._last_observation = ""
@@ -269,7 +273,7 @@ class CudaKernelEnv(gym.Env[str, str]):
             parent=self._workspace_dir,
         )
         self._episode = _Episode(task=task, workspace=workspace, hardware=hardware)
-        observation = truncate(prompt, self.observation_space.max_length)
+        observation = truncate(prompt, self.max_observation_chars)
         self._episode.tokens_used = self._count(observation)
         self._last_observation = observation
         return observation, self._info(None, reward_evaluated=False)
@@ -277,7 +281,7 @@ class CudaKernelEnv(gym.Env[str, str]):
     def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
         """Run the tool call in ``action``; never raises for what the action holds."""
         ep = self._require_episode()
-        call = parse_action(action, max_chars=self.action_space.max_length)
+        call = parse_action(action, max_chars=self.max_action_chars)
         result = run_tool(call, self._context(ep))
         ep.turn += 1
         self._record(ep, result)
@@ -291,7 +295,7 @@ class CudaKernelEnv(gym.Env[str, str]):
             reward, evaluated = final.reward, final.evaluated
             text = f"{text}\n\n{ending}"
             ep.done = True
-        observation = truncate(text, self.observation_space.max_length)
+        observation = truncate(text, self.max_observation_chars)
         self._last_observation = observation
         info = self._info(result, reward_evaluated=evaluated)
         if terminated or truncated:
