@@ -281,18 +281,19 @@ class CudaKernelEnv(gym.Env[str, str]):
     def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
         """Run the tool call in ``action``; never raises for what the action holds."""
         ep = self._require_episode()
-        call = parse_action(action, max_chars=self.max_action_chars)
-        result = run_tool(call, self._context(ep))
+        call = parse_action(action, max_chars=self.max_action_chars)  # parse (errors are data)
+        result = run_tool(call, self._context(ep))  # dispatch; the evaluation tools call the judge
         ep.turn += 1
         self._record(ep, result)
-        text = truncate(result.text, self.max_result_chars)
+        text = truncate(result.text, self.max_result_chars)  # format
         ep.tokens_used += self._count(action if isinstance(action, str) else "") + self._count(text)
         terminated = result.ends_episode
         truncated = not terminated and (ep.turn >= self.max_turns or ep.tokens_used >= self.token_budget)
         reward, evaluated = 0.0, False
-        if terminated or truncated:
+        if terminated or truncated:  # reward: only the episode's end is scored
             final, ending = self._finish(ep, truncated)
             reward, evaluated = final.reward, final.evaluated
+            ep.tokens_used += self._count("\n\n" + ending)
             text = f"{text}\n\n{ending}"
             ep.done = True
         observation = truncate(text, self.max_observation_chars)
