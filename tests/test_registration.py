@@ -145,3 +145,19 @@ def test_time_limit_agrees_with_max_turns(kernelbench_tree: Path) -> None:
     *_, truncated, info = results[-1]
     assert truncated and info["episode_end"] == "max_turns" and info["evaluated"]
     env.close()
+
+
+def test_check_env_bundled_as_shipped_with_the_default_judge(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # the id exactly as a user makes it: default judge (local; no GPU here) and default token counter
+    if not _bundled_shipped():
+        pytest.skip("the bundled tasks (envs/bundled/tasks) are not in this tree yet")
+    monkeypatch.setenv("CUDAGYM_OFFLINE", "1")  # the default counter falls back to the shipped BPE at once
+    monkeypatch.setenv("CUDAGYM_CACHE_DIR", str(tmp_path / "cache"))
+    env = gym.make("CudaKernel-Bundled-v0")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_env(env.unwrapped)
+    obs, info = env.reset(seed=0)
+    assert info["token_counter"] in ("tiktoken:o200k_base", "cudagym:code-bpe-16k")
+    assert info["gpu"] and info["task_id"].startswith("bundled/")
+    env.close()
