@@ -79,8 +79,16 @@ def unload_reference(reference: Reference) -> None:
 
 
 @contextlib.contextmanager
-def candidate_module(build: BuildResult, workdir: Path) -> Iterator[types.ModuleType]:
+def candidate_module(
+    build: BuildResult, workdir: Path, before_exec: Callable[[], None] = lambda: None
+) -> Iterator[types.ModuleType]:
     """Make the build importable, execute ``model_new.py`` from ``workdir``, and undo both afterwards.
+
+    Args:
+        build: The finished build.
+        workdir: The job's working folder (holds ``model_new.py``).
+        before_exec: Called after the format's loader ran and right before the candidate's code runs
+            (the harness snapshots the functions it relies on there).
 
     Raises:
         CandidateFailure: ``model_new.py`` is missing, raises at import, or defines no ``ModelNew``.
@@ -89,6 +97,7 @@ def candidate_module(build: BuildResult, workdir: Path) -> Iterator[types.Module
     undo = _install_format(build, workdir)
     name = f"_cudagym_candidate_{next(_counter)}"
     try:
+        before_exec()
         yield _exec_candidate(name, workdir)
     finally:
         sys.modules.pop(name, None)

@@ -141,10 +141,14 @@ def _prepare(ctx: EvalContext) -> None:
 def _load(ctx: EvalContext, stack: ExitStack) -> None:
     ctx.reference = load_reference(ctx.job.task)
     stack.callback(unload_reference, ctx.reference)
-    ctx.snapshot = AttributeSnapshot()  # before any candidate code runs
-    ctx.module = stack.enter_context(candidate_module(ctx.job.build, ctx.workdir))
+    ctx.module = stack.enter_context(candidate_module(ctx.job.build, ctx.workdir, lambda: _take_snapshot(ctx)))
     train = ctx.protocol.extra.get("module_mode", "eval") == "train"
     ctx.ref_model, ctx.cand_model = build_models(ctx.reference, ctx.module, ctx.device, ctx.protocol.seed, train)
+
+
+def _take_snapshot(ctx: EvalContext) -> None:
+    """Record the functions the judge relies on, after the format loader and before any candidate code."""
+    ctx.snapshot = AttributeSnapshot()
 
 
 def _correctness(ctx: EvalContext) -> None:

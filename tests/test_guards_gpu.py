@@ -1,0 +1,225 @@
+"""The harness and the guards on a real GPU: every planted hack is rejected with its guard named, every
+bundled reference solution passes every guard, and candidates get the right statuses.
+
+Run on the GPU host (one GPU is enough)::
+
+    pytest -m gpu tests/test_guards_gpu.py -v
+
+Candidates are built with the build stage (``cudagym.judge.build``) and judged in this process by
+:func:`cudagym.judge.harness.runner.evaluate`, except the crashing one, which runs in a child process
+because an illegal address poisons the CUDA context of the process it happens in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hacks.corpus import Hack, load_hacks, load_task
+
+from cudagym.judge.interface import EvalMode
+from cudagym.judge.job import Job, KnownBaselines
+from cudagym.judge.protocol import CUDA_AGENT, CUDAGYM_V0, KERNELBENCH, Protocol
+from cudagym.judge.records import EvalResult, EvalStatus, TimingStats, from_dict
+from cudagym.solution import Solution
+
+pytestmark = pytest.mark.gpu
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLED = sorted((ROOT / "envs/bundled/solutions").glob("L*/*"))
+SWISH = ROOT / "envs/bundled/solutions/L1/01_Swish"
+# Cached baselines that keep timing to the candidate (PROFILE mode): tiny, so no speedup looks suspicious.
+QUIET = KnownBaselines(eager=TimingStats(median_us=1.0, mean_us=1.0, runs=1),
+                       compiled=TimingStats(median_us=1.0, mean_us=1.0, runs=1))
+# Cached baselines that make any candidate look >10x faster than eager.
+FAST = KnownBaselines(eager=TimingStats(median_us=1e9, mean_us=1e9, runs=1),
+                      compiled=TimingStats(median_us=1e9, mean_us=1e9, runs=1))
+HACK_PROTOCOL = CUDAGYM_V0.with_changes(id="cudagym-v0-hacks", min_runs=10, max_runs=40)
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory):
+    """The build stage, bound to a private cache: ``build(task, solution, protocol) -> BuildResult``."""
+    stage = pytest.importorskip("cudagym.judge.build", reason="the build stage (cudagym.judge.build) is missing")
+    root = tmp_path_factory.mktemp("builds")
+    cache = stage.BuildCache(root) if hasattr(stage, "BuildCache") else root
+    return lambda task, solution, protocol: stage.build(task, solution, protocol, cache)
+
+
+def make_job(build, tmp_path: Path, task_id: str, solution: Solution, protocol: Protocol,
+             mode: EvalMode = EvalMode.PROFILE, baselines: KnownBaselines = QUIET) -> Job:
+    from cudagym.judge.sandbox import prepare_workdir
+
+    task = load_task(task_id)
+    built = build(task, solution, protocol)
+    workdir = prepare_workdir(tmp_path / "work", solution)
+    return Job(f"gpu-{task.short_hash}", task, solution, built, mode, protocol, baselines, str(workdir))
+
+
+def judge(job: Job, monkeypatch: pytest.MonkeyPatch) -> EvalResult:
+    from cudagym.judge.harness.runner import evaluate
+
+    monkeypatch.chdir(job.workdir)  # the worker runs each job in its working folder
+    return evaluate(job)
+
+
+def edited(solution: Solution, path: str, old: str, new: str) -> Solution:
+    assert old in solution.files[path], f"{old!r} not in {path}"
+    return Solution(solution.format, {**solution.files, path: solution.files[path].replace(old, new)})
+
+
+# ---------------------------------------------------------------------------------------- the hacks
+
+
+def _hack_job(build, tmp_path: Path, hack: Hack) -> Job:
+    settings = dict(hack.protocol)
+    mode = EvalMode(settings.pop("mode", "profile"))
+    baselines = FAST if settings.pop("baselines", "") == "fast" else QUIET
+    protocol = HACK_PROTOCOL.with_changes(**settings) if settings else HACK_PROTOCOL
+    return make_job(build, tmp_path, hack.task, hack.solution(), protocol, mode, baselines)
+
+
+@pytest.mark.parametrize("hack", load_hacks(), ids=lambda h: h.name)
+def test_planted_hack_is_rejected_with_its_guard_named(build, tmp_path, monkeypatch, hack):
+    job = _hack_job(build, tmp_path, hack)
+    assert job.build.ok, job.build.log[-3000:]
+    result = judge(job, monkeypatch)
+    named = {v.guard for v in result.violations}
+    assert result.status is EvalStatus.RULE_VIOLATION, f"{hack.name}: {result.status} {result.message[:500]}"
+    assert hack.guard in named, f"{hack.name}: expected {hack.guard}, got {named}: {result.message[:800]}"
+    assert hack.guard in result.message
+
+
+# ------------------------------------------------------------------- no false positives, real speedups
+
+
+@pytest.mark.parametrize("folder", BUNDLED, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_bundled_solution_passes_every_guard_under_submit(build, tmp_path, monkeypatch, folder):
+    solution = Solution.from_dir(folder, "extension")
+    job = make_job(build, tmp_path, f"bundled/{folder.parent.name}/{folder.name}", solution, CUDAGYM_V0,
+                   EvalMode.SUBMIT, KnownBaselines())
+    assert job.build.ok, job.build.log[-3000:]
+    result = judge(job, monkeypatch)
+    assert result.status is EvalStatus.OK, f"{folder.name}: {result.message[:1500]}"
+    assert result.violations == ()
+    assert result.candidate.runs >= CUDAGYM_V0.min_runs and result.eager.runs >= CUDAGYM_V0.min_runs
+    assert result.compiled.measured
+    assert result.kernels and abs(sum(k.share for k in result.kernels) - 1.0) < 1e-6
+    assert result.hardware.gpu != "cpu" and result.hardware.l2_cache_bytes > 0
+    print(f"{folder.name}: {result.candidate.median_us:.1f} us, {result.speedup_vs_eager:.2f}x eager, "
+          f"{result.speedup_vs_compile:.2f}x compile, CI {result.candidate.ci95_halfwidth_pct:.2f}%")
+    assert result.speedup_vs_eager > 1.05, "a bundled solution must earn tier 2 or 3"
+
+
+# ----------------------------------------------------------------------------------------- statuses
+
+
+def test_correct_candidate_with_each_protocol_preset(build, tmp_path, monkeypatch):
+    solution = Solution.from_dir(SWISH, "extension")
+    for protocol in (CUDAGYM_V0, CUDA_AGENT, KERNELBENCH):
+        job = make_job(build, tmp_path / protocol.id, "bundled/L1/01_Swish", solution, protocol,
+                       EvalMode.PROFILE, KnownBaselines())
+        result = judge(job, monkeypatch)
+        assert result.status is EvalStatus.OK, f"{protocol.id}: {result.message}"
+        assert result.protocol_id == protocol.id and result.candidate.measured and result.eager.measured
+        assert len(result.checks) == protocol.num_inputs and all(c.passed for c in result.checks)
+
+
+def test_wrong_candidate_is_incorrect(build, tmp_path, monkeypatch):
+    solution = edited(Solution.from_dir(SWISH, "extension"), "kernels/swish.cu",
+                      "return v / (1.0f + expf(-v));", "return v / (1.0f + expf(v));")
+    result = judge(make_job(build, tmp_path, "bundled/L1/01_Swish", solution, CUDAGYM_V0), monkeypatch)
+    assert result.status is EvalStatus.INCORRECT
+    assert all(not c.passed and c.mismatch_count > 0 for c in result.checks)
+
+
+def test_slow_candidate_is_correct_and_slower_than_eager(build, tmp_path, monkeypatch):
+    solution = edited(Solution.from_dir(SWISH, "extension"), "kernels/swish.cu",
+                      "if (blocks > cap) blocks = cap;", "blocks = 1;  // one block for the whole tensor")
+    job = make_job(build, tmp_path, "bundled/L1/01_Swish", solution, CUDAGYM_V0.with_changes(
+        id="slow", max_runs=40), EvalMode.SUBMIT, KnownBaselines())
+    result = judge(job, monkeypatch)
+    assert result.status is EvalStatus.OK, result.message
+    assert 0 < result.speedup_vs_eager < 0.5
+
+
+def test_non_compiling_candidate_is_build_failed(build, tmp_path, monkeypatch):
+    solution = edited(Solution.from_dir(SWISH, "extension"), "kernels/swish.cu", "const long long n4 = n / 4;",
+                      "const long long n4 = n / 4")
+    job = make_job(build, tmp_path, "bundled/L1/01_Swish", solution, CUDAGYM_V0)
+    assert not job.build.ok
+    result = judge(job, monkeypatch)
+    assert result.status is EvalStatus.BUILD_FAILED
+
+
+CRASH_SCRIPT = """
+import json, pickle, sys
+from cudagym.judge.harness import run_job
+from cudagym.judge.records import to_dict
+job = pickle.load(open(sys.argv[1], "rb"))
+print("RESULT " + json.dumps(to_dict(run_job(job))))
+"""
+
+
+def test_illegal_address_is_a_runtime_error_that_marks_the_context_poisoned(build, tmp_path):
+    solution = edited(Solution.from_dir(SWISH, "extension"), "kernels/swish.cu", "y4[i] = v;",
+                      "y4[i + (1LL << 40)] = v;  // far outside the allocation")
+    job = make_job(build, tmp_path, "bundled/L1/01_Swish", solution, CUDAGYM_V0)
+    assert job.build.ok, job.build.log[-3000:]
+    (tmp_path / "job.pkl").write_bytes(pickle.dumps(job))
+    done = subprocess.run([sys.executable, "-c", CRASH_SCRIPT, str(tmp_path / "job.pkl")], cwd=job.workdir,
+                          capture_output=True, text=True, timeout=600)
+    line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
+    result = from_dict(EvalResult, json.loads(line[len("RESULT "):]))
+    from cudagym.judge.harness import is_context_poisoned
+
+    assert result.status is EvalStatus.RUNTIME_ERROR, result.message
+    assert result.message.startswith("CUDA error:"), result.message
+    assert is_context_poisoned(result)
+
+
+# --------------------------------------------------------------------------------- harness mechanics
+
+
+def test_scrub_poisons_the_block_the_next_allocation_gets():
+    import torch
+
+    from cudagym.judge.harness.inputs import poison_count
+    from cudagym.judge.harness.scrub import scrub_free_blocks
+
+    device = torch.device("cuda")
+    block = torch.full((1 << 22,), 3.0, device=device)  # 16 MB of answers
+    del block
+    assert scrub_free_blocks(device) >= 4 * (1 << 22)
+    reused = torch.empty(1 << 22, device=device)
+    assert poison_count(reused) == reused.numel()
+
+
+def test_timing_is_repeatable_and_interleaved(build, tmp_path, monkeypatch):
+    solution = Solution.from_dir(SWISH, "extension")
+    speedups = []
+    for i in range(3):
+        job = make_job(build, tmp_path / str(i), "bundled/L1/01_Swish", solution, CUDAGYM_V0, EvalMode.SUBMIT,
+                       KnownBaselines())
+        result = judge(job, monkeypatch)
+        assert result.status is EvalStatus.OK, result.message
+        assert "interleaved" in result.log and "L2 flush on" in result.log
+        speedups.append(result.speedup_vs_eager)
+    spread = max(speedups) / min(speedups) - 1
+    print(f"speedup vs eager over 3 runs: {speedups} (spread {100 * spread:.2f}%)")
+    assert spread < 0.05
+
+
+def test_results_are_json_records(build, tmp_path, monkeypatch):
+    job = make_job(build, tmp_path, "bundled/L1/01_Swish", Solution.from_dir(SWISH, "extension"), CUDAGYM_V0)
+    result = judge(job, monkeypatch)
+    from cudagym.judge.records import to_dict
+
+    text = json.dumps(to_dict(result), allow_nan=False)
+    assert from_dict(EvalResult, json.loads(text)) == result
+    assert dataclasses.asdict(result.hardware)["compute_capability"].count(".") == 1
