@@ -1,0 +1,96 @@
+"""The build stage: one builder per solution format, one signature, outputs cached by content.
+
+>>> from cudagym.judge.build import build
+>>> result = build(task, solution, protocol)          # doctest: +SKIP
+>>> result.status, result.artifact_path                # BuildStatus.OK, '/.../cudagym_ext_....so'
+
+Every builder has the signature ``(task, solution, protocol, cache) -> BuildResult`` and is found by the
+solution's format name in :data:`BUILDERS`; adding a format is one :func:`register_builder` call. A
+builder never raises for a bad candidate: broken code is ``COMPILE_ERROR``, a wrong layout ``INVALID``,
+a compile bomb ``TIMEOUT`` or ``OUTPUT_LIMIT``; a missing compiler is ``TOOL_ERROR`` (not the agent's
+fault). Builds run on CPU (nvcc needs no GPU); the GPU worker only loads the artifact:
+
+- ``extension``: :func:`cudagym.judge.build.extension.load_extension`;
+- ``inline``: :func:`cudagym.judge.build.inline.install_inline_loader`;
+- ``raw``: :mod:`cudagym.runtime`, pointed at the manifest by ``CUDAGYM_RAW_MANIFEST``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from cudagym.errors import BuildToolError, ConfigError
+from cudagym.judge.build.cache import BuildCache, default_cache_root
+from cudagym.judge.build.extension import build_extension
+from cudagym.judge.build.inline import build_inline
+from cudagym.judge.build.raw import build_raw
+from cudagym.judge.protocol import Protocol, get_protocol
+from cudagym.judge.records import BuildResult, BuildStatus
+from cudagym.solution import Solution
+from cudagym.task import Task
+
+logger = logging.getLogger(__name__)
+
+Builder = Callable[[Task, Solution, Protocol, BuildCache], BuildResult]
+
+BUILDERS: dict[str, Builder] = {}
+
+
+def register_builder(format_name: str, builder: Builder) -> None:
+    """Make ``builder`` build solutions of ``format_name`` (replacing any earlier one)."""
+    BUILDERS[format_name] = builder
+
+
+register_builder("extension", build_extension)
+register_builder("inline", build_inline)
+register_builder("raw", build_raw)
+
+_default_cache: BuildCache | None = None
+
+
+def default_cache() -> BuildCache:
+    """The process-wide cache under the user cache directory (created on first use)."""
+    global _default_cache
+    if _default_cache is None or _default_cache.root != default_cache_root() / "build":
+        _default_cache = BuildCache()
+    return _default_cache
+
+
+def build(
+    task: Task, solution: Solution, protocol: Protocol | str | None = None, cache: BuildCache | None = None,
+) -> BuildResult:
+    """Build ``solution`` with its format's builder.
+
+    Args:
+        task: The task the solution answers (recorded in logs).
+        solution: The agent's files.
+        protocol: Supplies the build timeout (and caps in ``extra``); default: the default protocol.
+        cache: Artifact cache; default: :func:`default_cache`.
+
+    Raises:
+        ConfigError: No builder is registered for the solution's format.
+    """
+    builder = BUILDERS.get(solution.format)
+    if builder is None:
+        raise ConfigError(f"expected a solution format with a builder ({', '.join(sorted(BUILDERS))}), "
+                          f"got {solution.format!r}; register one with register_builder()")
+    start = time.monotonic()
+    try:
+        result = builder(task, solution, get_protocol(protocol), cache or default_cache())
+    except BuildToolError as exc:
+        result = BuildResult(BuildStatus.TOOL_ERROR, solution.format, message=str(exc))
+    wall = time.monotonic() - start
+    logger.info("build %s (%s): %s in %.2f s%s", task.id, solution.format, result.status.value, wall,
+                " (cached)" if result.cached else "")
+    return _with_wall_time(result, wall)
+
+
+def _with_wall_time(result: BuildResult, wall_s: float) -> BuildResult:
+    from dataclasses import replace
+
+    return replace(result, wall_time_s=wall_s)
+
+
+__all__ = ["BUILDERS", "Builder", "BuildCache", "build", "default_cache", "register_builder"]

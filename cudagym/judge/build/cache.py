@@ -1,0 +1,187 @@
+"""A content-addressed cache of build artifacts on disk, shared by processes through file locks.
+
+Every entry is a directory named by a sha256 key of everything that determines its contents (sources,
+flags, target arch, compiler and torch versions, protected files). An entry is written in a private
+temporary directory and renamed into place, so readers see a whole entry or none; a per-key file lock
+makes concurrent builders of the same key wait for the first instead of compiling twice.
+
+Layout under the root (``CUDAGYM_CACHE_DIR``, else ``$XDG_CACHE_HOME/cudagym``, else
+``~/.cache/cudagym``)::
+
+    build/<kind>/<key[:2]>/<key>/...   entries (kind: obj, pch, ext, cubin, inline, ...)
+    build/locks/<key>.lock             per-key locks
+    build/tmp/                         entries being written (same filesystem, so rename is atomic)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock, Timeout
+
+from cudagym.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+CACHE_DIR_ENV = "CUDAGYM_CACHE_DIR"
+
+
+def default_cache_root() -> Path:
+    """The user cache directory of cudagym (``CUDAGYM_CACHE_DIR``, ``$XDG_CACHE_HOME/cudagym``, ``~/.cache``)."""
+    explicit = os.environ.get(CACHE_DIR_ENV)
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "cudagym"
+
+
+def content_key(*parts: Any) -> str:
+    """sha256 hex of a canonical JSON encoding of ``parts`` (strings, numbers, lists, dicts)."""
+    blob = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode("utf-8", errors="surrogateescape")).hexdigest()
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """Hit and miss counts of one cache object since it was created (or last reset)."""
+
+    hits: int = 0
+    misses: int = 0
+
+
+class BuildCache:
+    """Content-addressed build artifacts under one root directory.
+
+    Args:
+        root: Cache root; ``None`` uses :func:`default_cache_root`. Entries go under ``root/build``.
+    """
+
+    def __init__(self, root: str | Path | None = None) -> None:
+        self.root = (Path(root).expanduser() if root is not None else default_cache_root()) / "build"
+        self._counts: dict[str, list[int]] = {}
+        self._counts_lock = threading.Lock()
+        try:
+            for sub in ("locks", "tmp"):
+                (self.root / sub).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"expected a writable build cache directory, got {self.root} ({exc}); "
+                f"set {CACHE_DIR_ENV} to a writable path"
+            ) from None
+
+    def entry_dir(self, kind: str, key: str) -> Path:
+        """Where the entry ``kind``/``key`` lives (whether or not it exists)."""
+        return self.root / kind / key[:2] / key
+
+    def lookup(self, kind: str, key: str) -> Path | None:
+        """The entry's directory if it is complete, else ``None``; counts a hit or a miss for ``kind``."""
+        path = self.entry_dir(kind, key)
+        found = path.is_dir()
+        self._count(kind, hit=found)
+        if found:
+            with contextlib.suppress(OSError):
+                os.utime(path)  # recency for prune()
+        return path if found else None
+
+    @contextlib.contextmanager
+    def lock(self, key: str, timeout_s: float) -> Iterator[bool]:
+        """Hold the key's lock (across processes) for up to ``timeout_s``; yields False if it timed out."""
+        lock = FileLock(str(self.root / "locks" / f"{key}.lock"))
+        try:
+            lock.acquire(timeout=max(timeout_s, 0.0))
+        except Timeout:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            lock.release()
+
+    @contextlib.contextmanager
+    def staging(self, prefix: str = "stage-") -> Iterator[Path]:
+        """A private scratch directory on the cache's filesystem, removed afterwards."""
+        path = Path(tempfile.mkdtemp(prefix=prefix, dir=self.root / "tmp"))
+        try:
+            yield path
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def commit(self, kind: str, key: str, staged: Path) -> Path:
+        """Move a fully written directory into place as entry ``kind``/``key`` (atomic rename).
+
+        If the entry appeared meanwhile (another process won), the staged copy is discarded and the
+        existing entry is returned: both hold the same content by construction.
+        """
+        final = self.entry_dir(kind, key)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.rename(staged, final)
+        except OSError:
+            if not final.is_dir():
+                raise
+            shutil.rmtree(staged, ignore_errors=True)
+        return final
+
+    def stats(self, kind: str) -> CacheStats:
+        """Hits and misses of :meth:`lookup` for one kind of entry."""
+        with self._counts_lock:
+            hits, misses = self._counts.get(kind, [0, 0])
+        return CacheStats(hits=hits, misses=misses)
+
+    def reset_stats(self) -> None:
+        """Zero every hit and miss counter."""
+        with self._counts_lock:
+            self._counts.clear()
+
+    def size_bytes(self) -> int:
+        """Total size of all entries."""
+        return sum(p.stat().st_size for p in self.root.rglob("*") if p.is_file() and not p.is_symlink())
+
+    def prune(self, max_bytes: int) -> int:
+        """Remove least recently used entries until the cache holds at most ``max_bytes``; returns bytes freed."""
+        entries = []
+        for kind_dir in self.root.iterdir():
+            if kind_dir.name in ("locks", "tmp") or not kind_dir.is_dir():
+                continue
+            for entry in kind_dir.glob("*/*"):
+                size = sum(p.stat().st_size for p in entry.rglob("*") if p.is_file())
+                entries.append((entry.stat().st_mtime, size, entry))
+        total = sum(size for _, size, _ in entries)
+        freed = 0
+        for _, size, entry in sorted(entries, key=lambda e: e[0]):
+            if total - freed <= max_bytes:
+                break
+            shutil.rmtree(entry, ignore_errors=True)
+            freed += size
+        return freed
+
+    def _count(self, kind: str, *, hit: bool) -> None:
+        with self._counts_lock:
+            counts = self._counts.setdefault(kind, [0, 0])
+            counts[0 if hit else 1] += 1
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write a file so readers see the old content or the new, never half (temp file + rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,199 @@
+"""Compiler output as records: located diagnostics and per-kernel resources.
+
+Understands the message formats of the tools a build runs:
+
+- gcc/g++ (``file:line:col: error: msg``), also how nvcc reports a missing include;
+- nvcc's and NVRTC's EDG front end (``file(line): error: msg``, then the source line and a caret);
+- ptxas (``ptxas error   : msg``) and nvlink / nvcc fatal errors;
+- the linker (``undefined reference to `x'``, ``cannot find -lfoo``).
+
+Files are mapped back to the agent's relative paths (``kernels/relu.cu``): build directories are
+stripped, and lines of generated files (load_inline's ``main.cpp``) are mapped into the file the source
+came from. ``ptxas -v`` output becomes one :class:`KernelResources` per entry function, names demangled
+with ``c++filt`` when it is installed.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from cudagym.judge.records import Diagnostic, KernelResources, Severity
+
+_GCC = re.compile(
+    r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?:(?P<col>\d+):)? "
+    r"(?P<sev>fatal error|error|warning|note): (?P<msg>.*)$"
+)
+_EDG = re.compile(
+    r"^(?P<file>\S.*?)\((?P<line>\d+)\): (?P<sev>catastrophic error|error|warning|remark)"
+    r"(?: #(?P<code>[\w-]+))?: (?P<msg>.*)$"
+)
+_TOOL = re.compile(r"^(?P<tool>ptxas|nvlink|nvcc|fatbinary)\s+(?P<sev>fatal|error|warning)\s*: (?P<msg>.*)$")
+_LD_UNDEF = re.compile(r"^(?P<obj>[^:]+):\([^)]*\): (?P<msg>undefined reference to .*)$")
+_LD = re.compile(r"^(?:\S*/)?ld(?:\.\w+)?: (?P<msg>(?:cannot find|error:) .*)$")
+_SEVERITY = {
+    "fatal error": Severity.ERROR, "catastrophic error": Severity.ERROR, "fatal": Severity.ERROR,
+    "error": Severity.ERROR, "warning": Severity.WARNING, "note": Severity.NOTE, "remark": Severity.NOTE,
+}
+
+_ENTRY = re.compile(r"ptxas info\s*: Compiling entry function '(?P<name>[^']+)'")
+_PROPS_FOR = re.compile(r"ptxas info\s*: Function properties for (?P<name>\S+)")
+_PROPS = re.compile(
+    r"(?P<stack>\d+) bytes stack frame, (?P<st>\d+) bytes spill stores, (?P<ld>\d+) bytes spill loads"
+)
+_USED = re.compile(r"ptxas info\s*: Used (?P<regs>\d+) registers(?P<rest>.*)$")
+_SMEM = re.compile(r"(\d+) bytes smem")
+_CMEM = re.compile(r"(\d+) bytes cmem\[\d+\]")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Lines ``first..last`` (1-based, inclusive) of a generated file came from ``file`` at ``file_line``."""
+
+    first: int
+    last: int
+    file: str
+    file_line: int
+
+
+@dataclass(frozen=True)
+class PathMap:
+    """How build paths map back to the agent's files.
+
+    Attributes:
+        prefixes: Build directories to strip from paths (with or without a trailing slash).
+        generated: Generated file name -> its segments, for files assembled from the agent's sources.
+    """
+
+    prefixes: tuple[str, ...] = ()
+    generated: Mapping[str, tuple[Segment, ...]] = field(default_factory=dict)
+
+    def relative(self, path: str) -> str:
+        """``path`` with any build directory stripped."""
+        for prefix in sorted(self.prefixes, key=len, reverse=True):
+            root = prefix.rstrip("/") + "/"
+            if path.startswith(root):
+                return path[len(root):]
+        return path.removeprefix("./")
+
+    def locate(self, path: str, line: int) -> tuple[str, int]:
+        """The agent's file and line for a (possibly generated) build file's line."""
+        rel = self.relative(path)
+        for seg in self.generated.get(rel, ()):
+            if seg.first <= line <= seg.last:
+                return seg.file, seg.file_line + (line - seg.first)
+        return rel, line
+
+    def scrub(self, text: str) -> str:
+        """Compiler output with build directories removed (the agent sees its own relative paths)."""
+        for prefix in sorted(self.prefixes, key=len, reverse=True):
+            text = text.replace(prefix.rstrip("/") + "/", "")
+        return text
+
+
+def parse_diagnostics(output: str, *, tool: str, paths: PathMap | None = None) -> tuple[Diagnostic, ...]:
+    """Errors, warnings and notes in one tool's output, in order.
+
+    Args:
+        output: What the tool printed (stdout and stderr).
+        tool: Name recorded on messages whose format does not name a tool (``nvcc``, ``c++``, ``nvrtc``).
+        paths: Build-path mapping; ``None`` keeps paths as printed.
+    """
+    paths = paths or PathMap()
+    lines = output.splitlines()
+    found: list[Diagnostic] = []
+    for i, line in enumerate(lines):
+        diag = _parse_line(line, tool, paths)
+        if diag is None:
+            continue
+        if tool in ("nvcc", "nvrtc") and diag.line and not diag.column:
+            diag = _with_caret_column(diag, lines, i)
+        found.append(diag)
+    return tuple(found)
+
+
+def _parse_line(line: str, tool: str, paths: PathMap) -> Diagnostic | None:
+    if m := _EDG.match(line):
+        file, lineno = paths.locate(m["file"], int(m["line"]))
+        msg = f"#{m['code']}: {m['msg']}" if m["code"] else m["msg"]
+        return Diagnostic(_SEVERITY[m["sev"]], msg.strip(), file, lineno, 0, tool)
+    if m := _GCC.match(line):
+        file, lineno = paths.locate(m["file"], int(m["line"]))
+        return Diagnostic(_SEVERITY[m["sev"]], m["msg"].strip(), file, lineno, int(m["col"] or 0), tool)
+    if m := _TOOL.match(line):
+        return Diagnostic(_SEVERITY[m["sev"]], m["msg"].strip(), tool=m["tool"])
+    if m := _LD_UNDEF.match(line):
+        return Diagnostic(Severity.ERROR, m["msg"].strip(), tool="ld")
+    if m := _LD.match(line):
+        return Diagnostic(Severity.ERROR, m["msg"].strip(), tool="ld")
+    return None
+
+
+def _with_caret_column(diag: Diagnostic, lines: list[str], i: int) -> Diagnostic:
+    # EDG echoes the source line indented by two extra spaces, then a caret under the column
+    if i + 2 < len(lines):
+        caret = lines[i + 2]
+        if caret.strip() == "^":
+            return Diagnostic(diag.severity, diag.message, diag.file, diag.line, max(caret.index("^") - 1, 1),
+                              diag.tool)
+    return diag
+
+
+def parse_ptxas_resources(output: str, *, cxxfilt: str = "") -> tuple[KernelResources, ...]:
+    """Per-entry-function resources from ``ptxas -v`` output (one record per kernel and arch).
+
+    Args:
+        output: Compiler output containing ``ptxas info`` lines.
+        cxxfilt: Path of ``c++filt`` to demangle names, or ``""`` to keep them mangled.
+    """
+    entries: list[dict[str, int | str]] = []
+    props: dict[str, tuple[int, int, int]] = {}
+    current: dict[str, int | str] | None = None
+    props_target = ""
+    for line in output.splitlines():
+        if m := _ENTRY.search(line):
+            current = {"kernel": m["name"]}
+            entries.append(current)
+        elif m := _PROPS_FOR.search(line):
+            props_target = m["name"]
+        elif (m := _PROPS.search(line)) and props_target:
+            props[props_target] = (int(m["stack"]), int(m["st"]), int(m["ld"]))
+        elif (m := _USED.search(line)) and current is not None:
+            current["registers"] = int(m["regs"])
+            current["smem"] = sum(int(x) for x in _SMEM.findall(m["rest"]))
+            current["cmem"] = sum(int(x) for x in _CMEM.findall(m["rest"]))
+    names = demangle([str(e["kernel"]) for e in entries], cxxfilt=cxxfilt)
+    out = []
+    for entry, name in zip(entries, names, strict=True):
+        stack, spill_st, spill_ld = props.get(str(entry["kernel"]), (0, 0, 0))
+        out.append(KernelResources(
+            kernel=name, registers=int(entry.get("registers", 0)), shared_mem_bytes=int(entry.get("smem", 0)),
+            constant_mem_bytes=int(entry.get("cmem", 0)), stack_frame_bytes=stack,
+            spill_stores_bytes=spill_st, spill_loads_bytes=spill_ld,
+        ))
+    return tuple(out)
+
+
+def demangle(names: Iterable[str], *, cxxfilt: str = "") -> list[str]:
+    """C++ names demangled by ``c++filt`` (unchanged when it is absent or fails)."""
+    names = list(names)
+    mangled = [n for n in names if n.startswith("_Z")]
+    if not cxxfilt or not mangled:
+        return names
+    try:
+        proc = subprocess.run([cxxfilt], input="\n".join(mangled) + "\n", capture_output=True, text=True,
+                              timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return names
+    plain = proc.stdout.splitlines()
+    if proc.returncode != 0 or len(plain) != len(mangled):
+        return names
+    table = dict(zip(mangled, plain, strict=True))
+    return [table.get(n, n) for n in names]
+
+
+def has_errors(diagnostics: Iterable[Diagnostic]) -> bool:
+    """True when any diagnostic is an error."""
+    return any(d.severity is Severity.ERROR for d in diagnostics)

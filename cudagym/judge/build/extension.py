@@ -1,0 +1,187 @@
+"""The ``extension`` format's builder (the default) and its loader for the GPU worker.
+
+Layout (see :mod:`cudagym.solution`)::
+
+    model_new.py              import cuda_extension; class ModelNew(...)
+    kernels/<op>.cu           pure CUDA: __global__ kernels + an extern "C" launcher (raw pointers, stream)
+    kernels/<op>_binding.cpp  torch glue: checks, allocation, REGISTER_BINDING(name, fn)
+    kernels/*.cuh, *.h        headers (part of every object's cache key)
+    binding.cpp, binding_registry.h   protected: the judge compiles its own copies
+
+Compile commands (``.cu`` by nvcc for the target arch only; ``.cpp`` by the host compiler with torch's
+headers precompiled)::
+
+    nvcc -O3 -std=c++17 -Xptxas -v -Xcompiler -fPIC -lineinfo -arch=sm_90 -ccbin c++ -Ikernels -I. -c kernels/relu.cu
+    c++ -std=<torch's> -O1 -fPIC -fvisibility=hidden -D_GLIBCXX_USE_CXX11_ABI=<torch's>
+        -DTORCH_API_INCLUDE_EXTENSION_H -DTORCH_EXTENSION_NAME=cuda_extension -include <pch>/torch_ext.h
+        -I. -Ikernels -I<torch> -I<python> -I<cuda> -c kernels/relu_binding.cpp
+
+The agent's ``.cpp`` files see ``TORCH_EXTENSION_NAME=cuda_extension`` (a fixed name keeps their objects
+cacheable across edits); the unique module name only exists at link time. Module naming rule: the
+library is ``<artifact dir>/cudagym_ext_<artifact_key[:16]>.so`` and exports
+``PyInit_cudagym_ext_<artifact_key[:16]>``; :func:`load_extension` imports it under that name and
+aliases it as ``cuda_extension``.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from cudagym.judge.build.cache import BuildCache, content_key
+from cudagym.judge.build.diagnostics import PathMap, has_errors, parse_diagnostics, parse_ptxas_resources
+from cudagym.judge.build.process import BuildLimits, Deadline, RunOutcome
+from cudagym.judge.build.staging import select, stage_solution
+from cudagym.judge.build.toolchain import NVCC_FLAGS, cuda_tools, target_arch, torch_tools
+from cudagym.judge.build.torch_ext import (
+    BINDING_IMPL,
+    MANIFEST,
+    ExtToolchain,
+    LinkResult,
+    binding_unit,
+    ensure_pch,
+    link_extension,
+    load_torch_module,
+    pch_flags,
+)
+from cudagym.judge.build.units import OUT_TOKEN, CompileUnit, UnitResult, compile_units, failure
+from cudagym.judge.protocol import Protocol
+from cudagym.judge.records import BuildResult, BuildStatus, Diagnostic
+from cudagym.solution import Solution
+from cudagym.task import Task
+
+MODULE_PREFIX = "cudagym_ext"
+AGENT_MODULE = "cuda_extension"  # the name model_new.py imports
+SOURCES = ("kernels/*.cu", "kernels/*.cpp")
+HEADERS = ("kernels/*.cuh", "kernels/*.h")
+
+
+def layout_error(files: dict[str, str]) -> str:
+    """Why an ``extension`` solution cannot be built as laid out, or ``""``."""
+    if "model_new.py" not in files:
+        return ("model_new.py is missing; the extension format needs model_new.py (class ModelNew, "
+                "`import cuda_extension`) plus kernels/<op>.cu and kernels/<op>_binding.cpp")
+    cu = select(files, "kernels/*.cu")
+    cpp = select(files, "kernels/*.cpp")
+    bindings = [p for p in cpp if p.endswith("_binding.cpp")]
+    if not cu and not cpp:
+        return "no kernels: expected kernels/<op>.cu (CUDA) and kernels/<op>_binding.cpp (REGISTER_BINDING)"
+    if not bindings:
+        return ("no kernels/<op>_binding.cpp: nothing registers a function with REGISTER_BINDING, so "
+                "cuda_extension would be empty")
+    for binding in bindings:
+        stem = binding[: -len("_binding.cpp")]
+        if f"{stem}.cu" not in cu and f"{stem}.cpp" not in cpp:
+            return (f"{binding} has no sources: expected {stem}.cu (or {stem}.cpp for cuBLAS/cuDNN calls) "
+                    "next to it")
+    return ""
+
+
+def build_extension(task: Task, solution: Solution, protocol: Protocol, cache: BuildCache) -> BuildResult:
+    """Build an ``extension`` solution into one torch extension (see the module docstring)."""
+    files = dict(solution.files)
+    problem = layout_error(files)
+    if problem:
+        return BuildResult(BuildStatus.INVALID, "extension", message=problem)
+    limits = BuildLimits.from_protocol(protocol)
+    deadline = Deadline(limits.timeout_s)
+    tc = ExtToolchain(cuda_tools(), torch_tools(), target_arch())
+    cache_before = (cache.stats("obj").hits, cache.stats("obj").misses)
+    with cache.staging() as stage:
+        stage_solution(solution, stage, patterns=(*SOURCES, *HEADERS))
+        paths = PathMap(prefixes=(str(stage),))
+        cu_units = [_cu_unit(tc, rel, text, files) for rel, text in select(files, "kernels/*.cu").items()]
+        # phase 1: the torch PCH (built once per toolchain; a lookup after that) while the .cu files compile
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pch_future = pool.submit(ensure_pch, tc, cache, stage / "pch", deadline, limits)
+            cu_results = compile_units(cu_units, cache=cache, cwd=stage, deadline=deadline, limits=limits)
+            pch = pch_future.result()
+        # phase 2: host files against the precompiled torch headers
+        cpp_units = [_cpp_unit(tc, rel, text, files, pch) for rel, text in select(files, "kernels/*.cpp").items()]
+        cpp_units.append(binding_unit(tc, pch, stage / "protected"))
+        cpp_results = compile_units(cpp_units, cache=cache, cwd=stage, deadline=deadline, limits=limits)
+        results = cu_results + cpp_results
+        log = paths.scrub("".join(r.output for r in results))
+    diagnostics = tuple(d for r in results for d in parse_diagnostics(r.output, tool=r.unit.tool, paths=paths))
+    kernels = tuple(k for r in cu_results for k in parse_ptxas_resources(r.output, cxxfilt=tc.tools.cxxfilt))
+    hits, misses = cache.stats("obj").hits - cache_before[0], cache.stats("obj").misses - cache_before[1]
+    counts = f"objects: {misses} compiled, {hits} cached"
+    failed = failure(results, limits)
+    if failed is not None:
+        return BuildResult(failed[0], "extension", message=f"{failed[1]} ({counts})", diagnostics=diagnostics,
+                           kernels=kernels, log=log[: limits.max_log_chars])
+    link = link_extension(tc, results, prefix=MODULE_PREFIX, impl=BINDING_IMPL, extra_ldflags=(), cache=cache,
+                          deadline=deadline, limits=limits)
+    return link_result(link, results, diagnostics, kernels, log, counts, limits, "extension")
+
+
+def link_result(link: LinkResult, results: list[UnitResult], diagnostics: tuple[Diagnostic, ...],
+                kernels: tuple, log: str, counts: str, limits: BuildLimits, fmt: str) -> BuildResult:
+    """The BuildResult of a linked (or failed) torch extension."""
+    if link.path is None:
+        run = link.run
+        status = (BuildStatus.TIMEOUT if run is not None and run.outcome is RunOutcome.TIMEOUT else
+                  BuildStatus.OUTPUT_LIMIT if link.too_large or (run and run.outcome is RunOutcome.OUTPUT_LIMIT)
+                  else BuildStatus.COMPILE_ERROR)
+        output = run.output if run is not None else ""
+        link_diags = parse_diagnostics(output, tool="ld")
+        if status is BuildStatus.COMPILE_ERROR and not has_errors(link_diags):
+            status = BuildStatus.TOOL_ERROR  # the linker failed on nothing the agent wrote
+        return BuildResult(status, fmt, message=f"link failed ({counts})", diagnostics=diagnostics + link_diags,
+                           kernels=kernels, log=(log + output)[: limits.max_log_chars])
+    cached = link.cached and all(r.cached for r in results)
+    return BuildResult(BuildStatus.OK, fmt, message=f"built module {link.module} ({counts}; "
+                       f"{'cached' if link.cached else 'linked'})", diagnostics=diagnostics, kernels=kernels,
+                       log=log[: limits.max_log_chars], cached=cached, artifact_key=link.path.parent.name,
+                       artifact_path=str(link.path))
+
+
+def _cu_unit(tc: ExtToolchain, rel: str, text: str, files: dict[str, str]) -> CompileUnit:
+    flags = (*NVCC_FLAGS, f"-arch={tc.arch}", "-ccbin", tc.tools.cxx, "-Ikernels", "-I.")
+    key = content_key("ext-cu", tc.tools.fingerprint(), tc.arch, flags, rel, text, select(files, *HEADERS))
+    return CompileUnit(source=rel, kind="obj", key=key, tool="nvcc", artifact=Path(rel).stem + ".cu.o",
+                       argv=(tc.tools.nvcc, *flags, "-c", rel, "-o", OUT_TOKEN))
+
+
+def _cpp_unit(tc: ExtToolchain, rel: str, text: str, files: dict[str, str], pch: Path | None) -> CompileUnit:
+    flags = (*tc.host_flags(), f"-DTORCH_EXTENSION_NAME={AGENT_MODULE}")
+    protected = {**select(files, *HEADERS), "<protected>": _protected_text()}
+    key = content_key("ext-cpp", tc.fingerprint(), flags, rel, text, protected, bool(pch))
+    return CompileUnit(source=rel, kind="obj", key=key, tool="c++", artifact=Path(rel).stem + ".o",
+                       argv=(tc.tools.cxx, *flags, *pch_flags(pch), "-I.", "-Ikernels", *tc.host_includes(),
+                             "-c", rel, "-o", OUT_TOKEN))
+
+
+def _protected_text() -> str:
+    from cudagym.solution import get_format
+
+    return json.dumps(get_format("extension").template_files(), sort_keys=True)
+
+
+def load_extension(build_result: BuildResult, *, alias: str | None = AGENT_MODULE) -> types.ModuleType:
+    """Import a built extension in the GPU worker (torch must be importable; the worker has it loaded).
+
+    Args:
+        build_result: An OK ``extension`` build (its ``artifact_path`` is the ``.so``).
+        alias: Also register the module in ``sys.modules`` under this name (``cuda_extension``, what
+            model_new.py imports); ``None`` to skip.
+
+    Raises:
+        BuildToolError: The artifact is missing, was built for another torch, or cannot be loaded.
+    """
+    import sys
+
+    from cudagym.errors import BuildToolError
+
+    so = Path(build_result.artifact_path)
+    manifest = so.parent / MANIFEST
+    if not build_result.ok or not so.is_file() or not manifest.is_file():
+        raise BuildToolError(f"expected an OK extension build with its artifact on this host, got status "
+                             f"{build_result.status.value} and artifact {so}; build it here (or copy the cache)")
+    info = json.loads(manifest.read_text())
+    module = load_torch_module(so, expect_torch=info.get("torch", ""))
+    if alias:
+        sys.modules[alias] = module
+    return module

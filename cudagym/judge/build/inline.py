@@ -1,0 +1,323 @@
+"""The ``inline`` format (KernelBench's): one model_new.py calling ``load_inline``, pre-built on CPU.
+
+Build (CPU worker):
+
+1. Record: run model_new.py in a child process (private copy as cwd, ``CUDA_VISIBLE_DEVICES=""``, the
+   build timeout) with ``torch.utils.cpp_extension.load_inline`` replaced by a recorder
+   (:mod:`cudagym.judge.build.inline_record`). Every call is captured; none at all is ``INVALID``.
+2. Generate each call's sources as ``load_inline`` does: ``main.cpp`` = ``#include <torch/extension.h>``
+   + ``cpp_sources`` + a ``PYBIND11_MODULE`` with one ``m.def`` per entry of ``functions``; ``cuda.cu``
+   = torch/cuda headers + ``cuda_sources``.
+3. Compile and link them with the extension pipeline (:mod:`cudagym.judge.build.torch_ext`): target arch
+   only, torch headers precompiled, objects cached by content. Compiler messages are mapped back to
+   model_new.py lines when a source string appears verbatim in it.
+
+Load (GPU worker): :func:`install_inline_loader` replaces ``load_inline`` with a function that returns
+the prebuilt module of the matching call (same name, sources, functions and flags), so importing
+model_new.py only loads.
+
+Limits: the sources must not depend on the GPU or on anything that differs between the recording run
+and the GPU worker (device properties queried at import time, random names, files written at run time);
+such a call finds no prebuilt match and raises at import. ``torch.utils.cpp_extension.load`` (sources
+on disk) and SYCL sources are not supported. Arch flags in ``extra_cuda_cflags`` are replaced by the
+judge's target arch.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import cudagym
+from cudagym.errors import BuildToolError
+from cudagym.judge.build.cache import BuildCache, content_key, write_atomic
+from cudagym.judge.build.diagnostics import PathMap, Segment, parse_diagnostics, parse_ptxas_resources
+from cudagym.judge.build.extension import link_result
+from cudagym.judge.build.process import BuildLimits, Deadline, RunOutcome
+from cudagym.judge.build.toolchain import TORCH_NVCC_DEFINES, cuda_tools, target_arch, torch_tools
+from cudagym.judge.build.torch_ext import ExtToolchain, ensure_pch, link_extension, load_torch_module, pch_flags
+from cudagym.judge.build.units import OUT_TOKEN, CompileUnit, UnitResult, compile_unit, compile_units, failure
+from cudagym.judge.protocol import Protocol
+from cudagym.judge.records import BuildResult, BuildStatus, Diagnostic, Severity
+from cudagym.solution import Solution
+from cudagym.task import Task
+
+MODULE_PREFIX = "cudagym_inl"
+INLINE_IMPL = "cudagym_inline_impl"
+MANIFEST = "manifest.json"
+_ARCH_FLAGS = ("-arch", "--gpu-architecture", "-gencode", "--generate-code", "-code", "--gpu-code")
+_LIST_FIELDS = ("extra_cflags", "extra_cuda_cflags", "extra_ldflags", "extra_include_paths")
+
+
+def normalize_call(args: Mapping[str, Any]) -> dict[str, Any]:
+    """A load_inline call's arguments in canonical JSON form (the recorder and the loader share this)."""
+    def as_list(value: Any) -> list[str]:
+        if value is None:
+            return []
+        return [value] if isinstance(value, str) else [str(v) for v in value]
+
+    functions = args.get("functions")
+    if isinstance(functions, str):
+        functions = {functions: functions}
+    elif functions is not None and not isinstance(functions, Mapping):
+        functions = {f: f for f in functions}
+    call = {
+        "name": str(args["name"]),
+        "cpp_sources": as_list(args.get("cpp_sources")),
+        "cuda_sources": as_list(args.get("cuda_sources")),
+        "functions": dict(functions) if functions is not None else None,
+        "with_pytorch_error_handling": bool(args.get("with_pytorch_error_handling", True)),
+        "no_implicit_headers": bool(args.get("no_implicit_headers", False)),
+        "is_python_module": bool(args.get("is_python_module", True)),
+        "unsupported": "sycl_sources" if as_list(args.get("sycl_sources")) else "",
+    }
+    for field in _LIST_FIELDS:
+        call[field] = [f for f in as_list(args.get(field)) if f.strip()]
+    return call
+
+
+def call_key(call: Mapping[str, Any]) -> str:
+    """Content key of a normalised call: how the loader finds its prebuilt module."""
+    return content_key("inline-call", dict(call))
+
+
+def build_inline(task: Task, solution: Solution, protocol: Protocol, cache: BuildCache) -> BuildResult:
+    """Record model_new.py's load_inline calls and build each one (see the module docstring)."""
+    source = solution.files.get("model_new.py")
+    if source is None:
+        return BuildResult(BuildStatus.INVALID, "inline", message="model_new.py is missing; the inline format is "
+                           "one model_new.py that builds its CUDA code with load_inline")
+    limits = BuildLimits.from_protocol(protocol)
+    deadline = Deadline(limits.timeout_s)
+    tc = ExtToolchain(cuda_tools(), torch_tools(), target_arch())
+    recorded = _record(source, tc, cache, deadline, limits)
+    if isinstance(recorded, BuildResult):
+        return recorded
+    calls, error = recorded
+    results: list[UnitResult] = []
+    links = []
+    diagnostics: list[Diagnostic] = []
+    log = ""
+    with cache.staging() as stage:
+        paths = PathMap(prefixes=(str(stage),))
+        pch = ensure_pch(tc, cache, stage / "pch", deadline, limits)
+        for index, call in enumerate(calls):
+            units, generated = _call_units(tc, call, index, source, stage, pch)
+            paths = PathMap(prefixes=paths.prefixes, generated={**paths.generated, **generated})
+            done = compile_units(units, cache=cache, cwd=stage, deadline=deadline, limits=limits)
+            results += done
+            log += paths.scrub("".join(r.output for r in done))
+            if failure(done, limits) is None:
+                links.append((call, link_extension(tc, done, prefix=MODULE_PREFIX, impl=INLINE_IMPL,
+                                                   extra_ldflags=call["extra_ldflags"], cache=cache,
+                                                   deadline=deadline, limits=limits, kind="inline-ext")))
+    for r in results:
+        diagnostics += parse_diagnostics(r.output, tool=r.unit.tool, paths=paths)
+    if error:
+        diagnostics.append(Diagnostic(Severity.WARNING, "model_new.py raised after its load_inline call(s) while "
+                                      f"recording (no GPU there): {error.strip().splitlines()[-1]}",
+                                      "model_new.py", 0, 0, "python"))
+    kernels = tuple(k for r in results for k in parse_ptxas_resources(r.output, cxxfilt=tc.tools.cxxfilt))
+    counts = f"{len(calls)} load_inline call(s); objects: {sum(not r.cached for r in results)} compiled, " \
+             f"{sum(r.cached for r in results)} cached"
+    failed = failure(results, limits)
+    if failed is not None:
+        return BuildResult(failed[0], "inline", message=f"{failed[1]} ({counts})", diagnostics=tuple(diagnostics),
+                           kernels=kernels, log=log[: limits.max_log_chars])
+    for _call, link in links:
+        if link.path is None:
+            return link_result(link, results, tuple(diagnostics), kernels, log, counts, limits, "inline")
+    manifest = _write_manifest(links, cache)
+    cached = all(r.cached for r in results) and all(link.cached for _c, link in links)
+    modules = ", ".join(link.module for _c, link in links)
+    return BuildResult(BuildStatus.OK, "inline", message=f"built {modules} ({counts})",
+                       diagnostics=tuple(diagnostics), kernels=kernels, log=log[: limits.max_log_chars],
+                       cached=cached, artifact_key=manifest.parent.name, artifact_path=str(manifest))
+
+
+def _record(source: str, tc: ExtToolchain, cache: BuildCache, deadline: Deadline,
+            limits: BuildLimits) -> tuple[list[dict[str, Any]], str] | BuildResult:
+    key = content_key("inline-record", source, tc.torch.version, sys.version_info[:2])
+    root = str(Path(cudagym.__file__).resolve().parent.parent)
+    env = {"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get(
+        "PYTHONPATH", "")])), "PYTHONDONTWRITEBYTECODE": "1"}
+    unit = CompileUnit(source="model_new.py", kind="inline-record", key=key, tool="python", artifact="calls.json",
+                       argv=(sys.executable, "-m", "cudagym.judge.build.inline_record", "model_new.py", OUT_TOKEN),
+                       env=env)
+    with cache.staging(prefix="record-") as stage:
+        write_atomic(stage / "model_new.py", source.encode("utf-8", errors="surrogateescape"))
+        result = compile_unit(unit, cache=cache, cwd=stage, deadline=deadline, limits=limits)
+    if result.outcome is RunOutcome.TIMEOUT:
+        return BuildResult(BuildStatus.TIMEOUT, "inline", message=f"running model_new.py to record its load_inline "
+                           f"calls took longer than the build timeout ({limits.timeout_s:g} s)")
+    if result.outcome is RunOutcome.OUTPUT_LIMIT:
+        return BuildResult(BuildStatus.OUTPUT_LIMIT, "inline", message="model_new.py printed more than "
+                           f"{limits.max_output_bytes} bytes while recording its load_inline calls")
+    if result.path is None:
+        return BuildResult(BuildStatus.INVALID, "inline", message="model_new.py ended the recording process "
+                           f"before it finished (exit status {result.returncode})", log=result.output[-4000:])
+    data = json.loads(result.path.read_text())
+    calls, error = data["calls"], data["error"]
+    if not calls:
+        tail = f"; it raised:\n{error}" if error else ""
+        return BuildResult(BuildStatus.INVALID, "inline", message="model_new.py never called "
+                           f"torch.utils.cpp_extension.load_inline at import time{tail}", log=error[-4000:])
+    unsupported = [c["name"] for c in calls if c["unsupported"]]
+    if unsupported:
+        return BuildResult(BuildStatus.INVALID, "inline", message=f"load_inline call(s) {', '.join(unsupported)} "
+                           "pass SYCL sources, which this judge does not build")
+    return calls, error
+
+
+def _call_units(tc: ExtToolchain, call: dict[str, Any], index: int, model_src: str, stage: Path,
+                pch: Path | None) -> tuple[list[CompileUnit], dict[str, tuple[Segment, ...]]]:
+    folder = f"inline/{index}_{call['name']}"
+    (stage / folder).mkdir(parents=True, exist_ok=True)
+    generated: dict[str, tuple[Segment, ...]] = {}
+    cpp_parts = ([] if call["no_implicit_headers"] else ["#include <torch/extension.h>"]) + call["cpp_sources"]
+    cpp_parts += _module_def(call)
+    generated[f"{folder}/main.cpp"] = _segments(cpp_parts, model_src)
+    (stage / folder / "main.cpp").write_text("\n".join(cpp_parts), encoding="utf-8")
+    includes = tuple(f"-I{p}" for p in call["extra_include_paths"])
+    user_c = tuple(call["extra_cflags"])  # after the judge's flags: a user -std= or -O wins, as in g++
+    flags = (*tc.host_flags(user_c), f"-DTORCH_EXTENSION_NAME={INLINE_IMPL}")
+    use_pch = pch if not user_c and not call["no_implicit_headers"] else None
+    rel = f"{folder}/main.cpp"
+    text = (stage / rel).read_text()
+    units = [CompileUnit(source=rel, kind="obj", key=content_key("inl-cpp", tc.fingerprint(), flags, includes, text,
+                                                                  bool(use_pch)),
+                         tool="c++", artifact="main.o",
+                         argv=(tc.tools.cxx, *flags, *pch_flags(use_pch), *includes, *tc.host_includes(),
+                               "-c", rel, "-o", OUT_TOKEN))]
+    if call["cuda_sources"]:
+        cu_parts = ([] if call["no_implicit_headers"] else
+                    ["#include <torch/types.h>", "#include <cuda.h>", "#include <cuda_runtime.h>"])
+        cu_parts += call["cuda_sources"]
+        generated[f"{folder}/cuda.cu"] = _segments(cu_parts, model_src)
+        (stage / folder / "cuda.cu").write_text("\n".join(cu_parts), encoding="utf-8")
+        units.append(_cu_unit(tc, f"{folder}/cuda.cu", "\n".join(cu_parts), call, includes))
+    return units, generated
+
+
+def _cu_unit(tc: ExtToolchain, rel: str, text: str, call: dict[str, Any], includes: tuple[str, ...]) -> CompileUnit:
+    user = _drop_arch_flags(call["extra_cuda_cflags"])
+    std = () if any(f.startswith(("-std=", "--std=")) for f in user) else (f"-std={tc.torch.cxx_std}",)
+    flags = (*std, *TORCH_NVCC_DEFINES, f"-arch={tc.arch}", "-Xcompiler", "-fPIC", "-Xptxas", "-v", "-lineinfo",
+             "-ccbin", tc.tools.cxx, "-DTORCH_API_INCLUDE_EXTENSION_H",
+             f"-D_GLIBCXX_USE_CXX11_ABI={int(tc.torch.cxx11_abi)}", f"-DTORCH_EXTENSION_NAME={INLINE_IMPL}", *user)
+    key = content_key("inl-cu", tc.fingerprint(), flags, includes, text)
+    return CompileUnit(source=rel, kind="obj", key=key, tool="nvcc", artifact="cuda.o",
+                       argv=(tc.tools.nvcc, *flags, *includes, *tc.host_includes(), "-c", rel, "-o", OUT_TOKEN))
+
+
+def _drop_arch_flags(flags: list[str]) -> list[str]:
+    out: list[str] = []
+    skip = False
+    for flag in flags:
+        if skip:
+            skip = False
+            continue
+        if flag in _ARCH_FLAGS:
+            skip = True
+            continue
+        if flag.startswith(tuple(f"{a}=" for a in _ARCH_FLAGS)) or flag.startswith("-gencode"):
+            continue
+        out.append(flag)
+    return out
+
+
+def _module_def(call: dict[str, Any]) -> list[str]:
+    functions = call["functions"]
+    if functions is None:
+        return []
+    lines = ["PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {"]
+    for name, doc in functions.items():
+        fn = f"torch::wrap_pybind_function({name})" if call["with_pytorch_error_handling"] else name
+        lines.append(f'm.def("{name}", {fn}, {json.dumps(str(doc))});')
+    lines.append("}")
+    return lines
+
+
+def _segments(parts: list[str], model_src: str) -> tuple[Segment, ...]:
+    segments = []
+    line = 1
+    for part in parts:
+        count = part.count("\n") + 1
+        at = model_src.find(part) if len(part) > 20 else -1
+        if at >= 0:
+            segments.append(Segment(line, line + count - 1, "model_new.py", model_src.count("\n", 0, at) + 1))
+        line += count
+    return tuple(segments)
+
+
+def _write_manifest(links: list[tuple[dict[str, Any], Any]], cache: BuildCache) -> Path:
+    key = content_key("inline-artifact", [(call_key(call), link.module) for call, link in links])
+    found = cache.lookup("inline", key)
+    if found is not None:
+        return found / MANIFEST
+    with cache.staging(prefix="inline-") as stage:
+        final_dir = cache.entry_dir("inline", key)
+        entries = [{"call": call_key(call), "name": call["name"], "module": link.module,
+                    "is_python_module": call["is_python_module"],
+                    "so": os.path.relpath(link.path, final_dir)} for call, link in links]
+        write_atomic(stage / MANIFEST, json.dumps({"format": "inline", "calls": entries}, indent=1).encode())
+        return cache.commit("inline", key, stage) / MANIFEST
+
+
+_original_load_inline: Any = None
+
+
+def install_inline_loader(build_result: BuildResult) -> None:
+    """Make ``load_inline`` return the prebuilt modules of an OK ``inline`` build (GPU worker side).
+
+    Call before importing model_new.py. A call that was not recorded at build time raises
+    ``RuntimeError`` naming it. :func:`uninstall_inline_loader` restores the original.
+
+    Raises:
+        BuildToolError: The build is not OK or its manifest is missing on this host.
+    """
+    global _original_load_inline
+    manifest = Path(build_result.artifact_path)
+    if not build_result.ok or not manifest.is_file():
+        raise BuildToolError(f"expected an OK inline build with its manifest on this host, got status "
+                             f"{build_result.status.value} and {manifest}; build it here (or copy the cache)")
+    entries = {e["call"]: e for e in json.loads(manifest.read_text())["calls"]}
+    import torch.utils.cpp_extension as cpp_extension
+
+    original = _original_load_inline or cpp_extension.load_inline
+    signature = inspect.signature(original)
+
+    def prebuilt_load_inline(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        call = normalize_call(dict(bound.arguments))
+        entry = entries.get(call_key(call))
+        if entry is None:
+            raise RuntimeError(f"load_inline(name={call['name']!r}) was not pre-built by the judge: its sources "
+                               "or flags differ from the build-time recording (code that depends on the GPU "
+                               "or on run-time state at import is not supported in the inline format)")
+        so = (manifest.parent / entry["so"]).resolve()
+        if not entry["is_python_module"]:
+            import torch
+
+            torch.ops.load_library(str(so))
+            return None
+        return load_torch_module(so)
+
+    _original_load_inline = original
+    cpp_extension.load_inline = prebuilt_load_inline
+
+
+def uninstall_inline_loader() -> None:
+    """Restore torch's own ``load_inline`` after :func:`install_inline_loader`."""
+    global _original_load_inline
+    if _original_load_inline is not None:
+        import torch.utils.cpp_extension as cpp_extension
+
+        cpp_extension.load_inline = _original_load_inline
+        _original_load_inline = None

@@ -1,0 +1,184 @@
+"""Running one compiler command under the build's limits: a deadline, an output cap, a clean kill.
+
+A compiler is candidate-controlled work: a template explosion can run for hours and an ``#error`` in a
+loop can print gigabytes. Each tool runs in its own process group (``start_new_session``), so a timeout
+kills nvcc *and* the cicc/ptxas/cc1plus children it spawned, never just the driver.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Compilers print in the user's locale (gcc's curly quotes); the parsers expect plain ASCII.
+_TOOL_ENV = {"LC_ALL": "C", "LANG": "C"}
+_READ_CHUNK_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class BuildLimits:
+    """Caps on one build.
+
+    Attributes:
+        timeout_s: Wall-clock budget of the whole build (every tool call shares it).
+        max_output_bytes: Most compiler output one tool call may print before it is killed.
+        max_artifact_bytes: Largest object, cubin or shared library a build may produce.
+        max_log_chars: Most characters of compiler output kept in ``BuildResult.log``.
+    """
+
+    timeout_s: float = 180.0
+    max_output_bytes: int = 2 * 1024 * 1024
+    max_artifact_bytes: int = 256 * 1024 * 1024
+    max_log_chars: int = 64 * 1024
+
+    @classmethod
+    def from_protocol(cls, protocol: Any) -> BuildLimits:
+        """Limits of a :class:`~cudagym.judge.protocol.Protocol` (timeout, and caps from ``extra``)."""
+        extra: Mapping[str, Any] = getattr(protocol, "extra", {}) or {}
+        base = cls(timeout_s=float(protocol.build_timeout_s))
+        changes = {f.name: type(getattr(base, f.name))(extra[f"build_{f.name}"])
+                   for f in dataclasses.fields(cls) if f"build_{f.name}" in extra}
+        return dataclasses.replace(base, **changes)
+
+
+class RunOutcome(str, enum.Enum):
+    """How a tool call ended."""
+
+    EXITED = "exited"  # ran to completion (any exit status)
+    TIMEOUT = "timeout"  # killed at the deadline
+    OUTPUT_LIMIT = "output_limit"  # killed for printing too much
+    NOT_FOUND = "not_found"  # the executable could not be started
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    """One finished tool call.
+
+    Attributes:
+        argv: The command.
+        outcome: How it ended.
+        returncode: Exit status (-1 when killed or not started).
+        output: stdout and stderr interleaved, decoded, at most the cap.
+        wall_time_s: Seconds it ran.
+    """
+
+    argv: tuple[str, ...]
+    outcome: RunOutcome
+    returncode: int
+    output: str
+    wall_time_s: float
+
+    @property
+    def ok(self) -> bool:
+        """True when the tool exited with status 0."""
+        return self.outcome is RunOutcome.EXITED and self.returncode == 0
+
+
+class Deadline:
+    """A point in time shared by every tool call of one build."""
+
+    def __init__(self, budget_s: float) -> None:
+        self.budget_s = budget_s
+        self._end = time.monotonic() + budget_s
+
+    def remaining_s(self) -> float:
+        """Seconds left, never negative."""
+        return max(0.0, self._end - time.monotonic())
+
+    @property
+    def expired(self) -> bool:
+        """True once the budget is spent."""
+        return self.remaining_s() <= 0.0
+
+
+def run_tool(
+    argv: Sequence[str],
+    *,
+    cwd: str | Path,
+    deadline: Deadline,
+    max_output_bytes: int,
+    env: Mapping[str, str] | None = None,
+) -> ToolRun:
+    """Run one command to completion, the deadline, or the output cap, whichever comes first.
+
+    Args:
+        argv: Command and arguments.
+        cwd: Working directory.
+        deadline: Shared build deadline; the call is killed when it passes.
+        max_output_bytes: Kill the call once it has printed more than this.
+        env: Extra environment variables (added to this process's environment).
+
+    Returns:
+        The finished call; never raises for a failing or missing tool.
+    """
+    start = time.monotonic()
+    full_env = {**os.environ, **_TOOL_ENV, **(env or {})}
+    try:
+        proc = subprocess.Popen(
+            list(argv), cwd=str(cwd), env=full_env, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    except OSError as exc:
+        return ToolRun(tuple(argv), RunOutcome.NOT_FOUND, -1, f"cannot run {argv[0]}: {exc}", 0.0)
+    chunks: list[bytes] = []
+    overflow = threading.Event()
+    reader = threading.Thread(target=_drain, args=(proc, chunks, max_output_bytes, overflow), daemon=True)
+    reader.start()
+    outcome = RunOutcome.EXITED
+    while True:
+        try:
+            proc.wait(timeout=min(0.05, max(deadline.remaining_s(), 0.001)))
+            break
+        except subprocess.TimeoutExpired:
+            if overflow.is_set():
+                outcome = RunOutcome.OUTPUT_LIMIT
+            elif deadline.expired:
+                outcome = RunOutcome.TIMEOUT
+            else:
+                continue
+            _kill_group(proc)
+            break
+    reader.join(timeout=5.0)
+    if outcome is RunOutcome.EXITED and overflow.is_set():
+        outcome = RunOutcome.OUTPUT_LIMIT
+    text = b"".join(chunks)[:max_output_bytes].decode("utf-8", errors="replace")
+    code = proc.returncode if outcome is RunOutcome.EXITED else -1
+    return ToolRun(tuple(argv), outcome, code, text, time.monotonic() - start)
+
+
+def _drain(proc: subprocess.Popen[bytes], chunks: list[bytes], cap: int, overflow: threading.Event) -> None:
+    assert proc.stdout is not None
+    total = 0
+    while True:
+        chunk = proc.stdout.read1(_READ_CHUNK_BYTES)  # type: ignore[attr-defined]
+        if not chunk:
+            break
+        total += len(chunk)
+        if total <= cap + _READ_CHUNK_BYTES:
+            chunks.append(chunk)
+        if total > cap:
+            overflow.set()
+            _kill_group(proc)
+            # keep reading so the pipe never blocks a dying child; the bytes are dropped
+    proc.stdout.close()
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    # the tool leads its own session (start_new_session), so its pid is the process-group id
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
+        pass

@@ -1,0 +1,216 @@
+"""The fast torch-extension pipeline shared by the ``extension`` and ``inline`` formats.
+
+``torch.utils.cpp_extension`` rebuilds everything, for every arch in ``TORCH_CUDA_ARCH_LIST``, with no
+cache across build directories. This pipeline instead:
+
+- compiles each translation unit once per content key (sources, headers, flags, arch, compiler and torch
+  versions), so editing one ``.cu`` recompiles one object and relinks;
+- compiles ``.cu`` files for the target arch only;
+- precompiles ``<torch/extension.h>`` once per (torch, compiler, flags) into a ``.gch`` that host files
+  pick up through ``-include``;
+- compiles the heavy pybind11 module file once under a fixed init name and gives each linked library its
+  unique module name with a linker alias (``--defsym=PyInit_<unique>=PyInit_<fixed>``), so a new module
+  name costs no compile.
+
+Linking: the build host may have the CPU-only torch wheel, which has no ``libc10_cuda``/``libtorch_cuda``
+to link against. Those symbols are left undefined (``-shared`` allows it) and resolved at load time on
+the GPU host, where :func:`load_torch_module` first makes the already-loaded torch libraries global.
+``libcudart`` is linked dynamically, as torch's own extensions are: the GPU host's torch has already
+loaded ``libcudart.so.<major>`` (from the ``nvidia`` wheels), and the loader reuses it by soname, so
+the extension and torch share one runtime (one error state: a failed launch in the candidate's code is
+seen by torch's ``C10_CUDA_KERNEL_LAUNCH_CHECK``). A static cudart would give the extension a second
+runtime whose exported symbols torch's could interpose. The rpath to the build host's toolkit covers
+loading without torch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import json
+import os
+import sys
+import types
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cudagym.errors import BuildToolError
+from cudagym.judge.build.cache import BuildCache, content_key, write_atomic
+from cudagym.judge.build.process import BuildLimits, Deadline, RunOutcome, ToolRun, run_tool
+from cudagym.judge.build.toolchain import HOST_FLAGS, CudaTools, TorchTools
+from cudagym.judge.build.units import OUT_TOKEN, CompileUnit, UnitResult, compile_unit
+from cudagym.solution import get_format
+
+MANIFEST = "manifest.json"
+PCH_HEADER = "torch_ext.h"
+PCH_TEXT = "// cudagym: precompiled once per torch/compiler/flags\n#include <torch/extension.h>\n"
+BINDING_IMPL = "cudagym_binding_impl"  # PYBIND11_MODULE name of the protected binding.cpp object
+
+
+@dataclass(frozen=True)
+class ExtToolchain:
+    """Everything a torch extension build depends on besides its sources."""
+
+    tools: CudaTools
+    torch: TorchTools
+    arch: str
+
+    def fingerprint(self) -> dict[str, str]:
+        """Part of every key: compiler, torch and arch identity."""
+        return {**self.tools.fingerprint(), **self.torch.fingerprint(), "arch": self.arch}
+
+    def host_flags(self, extra: Sequence[str] = ()) -> tuple[str, ...]:
+        """g++ flags for files that include torch headers (PCH-compatible when ``extra`` is empty)."""
+        return (f"-std={self.torch.cxx_std}", *HOST_FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={int(self.torch.cxx11_abi)}",
+                "-DTORCH_API_INCLUDE_EXTENSION_H", *extra)
+
+    def host_includes(self) -> tuple[str, ...]:
+        """Include flags for torch, Python and CUDA headers (absolute, so keys do not depend on a stage)."""
+        dirs = (*self.torch.include_dirs, self.torch.python_include, self.tools.include_dir)
+        return tuple(f"-I{d}" for d in dirs)
+
+    def link_flags(self, extra: Sequence[str] = ()) -> tuple[str, ...]:
+        """Linker flags of a torch extension (see the module docstring)."""
+        torch_libs = ("c10", "torch", "torch_cpu", "torch_python", *self.torch.cuda_libs)
+        return ("-shared", f"-L{self.torch.lib_dir}", *(f"-l{n}" for n in torch_libs),
+                f"-L{self.tools.lib_dir}", "-lcudart", f"-Wl,-rpath,{self.tools.lib_dir}",
+                "-Wl,-Bsymbolic-functions", *extra)
+
+
+def module_name(prefix: str, key: str) -> str:
+    """The Python module name of a linked extension: ``<prefix>_<first 16 hex digits of its key>``."""
+    return f"{prefix}_{key[:16]}"
+
+
+def ensure_pch(tc: ExtToolchain, cache: BuildCache, scratch: Path, deadline: Deadline,
+               limits: BuildLimits) -> Path | None:
+    """The ``-include`` header whose ``.gch`` holds ``<torch/extension.h>``; ``None`` if it cannot be built."""
+    flags = tc.host_flags()
+    key = content_key("pch", tc.fingerprint(), flags, tc.host_includes(), PCH_TEXT)
+    header = scratch / PCH_HEADER
+    write_atomic(header, PCH_TEXT.encode())
+    unit = CompileUnit(source=f"<pch {PCH_HEADER}>", kind="pch", key=key, tool="c++",
+                       artifact=f"{PCH_HEADER}.gch",
+                       argv=(tc.tools.cxx, *flags, *tc.host_includes(), "-x", "c++-header", str(header),
+                             "-o", OUT_TOKEN))
+    result = compile_unit(unit, cache=cache, cwd=scratch, deadline=deadline, limits=limits)
+    if not result.ok or result.path is None:
+        return None
+    entry_header = result.path.parent / PCH_HEADER
+    if not entry_header.is_file():
+        write_atomic(entry_header, PCH_TEXT.encode())
+    return entry_header
+
+
+def pch_flags(pch_header: Path | None) -> tuple[str, ...]:
+    """Flags that make g++ use the precompiled header (``-Winvalid-pch`` says so if it cannot)."""
+    return ("-include", str(pch_header), "-Winvalid-pch") if pch_header else ()
+
+
+def binding_unit(tc: ExtToolchain, pch: Path | None, scratch: Path) -> CompileUnit:
+    """The package's protected ``binding.cpp`` (the pybind11 module), compiled once per toolchain."""
+    templates = get_format("extension").template_files()
+    for rel, text in templates.items():
+        write_atomic(scratch / rel, text.encode())
+    flags = (*tc.host_flags(), f"-DTORCH_EXTENSION_NAME={BINDING_IMPL}")
+    key = content_key("binding-obj", tc.fingerprint(), flags, templates, bool(pch))
+    return CompileUnit(source="binding.cpp", kind="obj", key=key, tool="c++", artifact="binding.o",
+                       argv=(tc.tools.cxx, *flags, *pch_flags(pch), f"-I{scratch}", *tc.host_includes(),
+                             "-c", str(scratch / "binding.cpp"), "-o", OUT_TOKEN))
+
+
+@dataclass(frozen=True)
+class LinkResult:
+    """A linked extension (or why it is not)."""
+
+    run: ToolRun | None  # None for a cache hit
+    path: Path | None
+    module: str
+    cached: bool
+    too_large: bool = False
+
+
+def link_extension(
+    tc: ExtToolchain, objects: Sequence[UnitResult], *, prefix: str, impl: str, extra_ldflags: Sequence[str],
+    cache: BuildCache, deadline: Deadline, limits: BuildLimits, kind: str = "ext",
+) -> LinkResult:
+    """Link compiled objects into ``<module>.so`` (cached by the objects' keys and the flags)."""
+    flags = tc.link_flags(extra_ldflags)
+    key = content_key("ext-link", tc.fingerprint(), flags, impl, [o.unit.key for o in objects])
+    name = module_name(prefix, key)
+    found = cache.lookup(kind, key)
+    if found is not None:
+        return LinkResult(None, found / f"{name}.so", name, cached=True)
+    with cache.lock(key, deadline.remaining_s()) as locked:
+        if not locked:
+            return LinkResult(ToolRun((), RunOutcome.TIMEOUT, -1, "", 0.0), None, name, False)
+        entry = cache.entry_dir(kind, key)
+        if entry.is_dir():
+            return LinkResult(None, entry / f"{name}.so", name, cached=True)
+        with cache.staging(prefix="link-") as stage:
+            out = stage / f"{name}.so"
+            argv = [tc.tools.cxx, *[str(o.path) for o in objects], "-o", str(out), *flags,
+                    f"-Wl,--defsym=PyInit_{name}=PyInit_{impl}"]
+            run = run_tool(argv, cwd=stage, deadline=deadline, max_output_bytes=limits.max_output_bytes)
+            if not run.ok or not out.is_file():
+                return LinkResult(run, None, name, False)
+            if out.stat().st_size > limits.max_artifact_bytes:
+                return LinkResult(run, None, name, False, too_large=True)
+            manifest = {"module": name, "so": out.name, "key": key, "torch": tc.torch.version,
+                        "cuda": tc.tools.version, "arch": tc.arch, "cudart_major": tc.tools.major}
+            write_atomic(stage / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode())
+            final = cache.commit(kind, key, stage)
+            return LinkResult(run, final / out.name, name, cached=False)
+
+
+# torch's libraries, in dependency order; promoted to RTLD_GLOBAL before an extension loads
+_TORCH_LIBS = ("libc10.so", "libc10_cuda.so", "libtorch_cpu.so", "libtorch_cuda.so", "libtorch.so",
+               "libtorch_python.so")
+
+
+def load_torch_module(so_path: str | Path, *, expect_torch: str = "") -> types.ModuleType:
+    """Import a built extension (GPU worker side; also works for CPU-only extensions on a CPU host).
+
+    Args:
+        so_path: The ``<module>.so``; its module name is the file's stem.
+        expect_torch: torch version it was built against; a different running torch is refused.
+
+    Raises:
+        BuildToolError: The running torch differs from the build's, or the library cannot be loaded.
+    """
+    import torch  # deferred: the worker has it loaded already; the extension needs it first
+
+    path = Path(so_path)
+    name = path.stem
+    if name in sys.modules:
+        return sys.modules[name]
+    if expect_torch and expect_torch != torch.__version__:
+        raise BuildToolError(f"expected torch {expect_torch} (the build's) in the worker, got {torch.__version__}; "
+                             "build and load on hosts with the same torch")
+    _promote_torch_libs(Path(torch.__file__).parent / "lib")
+    spec = importlib.util.spec_from_file_location(name, str(path))
+    if spec is None or spec.loader is None:
+        raise BuildToolError(f"expected a loadable extension at {path}, found none; rebuild it")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except ImportError as exc:
+        raise BuildToolError(f"cannot load extension {path}: {exc}; check that the build host's CUDA major "
+                             "version matches torch's on this host") from None
+    sys.modules[name] = module
+    return module
+
+
+def _promote_torch_libs(lib_dir: Path) -> None:
+    # torch._C is imported RTLD_LOCAL, so libc10_cuda's symbols are invisible to a library loaded later
+    # unless it links them; re-opening an already-loaded library with RTLD_NOLOAD|RTLD_GLOBAL makes its
+    # symbols global without loading anything new (dlopen(3))
+    mode = os.RTLD_GLOBAL | getattr(os, "RTLD_NOLOAD", 0) | os.RTLD_NOW
+    for name in _TORCH_LIBS:
+        path = lib_dir / name
+        if path.exists():
+            try:
+                ctypes.CDLL(str(path), mode=mode)
+            except OSError:
+                pass  # not loaded in this process (e.g. no CUDA torch): nothing to promote

@@ -1,0 +1,162 @@
+"""Compiling translation units through the cache: one cache entry per unit, compiled in parallel.
+
+A unit is one source file, one command and one output file, keyed by everything that determines the
+output. A unit already in the cache costs a directory lookup; a missing one is compiled under its key's
+lock (so two builders of the same key compile once) into a staging directory, then committed with its
+compiler output (so a cached unit still reports its warnings and ptxas resources).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from cudagym.judge.build.cache import BuildCache, write_atomic
+from cudagym.judge.build.process import BuildLimits, Deadline, RunOutcome, ToolRun, run_tool
+from cudagym.judge.records import BuildStatus
+
+OUT_TOKEN = "{out}"  # replaced in a unit's argv by the path of its output file
+OUTPUT_LOG = "output.txt"
+FAILED_MARK = "failed.txt"  # a unit the compiler rejected is cached too: resubmitting it costs nothing
+
+
+@dataclass(frozen=True)
+class CompileUnit:
+    """One compiler invocation.
+
+    Attributes:
+        source: The source's path relative to the build directory (as the agent names it).
+        kind: Cache kind of the output (``obj``, ``cubin``, ``pch``, ...).
+        key: Content key of the output.
+        argv: Command; :data:`OUT_TOKEN` marks the output path (the token may be part of an argument).
+        tool: Tool name for diagnostics (``nvcc``, ``c++``, ``nvrtc``).
+        artifact: Name of the output file inside the cache entry.
+        env: Extra environment variables.
+    """
+
+    source: str
+    kind: str
+    key: str
+    argv: tuple[str, ...]
+    tool: str
+    artifact: str
+    env: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class UnitResult:
+    """A compiled (or failed) unit.
+
+    Attributes:
+        unit: The unit.
+        outcome: How the compiler run ended (``EXITED`` also for cache hits).
+        returncode: Compiler exit status (0 for cache hits).
+        output: Compiler output (from the cache for hits).
+        path: The output file in the cache; ``None`` when it failed.
+        cached: Taken from the cache without compiling.
+        too_large: The output exceeded ``BuildLimits.max_artifact_bytes``.
+        wall_time_s: Seconds spent compiling (0 for hits).
+    """
+
+    unit: CompileUnit
+    outcome: RunOutcome
+    returncode: int
+    output: str
+    path: Path | None
+    cached: bool
+    too_large: bool = False
+    wall_time_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when the output file exists."""
+        return self.path is not None
+
+
+def compile_units(
+    units: Sequence[CompileUnit], *, cache: BuildCache, cwd: Path, deadline: Deadline, limits: BuildLimits,
+) -> list[UnitResult]:
+    """Get every unit's output from the cache or by compiling it (in parallel); results in input order."""
+    if not units:
+        return []
+    workers = max(1, min(len(units), os.cpu_count() or 1))
+    if workers == 1:
+        return [compile_unit(u, cache=cache, cwd=cwd, deadline=deadline, limits=limits) for u in units]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(compile_unit, u, cache=cache, cwd=cwd, deadline=deadline, limits=limits)
+                   for u in units]
+        return [f.result() for f in futures]
+
+
+def compile_unit(
+    unit: CompileUnit, *, cache: BuildCache, cwd: Path, deadline: Deadline, limits: BuildLimits,
+) -> UnitResult:
+    """One unit's output from the cache, or compiled into it."""
+    found = cache.lookup(unit.kind, unit.key)
+    if found is not None:
+        return _from_entry(unit, found)
+    with cache.lock(unit.key, deadline.remaining_s()) as locked:
+        if not locked:
+            return UnitResult(unit, RunOutcome.TIMEOUT, -1, "", None, cached=False)
+        existing = cache.entry_dir(unit.kind, unit.key)
+        if existing.is_dir():  # another builder compiled it while we waited for the lock
+            return _from_entry(unit, existing)
+        with cache.staging(prefix=f"{unit.kind}-") as stage:
+            out = stage / unit.artifact
+            argv = [a.replace(OUT_TOKEN, str(out)) for a in unit.argv]
+            run = run_tool(argv, cwd=cwd, deadline=deadline, max_output_bytes=limits.max_output_bytes,
+                           env=unit.env)
+            return _store(unit, run, out, stage, cache, limits)
+
+
+def _store(unit: CompileUnit, run: ToolRun, out: Path, stage: Path, cache: BuildCache,
+           limits: BuildLimits) -> UnitResult:
+    if run.outcome is RunOutcome.EXITED and run.returncode != 0:
+        out.unlink(missing_ok=True)
+        write_atomic(stage / OUTPUT_LOG, run.output.encode("utf-8", errors="replace"))
+        write_atomic(stage / FAILED_MARK, str(run.returncode).encode())
+        cache.commit(unit.kind, unit.key, stage)
+    if not run.ok or not out.is_file():
+        return UnitResult(unit, run.outcome, run.returncode, run.output, None, False, wall_time_s=run.wall_time_s)
+    if out.stat().st_size > limits.max_artifact_bytes:
+        return UnitResult(unit, RunOutcome.OUTPUT_LIMIT, run.returncode, run.output, None, False, too_large=True,
+                          wall_time_s=run.wall_time_s)
+    write_atomic(stage / OUTPUT_LOG, run.output.encode("utf-8", errors="replace"))
+    entry = cache.commit(unit.kind, unit.key, stage)
+    return UnitResult(unit, RunOutcome.EXITED, 0, run.output, entry / unit.artifact, False,
+                      wall_time_s=run.wall_time_s)
+
+
+def _from_entry(unit: CompileUnit, entry: Path) -> UnitResult:
+    log = entry / OUTPUT_LOG
+    output = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+    failed = entry / FAILED_MARK
+    if failed.is_file():
+        code = int(failed.read_text() or 1)
+        return UnitResult(unit, RunOutcome.EXITED, code, output, None, cached=True)
+    return UnitResult(unit, RunOutcome.EXITED, 0, output, entry / unit.artifact, cached=True)
+
+
+def failure(results: Sequence[UnitResult], limits: BuildLimits) -> tuple[BuildStatus, str] | None:
+    """The build's status and message when a unit failed (worst first: limits, tools, code), else ``None``."""
+    for r in results:
+        if r.outcome is RunOutcome.TIMEOUT:
+            return BuildStatus.TIMEOUT, (f"compiling {r.unit.source} ran past the build timeout of "
+                                         f"{limits.timeout_s:g} s; simplify it (template or unroll explosion?)")
+    for r in results:
+        if r.too_large:
+            return BuildStatus.OUTPUT_LIMIT, (f"compiling {r.unit.source} produced more than "
+                                              f"{limits.max_artifact_bytes} bytes; shrink it")
+        if r.outcome is RunOutcome.OUTPUT_LIMIT:
+            return BuildStatus.OUTPUT_LIMIT, (f"compiling {r.unit.source} printed more than "
+                                              f"{limits.max_output_bytes} bytes of messages; fix the first errors")
+    for r in results:
+        if r.outcome is RunOutcome.NOT_FOUND:
+            return BuildStatus.TOOL_ERROR, f"the judge could not run {r.unit.tool}: {r.output}"
+    bad = [r.unit.source for r in results if not r.ok]
+    if bad:
+        return BuildStatus.COMPILE_ERROR, f"compile failed: {', '.join(bad)}"
+    return None

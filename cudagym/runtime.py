@@ -1,0 +1,361 @@
+"""Launch ``raw``-format CUDA kernels from model_new.py with torch tensors, on torch's current stream.
+
+Worked example (``cudagym/templates/raw/example/``)::
+
+    # kernels/relu.cu
+    extern "C" __global__ void relu(const float* x, float* y, long long n) { ... }
+
+    # model_new.py
+    from cudagym import runtime
+    kernels = runtime.load("kernels/relu.cu")      # the judge-built cubin of this source
+    ...
+    y = torch.empty_like(x)
+    kernels.relu(grid=((n + 255) // 256,), block=(256,), args=(x, y, n))
+
+Arguments are marshalled by the kernel's C parameter types, read from its ``extern "C" __global__``
+signature: a CUDA tensor becomes its ``data_ptr()`` (it must be on the current device and contiguous,
+unless the parameter is marked ``/*strided*/``; ``None`` passes a null pointer); a Python ``int``
+becomes exactly the parameter's width (an ``int`` parameter gets 4 bytes, range-checked, never 8);
+``float``/``double`` take Python numbers; ``bool`` takes a bool. A wrong count or type raises
+``TypeError`` naming the kernel and the parameter; a failed launch raises ``RuntimeError`` with the CUDA
+error name. ``shared_mem`` above 48 KiB is opted into automatically; ``stream`` defaults to
+``torch.cuda.current_stream()``.
+
+Where cubins come from:
+
+- In the judge, the build stage compiled every ``kernels/*.cu`` (NVRTC or nvcc) and the GPU worker
+  sets ``CUDAGYM_RAW_MANIFEST`` to the build's ``manifest.json`` (or calls :func:`use_manifest`). The
+  runtime looks the source up by its relative path and refuses a file that changed since the build.
+- Standalone (no manifest), :func:`load` compiles the source itself (NVRTC if available, else nvcc)
+  for the current GPU's arch, cached under the cudagym cache directory, and raises
+  :class:`KernelCompileError` with the compiler's messages when it does not compile.
+
+The CUDA driver (``libcuda.so.1``) is used through ctypes; CuPy is not needed. Importing this module
+does not import torch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import inspect
+import json
+import operator
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cudagym.judge.build.kernel_signature import KernelSignature, Param, parse_kernels
+
+MANIFEST_ENV = "CUDAGYM_RAW_MANIFEST"
+_DEFAULT_SMEM_LIMIT = 48 * 1024
+_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+_INT_RANGES = {
+    "i8": (-(2**7), 2**7 - 1), "u8": (0, 2**8 - 1), "i16": (-(2**15), 2**15 - 1), "u16": (0, 2**16 - 1),
+    "i32": (-(2**31), 2**31 - 1), "u32": (0, 2**32 - 1), "i64": (-(2**63), 2**63 - 1), "u64": (0, 2**64 - 1),
+}
+_CTYPES = {
+    "ptr": ctypes.c_uint64, "bool": ctypes.c_bool, "i8": ctypes.c_int8, "u8": ctypes.c_uint8,
+    "i16": ctypes.c_int16, "u16": ctypes.c_uint16, "i32": ctypes.c_int32, "u32": ctypes.c_uint32,
+    "i64": ctypes.c_int64, "u64": ctypes.c_uint64, "f32": ctypes.c_float, "f64": ctypes.c_double,
+}
+_manifest_override: str | None = None
+
+
+class KernelCompileError(RuntimeError):
+    """A kernel source did not compile (standalone use); the message holds the compiler's output."""
+
+
+def use_manifest(path: str | os.PathLike[str] | None) -> None:
+    """Resolve sources through a raw build's ``manifest.json`` (``None``: back to ``CUDAGYM_RAW_MANIFEST``)."""
+    global _manifest_override
+    _manifest_override = os.fspath(path) if path is not None else None
+
+
+def load(source: str | os.PathLike[str]) -> KernelModule:
+    """The kernels of one ``.cu`` file, ready to launch (see the module docstring).
+
+    Args:
+        source: The source's path as the build knows it (``kernels/relu.cu``); relative paths are looked
+            up next to the calling file, then in the working directory.
+
+    Raises:
+        FileNotFoundError: No manifest entry and no such file.
+        RuntimeError: The file changed since the judge built it, or the manifest lacks it.
+        KernelCompileError: Standalone compile failed.
+    """
+    rel = Path(os.fspath(source)).as_posix().removeprefix("./")
+    on_disk = _find_file(rel, inspect.stack()[1].filename)
+    manifest = _manifest_override or os.environ.get(MANIFEST_ENV, "")
+    if manifest:
+        return _from_manifest(Path(manifest), rel, on_disk)
+    if on_disk is None:
+        raise FileNotFoundError(f"expected the kernel source {rel} next to the caller or in {os.getcwd()}, "
+                                "found none")
+    return _compile_standalone(on_disk, rel)
+
+
+@dataclass(frozen=True)
+class _Cubin:
+    path: Path
+    signatures: tuple[KernelSignature, ...]
+
+
+class KernelModule:
+    """The kernels of one cubin: ``module.relu(...)`` or ``module["relu"](...)``."""
+
+    def __init__(self, source: str, cubin: _Cubin) -> None:
+        self.source = source
+        self._cubin = cubin
+        self._kernels = {sig.name: Kernel(sig, self) for sig in cubin.signatures}
+        self._handles: dict[int, int] = {}  # CUcontext -> CUmodule
+        self._lock = threading.Lock()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Names of the extern "C" kernels."""
+        return tuple(self._kernels)
+
+    def __getitem__(self, name: str) -> Kernel:
+        try:
+            return self._kernels[name]
+        except KeyError:
+            raise AttributeError(f"{self.source} has no extern \"C\" __global__ kernel {name!r}; "
+                                 f"it has: {', '.join(self._kernels) or 'none'}") from None
+
+    def __getattr__(self, name: str) -> Kernel:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self[name]
+
+    def __repr__(self) -> str:
+        return f"<cudagym.runtime.KernelModule {self.source}: {', '.join(self._kernels)}>"
+
+    def _module_handle(self, ctx: int) -> int:
+        with self._lock:
+            handle = self._handles.get(ctx)
+            if handle is None:
+                handle = _driver().load_module(self._cubin.path.read_bytes())
+                self._handles[ctx] = handle
+            return handle
+
+
+class Kernel:
+    """One launchable kernel; call it with ``grid``, ``block``, ``args`` (and ``shared_mem``, ``stream``)."""
+
+    def __init__(self, signature: KernelSignature, module: KernelModule) -> None:
+        self.signature = signature
+        self.name = signature.name
+        self._module = module
+        self._functions: dict[int, int] = {}
+        self._smem_opt_in: dict[int, int] = {}
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{p.ctype} {p.name}" for p in self.signature.params)
+        return f"<cudagym.runtime.Kernel {self.name}({params})>"
+
+    def __call__(self, grid: int | Sequence[int], block: int | Sequence[int], args: Sequence[Any] = (),
+                 shared_mem: int = 0, stream: Any = None) -> None:
+        """Launch asynchronously on ``stream`` (default: torch's current stream)."""
+        params = self.signature.params
+        if len(args) != len(params):
+            listing = ", ".join(f"{p.ctype} {p.name}" for p in params)
+            raise TypeError(f"kernel {self.name}({listing}) takes {len(params)} argument(s), got {len(args)}")
+        values = [_marshal(self.name, p, a) for p, a in zip(params, args, strict=True)]
+        grid3, block3 = _dims(self.name, "grid", grid), _dims(self.name, "block", block)
+        if shared_mem < 0:
+            raise ValueError(f"kernel {self.name}: expected shared_mem >= 0 bytes, got {shared_mem}")
+        drv = _driver()
+        ctx = drv.current_context()
+        fn = self._function(drv, ctx)
+        if shared_mem > _DEFAULT_SMEM_LIMIT and self._smem_opt_in.get(ctx, 0) < shared_mem:
+            drv.check(drv.lib.cuFuncSetAttribute(ctypes.c_void_p(fn), _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                 ctypes.c_int(shared_mem)), f"kernel {self.name}: shared_mem opt-in")
+            self._smem_opt_in[ctx] = shared_mem
+        pointers = (ctypes.c_void_p * max(len(values), 1))(*[ctypes.addressof(v) for v in values])
+        status = drv.lib.cuLaunchKernel(ctypes.c_void_p(fn), *grid3, *block3, ctypes.c_uint(shared_mem),
+                                        ctypes.c_void_p(_stream_handle(stream)), pointers, None)
+        drv.check(status, f"kernel {self.name}: launch")
+
+    def _function(self, drv: _Driver, ctx: int) -> int:
+        fn = self._functions.get(ctx)
+        if fn is None:
+            handle = ctypes.c_void_p()
+            mod = self._module._module_handle(ctx)
+            drv.check(drv.lib.cuModuleGetFunction(ctypes.byref(handle), ctypes.c_void_p(mod), self.name.encode()),
+                      f"kernel {self.name}: cuModuleGetFunction")
+            fn = self._functions[ctx] = int(handle.value or 0)
+        return fn
+
+
+def _marshal(kernel: str, p: Param, arg: Any) -> ctypes._SimpleCData:
+    where = f"kernel {kernel}: parameter {p.name} ({p.ctype})"
+    if p.kind == "unsupported":
+        raise TypeError(f"{where}: this type cannot be passed by cudagym.runtime; use pointers, integers, "
+                        "float, double or bool")
+    is_tensor = hasattr(arg, "data_ptr") and hasattr(arg, "is_cuda")
+    if p.kind == "ptr":
+        if arg is None:
+            return ctypes.c_uint64(0)
+        if not is_tensor:
+            raise TypeError(f"{where}: expected a CUDA torch.Tensor (or None), got {type(arg).__name__}")
+        return ctypes.c_uint64(_tensor_pointer(where, p, arg))
+    if is_tensor:
+        raise TypeError(f"{where}: expected a Python scalar, got a tensor; pass .item() or a pointer parameter")
+    if p.kind in ("f32", "f64"):
+        if isinstance(arg, (str, bytes)) or not hasattr(arg, "__float__"):
+            raise TypeError(f"{where}: expected a float, got {type(arg).__name__}")
+        return _CTYPES[p.kind](float(arg))
+    if p.kind == "bool":
+        if not isinstance(arg, (bool, int)):
+            raise TypeError(f"{where}: expected a bool, got {type(arg).__name__}")
+        return ctypes.c_bool(bool(arg))
+    try:
+        value = operator.index(arg)
+    except TypeError:
+        raise TypeError(f"{where}: expected an int, got {type(arg).__name__}") from None
+    low, high = _INT_RANGES[p.kind]
+    if not low <= value <= high:
+        raise TypeError(f"{where}: {value} does not fit ({low}..{high}); use a wider parameter type")
+    return _CTYPES[p.kind](value)
+
+
+def _tensor_pointer(where: str, p: Param, t: Any) -> int:
+    if not t.is_cuda:
+        raise TypeError(f"{where}: expected a CUDA tensor, got one on {t.device}")
+    import torch  # already imported: the argument is a torch tensor
+
+    current = torch.cuda.current_device()
+    if t.device.index != current:
+        raise TypeError(f"{where}: tensor is on {t.device} but the current device is cuda:{current}; "
+                        "launch under torch.cuda.device(...)")
+    if not p.strided and not t.is_contiguous():
+        raise TypeError(f"{where}: expected a contiguous tensor (call .contiguous(), or mark the parameter "
+                        "/*strided*/ in the kernel signature)")
+    return int(t.data_ptr())
+
+
+def _dims(kernel: str, what: str, value: int | Sequence[int]) -> tuple[ctypes.c_uint, ...]:
+    dims = [value] if isinstance(value, int) else list(value)
+    if not 1 <= len(dims) <= 3:
+        raise TypeError(f"kernel {kernel}: expected {what} as an int or 1-3 ints, got {value!r}")
+    try:
+        ints = [operator.index(d) for d in dims]
+    except TypeError:
+        raise TypeError(f"kernel {kernel}: expected {what} of ints, got {value!r}") from None
+    if any(d < 1 for d in ints):
+        raise ValueError(f"kernel {kernel}: expected every {what} dimension >= 1, got {value!r}")
+    return tuple(ctypes.c_uint(d) for d in ints + [1] * (3 - len(ints)))
+
+
+def _stream_handle(stream: Any) -> int:
+    if stream is None:
+        import torch
+
+        return int(torch.cuda.current_stream().cuda_stream)
+    if isinstance(stream, int):
+        return stream
+    return int(stream.cuda_stream)
+
+
+class _Driver:
+    """The CUDA driver API, loaded once per process."""
+
+    def __init__(self) -> None:
+        try:
+            self.lib = ctypes.CDLL("libcuda.so.1")
+        except OSError:
+            raise RuntimeError("cudagym.runtime needs the CUDA driver (libcuda.so.1), which this machine "
+                               "lacks; launch raw kernels on a host with an NVIDIA GPU") from None
+        self.check(self.lib.cuInit(0), "cuInit")
+
+    def check(self, status: int, what: str) -> None:
+        """Raise ``RuntimeError`` with the CUDA error name when ``status`` is not CUDA_SUCCESS."""
+        if status == 0:
+            return
+        name, text = ctypes.c_char_p(), ctypes.c_char_p()
+        self.lib.cuGetErrorName(status, ctypes.byref(name))
+        self.lib.cuGetErrorString(status, ctypes.byref(text))
+        label = (name.value or b"CUDA_ERROR_%d" % status).decode()
+        raise RuntimeError(f"{what} failed: {label} ({(text.value or b'').decode()})")
+
+    def current_context(self) -> int:
+        """The calling thread's CUDA context: torch's primary context of its current device."""
+        import torch
+
+        torch.cuda.init()
+        ctx = ctypes.c_void_p()
+        self.check(self.lib.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
+        if not ctx.value:  # a thread torch has not used yet: make the primary context current
+            device = torch.cuda.current_device()
+            self.check(self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), device), "cuDevicePrimaryCtxRetain")
+            self.check(self.lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        return int(ctx.value or 0)
+
+    def load_module(self, image: bytes) -> int:
+        """Load a cubin into the current context."""
+        handle = ctypes.c_void_p()
+        self.check(self.lib.cuModuleLoadData(ctypes.byref(handle), ctypes.c_char_p(image)), "cuModuleLoadData")
+        return int(handle.value or 0)
+
+
+_driver_instance: _Driver | None = None
+_driver_lock = threading.Lock()
+
+
+def _driver() -> _Driver:
+    global _driver_instance
+    with _driver_lock:
+        if _driver_instance is None:
+            _driver_instance = _Driver()
+        return _driver_instance
+
+
+def _find_file(rel: str, caller: str) -> Path | None:
+    path = Path(rel)
+    if path.is_absolute():
+        return path if path.is_file() else None
+    for base in (Path(caller).resolve().parent, Path.cwd()):
+        if (base / path).is_file():
+            return base / path
+    return None
+
+
+def _from_manifest(manifest: Path, rel: str, on_disk: Path | None) -> KernelModule:
+    from cudagym.judge.build.raw import source_sha256
+
+    data = json.loads(manifest.read_text())
+    unit = data["units"].get(rel)
+    if unit is None:
+        raise RuntimeError(f"{rel} was not built by the judge (it built: {', '.join(sorted(data['units']))}); "
+                           "runtime.load takes a kernels/*.cu path")
+    if on_disk is not None and source_sha256(on_disk.read_text(encoding="utf-8")) != unit["source_sha256"]:
+        raise RuntimeError(f"{rel} changed since the judge built it; rebuild before running")
+    sigs = tuple(KernelSignature.from_dict(k) for k in unit["kernels"])
+    return KernelModule(rel, _Cubin(manifest.parent / unit["cubin"], sigs))
+
+
+def _compile_standalone(path: Path, rel: str) -> KernelModule:
+    from cudagym.judge.build.cache import BuildCache
+    from cudagym.judge.build.diagnostics import PathMap
+    from cudagym.judge.build.process import BuildLimits, Deadline
+    from cudagym.judge.build.raw import cubin_unit, pick_backend
+    from cudagym.judge.build.staging import write_files
+    from cudagym.judge.build.toolchain import target_arch
+    from cudagym.judge.build.units import compile_unit
+
+    text = path.read_text(encoding="utf-8")
+    name = path.name if Path(rel).is_absolute() else rel
+    headers = {(Path(name).parent / h.name).as_posix(): h.read_text(encoding="utf-8")
+               for h in sorted(path.parent.glob("*.cuh"))}
+    cache = BuildCache()
+    unit = cubin_unit(name, text, headers, pick_backend(), target_arch())
+    with cache.staging() as stage:
+        write_files(stage, {name: text, **headers})
+        result = compile_unit(unit, cache=cache, cwd=stage, deadline=Deadline(300.0), limits=BuildLimits())
+        output = PathMap(prefixes=(str(stage),)).scrub(result.output)
+    if result.path is None:
+        raise KernelCompileError(f"{rel} did not compile ({unit.tool}):\n{output}")
+    return KernelModule(rel, _Cubin(result.path, parse_kernels(text)))
