@@ -31,7 +31,11 @@ def prompt(**overrides: object) -> str:
 
 def test_sections_in_order_and_the_reference() -> None:
     text = prompt()
-    heads = [line for line in text.splitlines() if line.startswith("#")]
+    heads, fenced = [], False
+    for line in text.splitlines():
+        fenced ^= line.startswith("```")
+        if line.startswith("#") and not fenced:
+            heads.append(line)
     assert heads == ["# Task: make `19_ReLU` fast in CUDA", "## Rules", "## Tools", "## Solution format: extension",
                      "## How it is judged", "## Limits", "## Reference: `model.py`"]
     assert text.rstrip().endswith(f"```python\n{SOURCE.rstrip()}\n```")
