@@ -158,10 +158,17 @@ def test_crash_in_forward_is_a_runtime_error_with_the_candidates_frames_only(tmp
     assert "cudagym" not in result.message and not is_context_poisoned(result)
 
 
+def test_sys_exit_in_forward_is_a_runtime_error_not_a_worker_exit(tmp_path):
+    exits = HONEST.replace("        return torch.relu(", "        raise SystemExit(4)\n        return torch.relu(")
+    result = run(tmp_path, exits)
+    assert result.status is EvalStatus.RUNTIME_ERROR and "SystemExit: 4" in result.message
+
+
 @pytest.mark.parametrize(
     ("candidate", "words"),
     [
         ("import torch\nclass ModelNew(torch.nn.Module:\n    pass\n", "SyntaxError"),
+        ("raise RuntimeError('broken at import')\n", "broken at import"),
         ("import torch\n", "must define class ModelNew"),
         ("import not_a_module_anywhere\n", "ModuleNotFoundError"),
         ("import torch\nclass ModelNew(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n",

@@ -90,7 +90,7 @@ def _findings(tree: ast.Module) -> Iterator[str]:
         for target in targets:
             name = _protected(target, aliases)
             if name:
-                yield f"{PYTHON_FILE}:{node.lineno} assigns {name}"
+                yield f"{PYTHON_FILE}:{getattr(node, 'lineno', 0)} assigns {name}"
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
             if node.args and _protected_object(node.args[0], aliases):
                 yield f"{PYTHON_FILE}:{node.lineno} calls {node.func.id} on {resolve(dotted(node.args[0]), aliases)}"

@@ -83,7 +83,8 @@ def _findings(tree: ast.Module) -> Iterator[str]:
         if isinstance(node, ast.Name) and node.id == REFERENCE_NAME and isinstance(node.ctx, ast.Load):
             yield f"{PYTHON_FILE}:{node.lineno} uses the reference class name `Model`"
         elif isinstance(node, (ast.Try, *_TRY_STAR)):
-            yield f"{PYTHON_FILE}:{node.lineno} has a try/except: fallback paths are not allowed, let errors surface"
+            line = getattr(node, "lineno", 0)
+            yield f"{PYTHON_FILE}:{line} has a try/except: fallback paths are not allowed, let errors surface"
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             callee = _callee(node, aliases)
             if callee in REFLECTION_CALLS:

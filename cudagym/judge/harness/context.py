@@ -161,7 +161,7 @@ class EvalContext:
         """Call candidate code; its exceptions become a :class:`CandidateFailure` for ``stage``."""
         try:
             return fn()
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # sys.exit() in candidate code is a failure, not a worker exit
             cuda = is_cuda_error(exc)
             text = _cuda_text(exc) if cuda else candidate_traceback(exc, (self.workdir.resolve(),))
             raise CandidateFailure(stage, text, cuda=cuda) from exc

@@ -4,7 +4,8 @@ The reference source is executed into a fresh module of its own (never imported 
 ``model.py`` the candidate could have touched). The candidate's ``model_new.py`` is executed from the job's
 working folder after its format's loader made the built artifact importable: for ``extension`` the built
 module is aliased as ``cuda_extension`` in :data:`sys.modules`; ``inline`` installs a ``load_inline`` that
-returns the pre-built module; ``raw`` registers the compiled cubins with :mod:`cudagym.runtime`. A build
+returns the pre-built module; ``raw`` points :mod:`cudagym.runtime` at the build's cubin manifest. Each is
+undone when the job ends. A build
 without an artifact (``artifact_path == ""``) loads nothing: ``model_new.py`` is then plain Python.
 
 Both models are built from ``get_init_inputs()`` under the same seed, then the reference's ``state_dict``
@@ -162,7 +163,7 @@ def candidate_calls(stage: str, workdir: Path) -> Iterator[None]:
         yield
     except CandidateFailure:
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() in candidate code is a failure, not a worker exit
         text = candidate_traceback(exc, (workdir.resolve(),))
         raise CandidateFailure(stage, text, cuda=is_cuda_error(exc)) from exc
 
@@ -192,14 +193,16 @@ def _install_format(build: BuildResult, workdir: Path) -> Callable[[], None]:
     loader = FORMAT_LOADERS.get(build.format)
     if loader is None:
         raise TaskProblem(f"no loader for solution format {build.format!r}; expected one of {sorted(FORMAT_LOADERS)}")
+    if not Path(build.artifact_path).exists():
+        raise TaskProblem(f"the {build.format} build's artifact {build.artifact_path} is not on this host; the "
+                          "worker must see the build cache")
     try:
         return loader(build, workdir)
-    except (ImportError, AttributeError) as exc:
+    except ImportError as exc:
         raise TaskProblem(f"the {build.format} loader is unavailable: {exc}") from exc
-    except CandidateFailure:
-        raise
     except Exception as exc:
-        # The artifact is the candidate's code: a static initialiser that throws is the candidate's fault.
+        # The artifact is the candidate's code: an unresolved symbol or a static initialiser that throws
+        # is the candidate's fault.
         text = candidate_traceback(exc, (workdir.resolve(),))
         raise CandidateFailure("load", text, cuda=is_cuda_error(exc)) from exc
 
@@ -219,23 +222,23 @@ def _alias_modules(aliases: dict[str, types.ModuleType]) -> Callable[[], None]:
 
 
 def _load_extension(build: BuildResult, workdir: Path) -> Callable[[], None]:
-    from cudagym.judge.build.extension import load_extension  # type: ignore[import-not-found]
+    from cudagym.judge.build.extension import load_extension
 
-    return _alias_modules({"cuda_extension": load_extension(build)})
+    return _alias_modules({"cuda_extension": load_extension(build, alias=None)})
 
 
 def _load_inline(build: BuildResult, workdir: Path) -> Callable[[], None]:
-    from cudagym.judge.build.inline import install_inline_loader  # type: ignore[import-not-found]
+    from cudagym.judge.build.inline import install_inline_loader, uninstall_inline_loader
 
-    undo = install_inline_loader(build)
-    return undo if callable(undo) else (lambda: None)
+    install_inline_loader(build)
+    return uninstall_inline_loader
 
 
 def _load_raw(build: BuildResult, workdir: Path) -> Callable[[], None]:
-    from cudagym.runtime import install_build  # type: ignore[import-not-found,attr-defined]
+    from cudagym import runtime
 
-    undo = install_build(build)
-    return undo if callable(undo) else (lambda: None)
+    runtime.use_manifest(build.artifact_path)
+    return lambda: runtime.use_manifest(None)
 
 
 FORMAT_LOADERS: dict[str, FormatLoader] = {

@@ -47,16 +47,9 @@ TIMING_BUDGET_FRACTION = 0.6  # of the protocol's eval timeout, for the timing l
 def evaluate(job: Job, device: str | torch.device | None = None) -> EvalResult:
     """Run ``job`` on ``device`` (the current CUDA device by default; ``"cpu"`` for the CPU test path)."""
     started = time.monotonic()
-    if device is None and not torch.cuda.is_available():
-        return EvalResult(EvalStatus.NO_GPU, "this worker has no CUDA device", build=job.build,
-                          protocol_id=job.protocol.id, hardware=Hardware())
-    dev = torch.device(device if device is not None else "cuda", torch.cuda.current_device()) \
-        if (device is None or str(device) == "cuda") else torch.device(device)
-    try:
-        guards = select_guards(job.protocol.guards)
-    except ConfigError as exc:
-        return EvalResult(EvalStatus.INFRA_ERROR, str(exc), build=job.build, protocol_id=job.protocol.id)
-    ctx = EvalContext(job, dev, guards, Path(job.workdir or os.getcwd()))
+    ctx = _start(job, device)
+    if isinstance(ctx, EvalResult):
+        return ctx
     caller_flags = TorchFlags.capture()  # restored at the end: run_job may run in a caller's process
     poisoned = False
     try:
@@ -83,7 +76,28 @@ def evaluate(job: Job, device: str | torch.device | None = None) -> EvalResult:
     return _result(ctx, status, message, time.monotonic() - started)
 
 
+def _start(job: Job, device: str | torch.device | None) -> EvalContext | EvalResult:
+    """The evaluation's context, or the verdict when it cannot start (no GPU, unknown guards, ...)."""
+    if device is None and not torch.cuda.is_available():
+        return EvalResult(EvalStatus.NO_GPU, "this worker has no CUDA device", build=job.build,
+                          protocol_id=job.protocol.id, hardware=Hardware())
+    try:
+        return EvalContext(job, _device(device), select_guards(job.protocol.guards), Path(job.workdir or os.getcwd()))
+    except ConfigError as exc:
+        return EvalResult(EvalStatus.INFRA_ERROR, str(exc), build=job.build, protocol_id=job.protocol.id)
+    except Exception as exc:  # CUDA unusable before anything ran: the worker's problem, not the agent's
+        return EvalResult(EvalStatus.INFRA_ERROR, f"the judge could not start: {exception_line(exc)}",
+                          build=job.build, protocol_id=job.protocol.id, log=traceback.format_exc()[-4000:])
+
+
 # ------------------------------------------------------------------------------------------ the stages
+
+
+def _device(device: str | torch.device | None) -> torch.device:
+    """The job's device: the current CUDA device unless told otherwise (an index is always filled in)."""
+    if device is None or str(device) == "cuda":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device(device)
 
 
 def _pipeline(ctx: EvalContext, stack: ExitStack) -> tuple[EvalStatus, str]:

@@ -25,6 +25,7 @@ results in recycled memory. Rounds continue until the stopping rule holds for ev
 from __future__ import annotations
 
 import abc
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from typing import Any
 import torch
 
 from cudagym.errors import ConfigError
-from cudagym.judge.harness.inputs import clone_tree, poison_tree_
+from cudagym.judge.harness.inputs import clone_tree, poison_tree_, tensors_in
 from cudagym.judge.harness.integrity import PRISTINE
 from cudagym.judge.harness.stats import StoppingRule
 
@@ -230,7 +231,7 @@ class TimingLoop:
         for contender in group:
             args = clone_tree(inputs)
             self.flusher.flush()
-            measured = self.timer.measure(lambda c=contender, a=args: c.forward(a))
+            measured = self.timer.measure(functools.partial(contender.forward, args))
             results[contender.name] = (args, measured.outputs)
             if run is not None:
                 run.samples[contender.name].time_us.append(measured.time_us)
@@ -253,8 +254,6 @@ class TimingLoop:
 
 
 def _poison_outputs(outputs: Any, may_poison: Callable[[torch.Tensor], bool]) -> None:
-    from cudagym.judge.harness.inputs import tensors_in
-
     for tensor in tensors_in(outputs):
         if type(tensor) is torch.Tensor and may_poison(tensor):
             poison_tree_(tensor)
