@@ -110,7 +110,8 @@ def test_the_reference_solution_is_the_reference_named_modelnew():
 
     task = load_tasks("bundled")[0]
     solution = reference_solution(task)
-    assert solution.format == "inline"
+    assert solution.format == "raw" and set(solution.files) == {"model_new.py", "kernels/cudagym_noop.cu"}
+    assert solution.build_hash() == reference_solution(load_tasks("bundled")[-1]).build_hash()  # one build for all
     source = solution.files["model_new.py"]
     assert source.startswith(task.source.rstrip()) and source.rstrip().endswith("ModelNew = Model")
     content_hash(source)  # it parses

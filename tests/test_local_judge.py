@@ -78,12 +78,16 @@ def test_the_env_process_never_imports_torch_or_touches_cuda(tmp_path):
 
 
 def test_real_build_on_the_no_gpu_path(tmp_path):
-    stage = pytest.importorskip("cudagym.judge.build", reason="the build stage is not in this tree")
-    if not callable(getattr(stage, "build", None)):
-        pytest.skip("cudagym.judge.build has no build() yet")
+    from cudagym.solution import Solution, get_format
+
+    good = Solution("raw", get_format("raw").example_files())
+    broken = Solution("raw", {**good.files, "kernels/relu.cu": good.files["kernels/relu.cu"] + "\nnot C++ at all\n"})
     with LocalJudge(devices="none", cache_dir=tmp_path) as judge:
-        good = judge.evaluate(relu_task(), candidate("good_relu"), EvalMode.VERIFY)
-        assert good.status is EvalStatus.NO_GPU and good.build.ok, good.build.message
+        ok = judge.evaluate(relu_task(), good, EvalMode.VERIFY)
+        bad = judge.evaluate(relu_task(), broken, EvalMode.VERIFY)
+    assert ok.status is EvalStatus.NO_GPU and ok.build.ok and ok.build.artifact_path, ok.build.message
+    assert bad.status is EvalStatus.BUILD_FAILED and bad.build.status is BuildStatus.COMPILE_ERROR
+    assert any(d.file == "kernels/relu.cu" for d in bad.build.diagnostics)
 
 
 def test_probe_without_devices_needs_no_subprocess():
@@ -197,3 +201,47 @@ def test_default_judge_handles_share_one_backend_until_the_last_closes(tmp_path)
     third = default_judge(devices="none", build_fn=CountingBuild(), cache_dir=tmp_path)
     assert third._backend is not second._backend
     third.close()
+
+
+# --------------------------------------------------------------------------------------- on a real GPU
+
+
+@pytest.fixture(scope="module")
+def swish():
+    from cudagym.sources.bundled import BundledSource
+
+    source = BundledSource()
+    return source.get("bundled/L1/01_Swish"), source.solution("bundled/L1/01_Swish")
+
+
+@pytest.mark.gpu
+def test_profile_on_a_gpu_stores_baselines_and_later_jobs_reuse_them(tmp_path, swish):
+    task, solution = swish
+    first_gpu = list(probe_gpus("auto").device_ids[:1])
+    with LocalJudge(devices=first_gpu, cache_dir=tmp_path) as judge:
+        hardware = judge.hardware()
+        assert hardware.gpu != "none" and hardware.compute_capability and hardware.torch
+        first = judge.evaluate(task, solution, EvalMode.PROFILE)
+        assert first.status is EvalStatus.OK, first.message
+        assert first.eager.measured and first.compiled.measured and first.candidate.measured
+        assert first.hardware.gpu == hardware.gpu
+        cached = judge.baselines.get(local.BaselineKey.of(task, hardware, judge.protocol.id))
+        assert cached.known and cached.eager == first.eager
+        second = judge.evaluate(task, solution, EvalMode.PROFILE)
+        assert second.status is EvalStatus.OK, second.message
+        assert second.eager == first.eager and second.compiled == first.compiled  # from the cache
+        info = judge.workers()[0]
+        print(f"GPU {hardware.gpu}; worker sandbox: {info.sandbox}")
+
+
+@pytest.mark.gpu
+def test_precompute_times_the_baselines_of_a_task_on_a_gpu(tmp_path, swish, capsys):
+    from cudagym.judge.baselines import BaselineCache, BaselineKey, precompute
+
+    task, _ = swish
+    first_gpu = list(probe_gpus("auto").device_ids[:1])
+    assert precompute([task], "cudagym", devices=first_gpu, cache_dir=tmp_path) == 0, capsys.readouterr().err
+    hardware = probe_gpus(first_gpu).hardware
+    assert BaselineCache(tmp_path / "baselines").get(BaselineKey.of(task, hardware, "cudagym-v0")).known
+    assert precompute([task], "cudagym", devices=first_gpu, cache_dir=tmp_path) == 0
+    assert "1 already cached" in capsys.readouterr().err
