@@ -37,16 +37,20 @@ from cudagym.judge.build.staging import select, stage_solution
 from cudagym.judge.build.toolchain import NVCC_FLAGS, cuda_tools, target_arch, torch_tools
 from cudagym.judge.build.torch_ext import (
     BINDING_IMPL,
+    INFRA_TIMEOUT_S,
     MANIFEST,
     ExtToolchain,
     LinkResult,
     binding_unit,
     ensure_pch,
+    infra_failure,
     link_extension,
     load_torch_module,
+    make_toolchain,
     pch_flags,
+    pch_header,
 )
-from cudagym.judge.build.units import OUT_TOKEN, CompileUnit, UnitResult, compile_units, failure
+from cudagym.judge.build.units import OUT_TOKEN, CompileUnit, UnitResult, compile_unit, compile_units, failure
 from cudagym.judge.protocol import Protocol
 from cudagym.judge.records import BuildResult, BuildStatus, Diagnostic
 from cudagym.solution import Solution
@@ -87,22 +91,29 @@ def build_extension(task: Task, solution: Solution, protocol: Protocol, cache: B
         return BuildResult(BuildStatus.INVALID, "extension", message=problem)
     limits = BuildLimits.from_protocol(protocol)
     deadline = Deadline(limits.timeout_s)
-    tc = ExtToolchain(cuda_tools(), torch_tools(), target_arch())
+    # the judge's own units (torch PCH, binding module) are built once per toolchain, on their own clock
+    infra = Deadline(max(limits.timeout_s, INFRA_TIMEOUT_S))
+    tc = make_toolchain(cache, cuda_tools(), torch_tools(), target_arch())
     cache_before = (cache.stats("obj").hits, cache.stats("obj").misses)
-    with cache.staging() as stage:
+    with cache.staging() as stage, ThreadPoolExecutor(max_workers=1) as pool:
         stage_solution(solution, stage, patterns=(*SOURCES, *HEADERS))
         paths = PathMap(prefixes=(str(stage),))
+        # phase 1: the .cu files while the torch PCH is looked up (or built, once)
+        pch_future = pool.submit(ensure_pch, tc, cache, stage / "pch", infra, limits)
         cu_units = [_cu_unit(tc, rel, text, files) for rel, text in select(files, "kernels/*.cu").items()]
-        # phase 1: the torch PCH (built once per toolchain; a lookup after that) while the .cu files compile
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            pch_future = pool.submit(ensure_pch, tc, cache, stage / "pch", deadline, limits)
-            cu_results = compile_units(cu_units, cache=cache, cwd=stage, deadline=deadline, limits=limits)
-            pch = pch_future.result()
-        # phase 2: host files against the precompiled torch headers
+        cu_results = compile_units(cu_units, cache=cache, cwd=stage, deadline=deadline, limits=limits)
+        pch = pch_header(pch_future.result())
+        if pch is None:
+            return infra_failure(pch_future.result(), "extension")
+        # phase 2: host files against the precompiled torch headers, and the protected binding module
+        binding_future = pool.submit(compile_unit, binding_unit(tc, pch, stage / "protected"), cache=cache,
+                                     cwd=stage, deadline=infra, limits=limits)
         cpp_units = [_cpp_unit(tc, rel, text, files, pch) for rel, text in select(files, "kernels/*.cpp").items()]
-        cpp_units.append(binding_unit(tc, pch, stage / "protected"))
         cpp_results = compile_units(cpp_units, cache=cache, cwd=stage, deadline=deadline, limits=limits)
-        results = cu_results + cpp_results
+        binding = binding_future.result()
+        if not binding.ok:
+            return infra_failure(binding, "extension")
+        results = [*cu_results, *cpp_results, binding]
         log = paths.scrub("".join(r.output for r in results))
     diagnostics = tuple(d for r in results for d in parse_diagnostics(r.output, tool=r.unit.tool, paths=paths))
     kernels = tuple(k for r in cu_results for k in parse_ptxas_resources(r.output, cxxfilt=tc.tools.cxxfilt))

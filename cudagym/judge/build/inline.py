@@ -40,7 +40,17 @@ from cudagym.judge.build.diagnostics import PathMap, Segment, parse_diagnostics,
 from cudagym.judge.build.extension import link_result
 from cudagym.judge.build.process import BuildLimits, Deadline, RunOutcome
 from cudagym.judge.build.toolchain import TORCH_NVCC_DEFINES, cuda_tools, target_arch, torch_tools
-from cudagym.judge.build.torch_ext import ExtToolchain, ensure_pch, link_extension, load_torch_module, pch_flags
+from cudagym.judge.build.torch_ext import (
+    INFRA_TIMEOUT_S,
+    ExtToolchain,
+    ensure_pch,
+    infra_failure,
+    link_extension,
+    load_torch_module,
+    make_toolchain,
+    pch_flags,
+    pch_header,
+)
 from cudagym.judge.build.units import OUT_TOKEN, CompileUnit, UnitResult, compile_unit, compile_units, failure
 from cudagym.judge.protocol import Protocol
 from cudagym.judge.records import BuildResult, BuildStatus, Diagnostic, Severity
@@ -94,7 +104,7 @@ def build_inline(task: Task, solution: Solution, protocol: Protocol, cache: Buil
                            "one model_new.py that builds its CUDA code with load_inline")
     limits = BuildLimits.from_protocol(protocol)
     deadline = Deadline(limits.timeout_s)
-    tc = ExtToolchain(cuda_tools(), torch_tools(), target_arch())
+    tc = make_toolchain(cache, cuda_tools(), torch_tools(), target_arch())
     recorded = _record(source, tc, cache, deadline, limits)
     if isinstance(recorded, BuildResult):
         return recorded
@@ -105,7 +115,10 @@ def build_inline(task: Task, solution: Solution, protocol: Protocol, cache: Buil
     log = ""
     with cache.staging() as stage:
         paths = PathMap(prefixes=(str(stage),))
-        pch = ensure_pch(tc, cache, stage / "pch", deadline, limits)
+        pch_unit = ensure_pch(tc, cache, stage / "pch", Deadline(max(limits.timeout_s, INFRA_TIMEOUT_S)), limits)
+        pch = pch_header(pch_unit)
+        if pch is None:
+            return infra_failure(pch_unit, "inline")
         for index, call in enumerate(calls):
             units, generated = _call_units(tc, call, index, source, stage, pch)
             paths = PathMap(prefixes=paths.prefixes, generated={**paths.generated, **generated})

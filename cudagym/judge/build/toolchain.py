@@ -196,7 +196,12 @@ def normalize_arch(raw: str) -> str:
 
 
 def _find_nvcc() -> str:
-    candidates = [os.environ.get("CUDAGYM_NVCC", "")]
+    explicit = os.environ.get("CUDAGYM_NVCC", "")
+    if explicit:  # an explicit choice is never silently replaced by another nvcc
+        if os.path.isfile(explicit) and os.access(explicit, os.X_OK):
+            return explicit
+        raise BuildToolError(f"expected CUDAGYM_NVCC to name an executable nvcc, got {explicit!r}; fix or unset it")
+    candidates = []
     for env in ("CUDA_HOME", "CUDA_PATH"):
         if os.environ.get(env):
             candidates.append(str(Path(os.environ[env]) / "bin" / "nvcc"))

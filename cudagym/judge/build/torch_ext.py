@@ -40,12 +40,14 @@ from cudagym.judge.build.cache import BuildCache, content_key, write_atomic
 from cudagym.judge.build.process import BuildLimits, Deadline, RunOutcome, ToolRun, run_tool
 from cudagym.judge.build.toolchain import HOST_FLAGS, CudaTools, TorchTools
 from cudagym.judge.build.units import OUT_TOKEN, CompileUnit, UnitResult, compile_unit
+from cudagym.judge.records import BuildResult, BuildStatus
 from cudagym.solution import get_format
 
 MANIFEST = "manifest.json"
 PCH_HEADER = "torch_ext.h"
 PCH_TEXT = "// cudagym: precompiled once per torch/compiler/flags\n#include <torch/extension.h>\n"
 BINDING_IMPL = "cudagym_binding_impl"  # PYBIND11_MODULE name of the protected binding.cpp object
+INFRA_TIMEOUT_S = 1800.0  # budget of the once-per-toolchain units (a cold torch PCH takes minutes on 2 cores)
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class ExtToolchain:
     tools: CudaTools
     torch: TorchTools
     arch: str
+    compat_include: str = ""  # stand-ins for headers the CPU-only torch wheel lacks (see make_toolchain)
 
     def fingerprint(self) -> dict[str, str]:
         """Part of every key: compiler, torch and arch identity."""
@@ -68,7 +71,8 @@ class ExtToolchain:
     def host_includes(self) -> tuple[str, ...]:
         """Include flags for torch, Python and CUDA headers (absolute, so keys do not depend on a stage)."""
         dirs = (*self.torch.include_dirs, self.torch.python_include, self.tools.include_dir)
-        return tuple(f"-I{d}" for d in dirs)
+        compat = ("-idirafter", self.compat_include) if self.compat_include else ()
+        return (*(f"-I{d}" for d in dirs), *compat)
 
     def link_flags(self, extra: Sequence[str] = ()) -> tuple[str, ...]:
         """Linker flags of a torch extension (see the module docstring)."""
@@ -78,29 +82,63 @@ class ExtToolchain:
                 "-Wl,-Bsymbolic-functions", *extra)
 
 
+# The CPU-only torch wheel ships c10/cuda headers but not the generated c10/cuda/impl/cuda_cmake_macros.h
+# they include; the CUDA wheels' copy only says that c10_cuda is a shared library. Supplied after every
+# real include directory (-idirafter), so a torch that has the file always wins.
+_COMPAT_HEADERS = {
+    "c10/cuda/impl/cuda_cmake_macros.h": "#pragma once\n// cudagym stand-in for the CPU-only torch wheel\n"
+                                         "#define C10_CUDA_BUILD_SHARED_LIBS\n",
+}
+
+
+def make_toolchain(cache: BuildCache, tools: CudaTools, torch: TorchTools, arch: str) -> ExtToolchain:
+    """The extension toolchain, with the compat include directory when this torch needs one."""
+    missing = {rel: text for rel, text in _COMPAT_HEADERS.items()
+               if not any((Path(d) / rel).is_file() for d in torch.include_dirs)}
+    if not missing:
+        return ExtToolchain(tools, torch, arch)
+    key = content_key("compat-include", missing)
+    entry = cache.lookup("compat", key)
+    if entry is None:
+        with cache.staging(prefix="compat-") as stage:
+            for rel, text in missing.items():
+                write_atomic(stage / rel, text.encode())
+            entry = cache.commit("compat", key, stage)
+    return ExtToolchain(tools, torch, arch, compat_include=str(entry))
+
+
 def module_name(prefix: str, key: str) -> str:
     """The Python module name of a linked extension: ``<prefix>_<first 16 hex digits of its key>``."""
     return f"{prefix}_{key[:16]}"
 
 
 def ensure_pch(tc: ExtToolchain, cache: BuildCache, scratch: Path, deadline: Deadline,
-               limits: BuildLimits) -> Path | None:
-    """The ``-include`` header whose ``.gch`` holds ``<torch/extension.h>``; ``None`` if it cannot be built."""
+               limits: BuildLimits) -> UnitResult:
+    """The precompiled ``<torch/extension.h>`` (built once per toolchain); see :func:`pch_header`."""
     flags = tc.host_flags()
     key = content_key("pch", tc.fingerprint(), flags, tc.host_includes(), PCH_TEXT)
     header = scratch / PCH_HEADER
     write_atomic(header, PCH_TEXT.encode())
     unit = CompileUnit(source=f"<pch {PCH_HEADER}>", kind="pch", key=key, tool="c++",
-                       artifact=f"{PCH_HEADER}.gch",
+                       artifact=f"{PCH_HEADER}.gch", trusted=True,
                        argv=(tc.tools.cxx, *flags, *tc.host_includes(), "-x", "c++-header", str(header),
                              "-o", OUT_TOKEN))
     result = compile_unit(unit, cache=cache, cwd=scratch, deadline=deadline, limits=limits)
-    if not result.ok or result.path is None:
-        return None
-    entry_header = result.path.parent / PCH_HEADER
-    if not entry_header.is_file():
-        write_atomic(entry_header, PCH_TEXT.encode())
-    return entry_header
+    if result.path is not None and not (result.path.parent / PCH_HEADER).is_file():
+        write_atomic(result.path.parent / PCH_HEADER, PCH_TEXT.encode())
+    return result
+
+
+def pch_header(pch: UnitResult) -> Path | None:
+    """The ``-include`` header next to a built ``.gch`` (g++ picks the ``.gch`` up), or ``None``."""
+    return pch.path.parent / PCH_HEADER if pch.path is not None else None
+
+
+def infra_failure(result: UnitResult, fmt: str) -> BuildResult:
+    """A TOOL_ERROR for a failed judge-owned unit (the PCH or the binding module): not the agent's fault."""
+    return BuildResult(BuildStatus.TOOL_ERROR, fmt, message=f"the judge could not build {result.unit.source} "
+                       f"({result.outcome.value}, exit status {result.returncode}); the torch/CUDA toolchain on "
+                       "this host is broken", log=result.output[-8000:])
 
 
 def pch_flags(pch_header: Path | None) -> tuple[str, ...]:
@@ -115,7 +153,7 @@ def binding_unit(tc: ExtToolchain, pch: Path | None, scratch: Path) -> CompileUn
         write_atomic(scratch / rel, text.encode())
     flags = (*tc.host_flags(), f"-DTORCH_EXTENSION_NAME={BINDING_IMPL}")
     key = content_key("binding-obj", tc.fingerprint(), flags, templates, bool(pch))
-    return CompileUnit(source="binding.cpp", kind="obj", key=key, tool="c++", artifact="binding.o",
+    return CompileUnit(source="binding.cpp", kind="obj", key=key, tool="c++", artifact="binding.o", trusted=True,
                        argv=(tc.tools.cxx, *flags, *pch_flags(pch), f"-I{scratch}", *tc.host_includes(),
                              "-c", str(scratch / "binding.cpp"), "-o", OUT_TOKEN))
 

@@ -35,6 +35,8 @@ class CompileUnit:
         tool: Tool name for diagnostics (``nvcc``, ``c++``, ``nvrtc``).
         artifact: Name of the output file inside the cache entry.
         env: Extra environment variables.
+        trusted: The judge's own source (the torch PCH, the protected binding module): exempt from the
+            artifact size cap, which is there for candidate code (a PCH of torch is ~0.8 GB).
     """
 
     source: str
@@ -44,6 +46,7 @@ class CompileUnit:
     tool: str
     artifact: str
     env: Mapping[str, str] | None = None
+    trusted: bool = False
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,7 @@ def _store(unit: CompileUnit, run: ToolRun, out: Path, stage: Path, cache: Build
         cache.commit(unit.kind, unit.key, stage)
     if not run.ok or not out.is_file():
         return UnitResult(unit, run.outcome, run.returncode, run.output, None, False, wall_time_s=run.wall_time_s)
-    if out.stat().st_size > limits.max_artifact_bytes:
+    if not unit.trusted and out.stat().st_size > limits.max_artifact_bytes:
         return UnitResult(unit, RunOutcome.OUTPUT_LIMIT, run.returncode, run.output, None, False, too_large=True,
                           wall_time_s=run.wall_time_s)
     write_atomic(stage / OUTPUT_LOG, run.output.encode("utf-8", errors="replace"))

@@ -1,0 +1,132 @@
+"""The build cache (content keys, atomic entries, locks, pruning) and the tool runner (deadline, cap, kill)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from cudagym.errors import BuildToolError
+from cudagym.judge.build.cache import BuildCache, content_key, default_cache_root, write_atomic
+from cudagym.judge.build.process import BuildLimits, Deadline, RunOutcome, run_tool
+from cudagym.judge.build.toolchain import normalize_arch, torch_cxx_std
+from cudagym.judge.protocol import DEFAULT_PROTOCOL
+
+
+def test_default_root_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("CUDAGYM_CACHE_DIR", str(tmp_path / "explicit"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_root() == tmp_path / "explicit"
+    monkeypatch.delenv("CUDAGYM_CACHE_DIR")
+    assert default_cache_root() == tmp_path / "xdg" / "cudagym"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert default_cache_root() == Path.home() / ".cache" / "cudagym"
+
+
+def test_content_key_is_canonical() -> None:
+    assert content_key({"b": 1, "a": [1, 2]}) == content_key({"a": [1, 2], "b": 1})
+    assert content_key("x", 1) != content_key("x", 2)
+    assert len(content_key("x")) == 64
+
+
+def test_commit_is_atomic_and_first_writer_wins(tmp_path: Path) -> None:
+    cache = BuildCache(tmp_path)
+    assert cache.lookup("obj", "k" * 64) is None
+    with cache.staging() as a:
+        (a / "out.o").write_text("first")
+        entry = cache.commit("obj", "k" * 64, a)
+    with cache.staging() as b:
+        (b / "out.o").write_text("second")
+        again = cache.commit("obj", "k" * 64, b)
+    assert entry == again and (entry / "out.o").read_text() == "first"
+    assert cache.lookup("obj", "k" * 64) == entry
+    assert cache.stats("obj").hits == 1 and cache.stats("obj").misses == 1
+    assert not any((cache.root / "tmp").iterdir()), "staging directories are cleaned up"
+
+
+def test_lock_serialises_and_times_out(tmp_path: Path) -> None:
+    cache = BuildCache(tmp_path)
+    order: list[str] = []
+    with cache.lock("key", 1.0) as got:
+        assert got
+
+        def other() -> None:
+            with cache.lock("key", 0.2) as got_other:
+                order.append(f"other:{got_other}")
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+        order.append("holder")
+    assert order == ["other:False", "holder"]
+
+
+def test_prune_removes_least_recent(tmp_path: Path) -> None:
+    cache = BuildCache(tmp_path)
+    for i, key in enumerate(("a" * 64, "b" * 64)):
+        with cache.staging() as stage:
+            (stage / "blob").write_bytes(b"x" * 1000)
+            entry = cache.commit("obj", key, stage)
+        os.utime(entry, (1000 + i, 1000 + i))
+    freed = cache.prune(max_bytes=1500)
+    assert freed == 1000
+    assert cache.lookup("obj", "a" * 64) is None and cache.lookup("obj", "b" * 64) is not None
+
+
+def test_write_atomic_replaces(tmp_path: Path) -> None:
+    target = tmp_path / "d" / "f.json"
+    write_atomic(target, b"1")
+    write_atomic(target, b"2")
+    assert target.read_bytes() == b"2" and len(list(target.parent.iterdir())) == 1
+
+
+def test_run_tool_ok_and_missing(tmp_path: Path) -> None:
+    run = run_tool([sys.executable, "-c", "print('hi')"], cwd=tmp_path, deadline=Deadline(30), max_output_bytes=100)
+    assert run.ok and run.output.strip() == "hi"
+    gone = run_tool(["/nonexistent/tool"], cwd=tmp_path, deadline=Deadline(30), max_output_bytes=100)
+    assert gone.outcome is RunOutcome.NOT_FOUND and not gone.ok
+
+
+def test_run_tool_timeout_kills_the_process_group(tmp_path: Path) -> None:
+    marker = tmp_path / "grandchild.pid"
+    script = f"sleep 60 & echo $! > {marker}; wait"
+    start = time.monotonic()
+    run = run_tool(["sh", "-c", script], cwd=tmp_path, deadline=Deadline(0.5), max_output_bytes=100)
+    assert run.outcome is RunOutcome.TIMEOUT and time.monotonic() - start < 10
+    pid = int(marker.read_text())
+    time.sleep(0.2)
+    assert not _alive(pid), "the grandchild survived the timeout"
+
+
+def test_run_tool_output_cap(tmp_path: Path) -> None:
+    code = "import sys\nwhile True: sys.stdout.write('x' * 4096)"
+    run = run_tool([sys.executable, "-c", code], cwd=tmp_path, deadline=Deadline(30), max_output_bytes=10_000)
+    assert run.outcome is RunOutcome.OUTPUT_LIMIT and len(run.output) <= 10_000
+
+
+def test_limits_from_protocol() -> None:
+    protocol = DEFAULT_PROTOCOL.with_changes(id="t", build_timeout_s=12, extra={"build_max_output_bytes": 99})
+    limits = BuildLimits.from_protocol(protocol)
+    assert limits.timeout_s == 12 and limits.max_output_bytes == 99
+    assert limits.max_artifact_bytes == BuildLimits().max_artifact_bytes
+
+
+def test_arch_and_std_rules() -> None:
+    assert [normalize_arch(a) for a in ("sm_90", "90", "9.0", "compute_90", "sm_90a")] == \
+        ["sm_90", "sm_90", "sm_90", "sm_90", "sm_90a"]
+    with pytest.raises(BuildToolError, match="CUDAGYM_CUDA_ARCH"):
+        normalize_arch("hopper")
+    assert torch_cxx_std("2.11.0+cu130") == "c++17"
+    assert torch_cxx_std("2.13.0+cpu") == "c++20"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "State:\tZ" not in status
