@@ -40,6 +40,7 @@ import tempfile
 import threading
 import time
 import traceback
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -238,6 +239,11 @@ class _Worker:
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                 pass_fds=(jobs_r, results_w),
             )
+        except BaseException:
+            os.close(jobs_w)
+            os.close(results_r)
+            shutil.rmtree(self.root, ignore_errors=True)
+            raise
         finally:
             os.close(jobs_r)
             os.close(results_w)
@@ -347,9 +353,9 @@ class _Worker:
             return _Outcome(_result(job, EvalStatus.RUNTIME_ERROR, f"the worker sent a malformed result ({exc}); "
                                     "candidate code must not write to the judge's channels", text), True)
         self.jobs_done += 1
-        captured = self.output.take(seq, 2.0).text()
-        log_text = "\n".join(t for t in (result.log, captured) if t)[-self.options.policy.log_bytes:]
-        result = dataclasses.replace(result, log=log_text)
+        captured = self.output.take(seq, 2.0).text()  # capped to the policy's log_bytes
+        if captured.strip():
+            result = dataclasses.replace(result, log=f"{result.log}\n--- output of the job ---\n{captured}".lstrip())
         if not healthy and result.status is EvalStatus.OK:
             result = dataclasses.replace(result, status=EvalStatus.RUNTIME_ERROR,
                                          message=f"the CUDA context was broken after the run: {health}")
@@ -366,7 +372,7 @@ class _Worker:
                 pass
         self.kill()
         out = self.output.take(-2, 1.0)
-        code = self.proc.returncode
+        code = self.proc.returncode if self.proc.returncode is not None else -9
         how = reason or (f"the worker process {describe_exit(code)} before returning a result"
                          + (" (sys.exit or os._exit in candidate code?)" if code > 0 else ""))
         tail = out.last_lines()
@@ -473,7 +479,10 @@ class _Lane:
             self._promote()
             return _result(job, EvalStatus.INFRA_ERROR, problem)
         timeout = self.options.job_timeout_s or job.protocol.eval_timeout_s
+        started = time.monotonic()
         outcome = self.worker.run(job, timeout, self.closing)
+        if not outcome.result.wall_time_s:  # a result the judge made (crash, timeout) has no harness clock
+            outcome.result = dataclasses.replace(outcome.result, wall_time_s=time.monotonic() - started)
         if outcome.retire:
             log.info("replacing worker %d for GPU %s after job %s (%s)", self.worker.pid, self.device,
                      job.job_id, outcome.result.status.value)
@@ -585,7 +594,7 @@ def load_job_fn(spec: str) -> Callable[[Job], EvalResult]:
     fn = getattr(importlib.import_module(module), name or "run_job")
     if not callable(fn):
         raise TypeError(f"expected {spec} to be a function of a Job, got {type(fn).__name__}")
-    return fn  # type: ignore[no-any-return]
+    return typing.cast(Callable[[Job], EvalResult], fn)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
