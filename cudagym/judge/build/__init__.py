@@ -17,6 +17,7 @@ fault). Builds run on CPU (nvcc needs no GPU); the GPU worker only loads the art
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -87,10 +88,43 @@ def build(
     return _with_wall_time(result, wall)
 
 
+def warm_up(
+    cache: BuildCache | None = None, formats: tuple[str, ...] = ("extension", "raw"),
+) -> dict[str, BuildResult]:
+    """Build each format's worked example (call at worker start).
+
+    The once-per-toolchain work (the torch PCH, the protected binding module, tool discovery) is then
+    done before the first agent's build.
+    """
+    from cudagym.solution import get_format
+    from cudagym.task import make_task
+
+    task = make_task(_WARM_TASK, id="cudagym/warm_up", suite="cudagym", level=1, name="warm_up", origin="warm_up")
+    protocol = get_protocol(None).with_changes(id="cudagym-warm-up", build_timeout_s=3600)
+    return {fmt: build(task, Solution(fmt, get_format(fmt).example_files()), protocol, cache) for fmt in formats}
+
+
+_WARM_TASK = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(1024)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
 def _with_wall_time(result: BuildResult, wall_s: float) -> BuildResult:
-    from dataclasses import replace
-
-    return replace(result, wall_time_s=wall_s)
+    return dataclasses.replace(result, wall_time_s=wall_s)
 
 
-__all__ = ["BUILDERS", "Builder", "BuildCache", "build", "default_cache", "register_builder"]
+__all__ = ["BUILDERS", "Builder", "BuildCache", "build", "default_cache", "register_builder", "warm_up"]

@@ -26,6 +26,7 @@ aliases it as ``cuda_extension``.
 from __future__ import annotations
 
 import json
+import time
 import types
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -102,7 +103,9 @@ def build_extension(task: Task, solution: Solution, protocol: Protocol, cache: B
         pch_future = pool.submit(ensure_pch, tc, cache, stage / "pch", infra, limits)
         cu_units = [_cu_unit(tc, rel, text, files) for rel, text in select(files, "kernels/*.cu").items()]
         cu_results = compile_units(cu_units, cache=cache, cwd=stage, deadline=deadline, limits=limits)
+        waited = time.monotonic()
         pch = pch_header(pch_future.result())
+        deadline.extend(time.monotonic() - waited)
         if pch is None:
             return infra_failure(pch_future.result(), "extension")
         # phase 2: host files against the precompiled torch headers, and the protected binding module

@@ -29,6 +29,7 @@ import inspect
 import json
 import os
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -115,7 +116,9 @@ def build_inline(task: Task, solution: Solution, protocol: Protocol, cache: Buil
     log = ""
     with cache.staging() as stage:
         paths = PathMap(prefixes=(str(stage),))
+        waited = time.monotonic()
         pch_unit = ensure_pch(tc, cache, stage / "pch", Deadline(max(limits.timeout_s, INFRA_TIMEOUT_S)), limits)
+        deadline.extend(time.monotonic() - waited)
         pch = pch_header(pch_unit)
         if pch is None:
             return infra_failure(pch_unit, "inline")

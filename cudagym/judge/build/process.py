@@ -90,6 +90,10 @@ class Deadline:
         self.budget_s = budget_s
         self._end = time.monotonic() + budget_s
 
+    def extend(self, seconds: float) -> None:
+        """Push the end back (time spent waiting on the judge's own work is not the candidate's)."""
+        self._end += max(0.0, seconds)
+
     def remaining_s(self) -> float:
         """Seconds left, never negative."""
         return max(0.0, self._end - time.monotonic())

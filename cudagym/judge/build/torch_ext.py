@@ -205,6 +205,10 @@ def link_extension(
 # torch's libraries, in dependency order; promoted to RTLD_GLOBAL before an extension loads
 _TORCH_LIBS = ("libc10.so", "libc10_cuda.so", "libtorch_cpu.so", "libtorch_cuda.so", "libtorch.so",
                "libtorch_python.so")
+# libraries torch loads from the nvidia wheels that kernels/*.cpp may call (cuBLAS for GEMMs, cuDNN for
+# convolutions): promoted by soname, so an extension needs no -l flag for them
+_CUDA_LIB_SONAMES = ("libcublas.so.13", "libcublasLt.so.13", "libcudnn.so.9", "libcublas.so.12",
+                     "libcublasLt.so.12")
 
 
 def load_torch_module(so_path: str | Path, *, expect_torch: str = "") -> types.ModuleType:
@@ -245,10 +249,9 @@ def _promote_torch_libs(lib_dir: Path) -> None:
     # unless it links them; re-opening an already-loaded library with RTLD_NOLOAD|RTLD_GLOBAL makes its
     # symbols global without loading anything new (dlopen(3))
     mode = os.RTLD_GLOBAL | getattr(os, "RTLD_NOLOAD", 0) | os.RTLD_NOW
-    for name in _TORCH_LIBS:
-        path = lib_dir / name
-        if path.exists():
-            try:
-                ctypes.CDLL(str(path), mode=mode)
-            except OSError:
-                pass  # not loaded in this process (e.g. no CUDA torch): nothing to promote
+    names = [str(lib_dir / n) for n in _TORCH_LIBS if (lib_dir / n).exists()] + list(_CUDA_LIB_SONAMES)
+    for name in names:
+        try:
+            ctypes.CDLL(name, mode=mode)
+        except OSError:
+            pass  # not loaded in this process (e.g. a CPU-only torch): nothing to promote
