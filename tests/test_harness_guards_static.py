@@ -113,12 +113,14 @@ def test_bundled_reference_solutions_pass_every_static_check(solution_dir):
 @pytest.mark.parametrize(
     ("code", "guard", "words"),
     [
-        ("import torch.nn.functional as F\ny = F.relu(x)\n", "torch_fallback", "torch.nn.functional.relu"),
-        ("import torch\ny = torch.matmul(a, b)\n", "torch_fallback", "torch.matmul"),
-        ("from torch import sigmoid\ny = sigmoid(x)\n", "torch_fallback", "torch.sigmoid"),
-        ("y = a @ b\n", "torch_fallback", "@ operator"),
-        ("import torch\nf = torch.compile(g)\n", "torch_fallback", "torch.compile"),
-        ("import torch\ny = torch.ops.aten.relu(x)\n", "torch_fallback", "torch.ops.aten.relu"),
+        ("import torch.nn.functional as F\ndef forward(x):\n    return F.relu(x)\n", "torch_fallback",
+         "torch.nn.functional.relu"),
+        ("import torch\ndef forward(a, b):\n    return torch.matmul(a, b)\n", "torch_fallback", "torch.matmul"),
+        ("from torch import sigmoid\ndef helper(x):\n    return sigmoid(x)\n", "torch_fallback", "torch.sigmoid"),
+        ("def forward(a, b):\n    return a @ b\n", "torch_fallback", "@ operator"),
+        ("import torch\nclass M:\n    def forward(self, x):\n        return torch.compile(g)(x)\n", "torch_fallback",
+         "torch.compile"),
+        ("import torch\nf = lambda x: torch.ops.aten.relu(x)\n", "torch_fallback", "torch.ops.aten.relu"),
         ("from model import Model\n", "reference_reuse", "imports the reference module"),
         ("import model\n", "reference_reuse", "imports the reference module"),
         ("class ModelNew(Model):\n    pass\n", "reference_reuse", "`Model`"),
@@ -159,6 +161,15 @@ def test_each_cpp_exploit_is_named(code, guard, words):
     assert words in found[guard]
 
 
+def test_init_and_module_code_may_build_buffers_with_torch():
+    code = ("import torch\nMASK = torch.tril(torch.ones(4, 4))\nclass ModelNew(torch.nn.Module):\n"
+            "    def __init__(self):\n        super().__init__()\n"
+            "        self.register_buffer('mask', torch.tril(torch.ones(8, 8)))\n"
+            "    def forward(self, x):\n        return torch.tril(x)\n")
+    found = static_violations({"model_new.py": code})
+    assert found["torch_fallback"] == "torch computes in the solution: model_new.py:8 calls torch.tril"
+
+
 def test_cpp_in_load_inline_strings_is_scanned_with_its_line():
     code = ('import torch\nsrc = """\n#include <torch/extension.h>\n'
             'torch::Tensor f(torch::Tensor x) { return at::gelu(x); }\n"""\n')
@@ -196,3 +207,24 @@ def test_breakdown_is_per_forward_and_sums_the_tail():
     assert rows[-1].name == "(other kernels)"
     assert sum(r.share for r in rows) == pytest.approx(1.0)
     assert breakdown([], repeats=3) == ()
+
+
+def test_only_the_raw_runtime_of_the_judge_may_be_imported():
+    import ast
+
+    from cudagym.judge.guards.tampering import judge_imports
+
+    code = "from cudagym import runtime\nimport cudagym.runtime\nfrom cudagym.judge import harness\nimport cudagym\n"
+    assert judge_imports(ast.parse(code)) == [("cudagym.judge.harness", 3), ("cudagym", 4)]
+
+
+@pytest.mark.parametrize("fmt", ["extension", "inline", "raw"])
+def test_the_prompt_examples_of_every_format_pass_every_static_check(fmt):
+    import ast
+
+    from cudagym.judge.guards.tampering import judge_imports
+    from cudagym.solution import get_format
+
+    files = get_format(fmt).example_files()
+    assert static_violations(files) == {}
+    assert judge_imports(ast.parse(files["model_new.py"])) == []

@@ -17,9 +17,11 @@ through the same dispatcher). Allowed:
 Everything else in ``aten``/``prims`` (and torchvision's ops) is a fallback. cuBLAS/cuDNN called from the
 candidate's C++ dispatch nothing and are allowed; the ``decoy_kernels`` guard checks the kernel mix.
 
-Static (fast feedback with file:line): in ``model_new.py``, calls into ``torch.nn.functional``, torch's
-compute functions (``torch.matmul``, ``torch.relu``, ...), ``torch.ops.aten``, ``torch.compile`` /
-``torch.jit`` and the ``@`` operator; in C++ (kernel files and ``load_inline`` strings), ``torch::`` /
+Static (fast feedback with file:line): in the functions of ``model_new.py`` other than ``__init__`` (module
+code and ``__init__`` run once, before the weights are copied in, and may build buffers the reference also
+has), calls into ``torch.nn.functional``, torch's compute functions (``torch.matmul``, ``torch.relu``, ...),
+``torch.ops.aten``, ``torch.compile`` / ``torch.jit`` and the ``@`` operator; in C++ (kernel files and
+``load_inline`` strings), ``torch::`` /
 ``at::`` calls other than allocation, stream and device helpers, and tensor compute methods.
 """
 
@@ -137,7 +139,10 @@ def _python_findings(text: str) -> Iterator[str]:
     tree = parse_python(text)
     if tree is None:
         return
+    runtime_nodes = _nodes_in_run_time_code(tree)
     for call in python_calls(tree):
+        if id(call.node) not in runtime_nodes:
+            continue
         name = call.name
         if name.startswith(BANNED_TORCH_PREFIXES):
             yield f"{PYTHON_FILE}:{call.line} calls {name}"
@@ -146,8 +151,32 @@ def _python_findings(text: str) -> Iterator[str]:
             if last[:1].islower():  # torch.matmul, torch.nn.functional...; classes (torch.nn.Linear) build modules
                 yield f"{PYTHON_FILE}:{call.line} calls {name}"
     for node in ast.walk(tree):
-        if isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, ast.MatMult):
+        if id(node) in runtime_nodes and isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(
+                node.op, ast.MatMult):
             yield f"{PYTHON_FILE}:{node.lineno} uses the @ operator (torch.matmul)"
+
+
+def _nodes_in_run_time_code(tree: ast.Module) -> set[int]:
+    """Nodes inside functions other than ``__init__``: the code a forward can run.
+
+    Module-level code and ``__init__`` run once, before the state_dict is copied in; building a buffer
+    there with torch (``torch.tril(torch.ones(n, n))`` for a causal mask the reference also registers) is
+    how a solution matches the reference's state_dict, not a fallback.
+    """
+    found: set[int] = set()
+
+    def visit(node: ast.AST, inside: bool) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            inside = node.name != "__init__"
+        elif isinstance(node, ast.Lambda):
+            inside = True
+        if inside:
+            found.add(id(node))
+        for child in ast.iter_child_nodes(node):
+            visit(child, inside)
+
+    visit(tree, False)
+    return found
 
 
 def _cpp_findings(sources: dict[str, str]) -> Iterator[str]:

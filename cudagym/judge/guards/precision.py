@@ -25,7 +25,8 @@ bf16 inputs, fp32 accumulate    527             7920
 fast-math ``exp`` (elementwise) 4.5             n/a
 ==============================  ==============  ==============
 
-Hence K = 32 and a floor of 32 ulps of the output's RMS (for outputs whose float64 error is ~0). The sign
+Hence K = 64 and a floor of 64 ulps of the output's RMS (for outputs whose float64 error is ~0): six times
+the worst honest reordering above, a fifteenth of TF32 on mixed signs. The sign
 flip can take inputs out of a task's domain (``log``, ``sqrt``); a probe is skipped when the float64 or
 fp32 reference is not finite there, or when the candidate misses the tolerance a hundredfold (it relies on
 the task's input range, which is its right; that is not a precision question).
@@ -46,8 +47,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from cudagym.judge.harness.context import EvalContext, ForwardCall
 
-K_ERROR = 32.0
-FLOOR_ULPS = 32.0
+K_ERROR = 64.0
+FLOOR_ULPS = 64.0
 DOMAIN_FACTOR = 100.0  # a probe the candidate misses by this many tolerances is out of its domain
 
 

@@ -15,12 +15,13 @@ are registered here so that protocols can name them and a worker can record what
 
 from __future__ import annotations
 
+import ast
 import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cudagym.judge.guards.base import Guard, register
-from cudagym.judge.guards.source_scan import PYTHON_FILE, imported_modules, parse_python
+from cudagym.judge.guards.source_scan import PYTHON_FILE, parse_python
 
 if TYPE_CHECKING:  # pragma: no cover
     from cudagym.judge.harness.context import EvalContext
@@ -41,9 +42,8 @@ class Tampering(Guard):
         """Static import check and the first file check."""
         tree = parse_python(ctx.sources.get(PYTHON_FILE, ""))
         if tree is not None:
-            for module, line in imported_modules(tree):
-                if module.split(".")[0] == "cudagym" and not module.startswith(ALLOWED_CUDAGYM_MODULES):
-                    ctx.flag(self.name, f"{PYTHON_FILE}:{line} imports the judge's module {module}")
+            for module, line in judge_imports(tree):
+                ctx.flag(self.name, f"{PYTHON_FILE}:{line} imports the judge's module {module}")
         self._check_files(ctx, "before loading")
 
     def after_correctness(self, ctx: EvalContext) -> None:
@@ -58,6 +58,21 @@ class Tampering(Guard):
         problems = workdir_problems(ctx)
         if problems:
             ctx.flag(self.name, f"files changed {when}: " + "; ".join(problems[:6]))
+
+
+def judge_imports(tree: ast.Module) -> list[tuple[str, int]]:
+    """``(module, line)`` of each import of a ``cudagym`` module other than the allowed runtime."""
+    found = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [f"{node.module}.{alias.name}" for alias in node.names]
+        for name in names:
+            if name.split(".")[0] == "cudagym" and not name.startswith(ALLOWED_CUDAGYM_MODULES):
+                found.append((name, node.lineno))
+    return found
 
 
 def workdir_problems(ctx: EvalContext) -> list[str]:
