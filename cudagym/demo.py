@@ -2,8 +2,9 @@
 
 For each task a scripted agent (:mod:`cudagym.baselines.scripted`) writes the reference solution's files,
 then calls ``compile``, ``verify``, ``profile`` and ``submit``; every turn and the final reward are printed.
-Without a GPU the demo says so at the top and still runs what needs none: the compile is a real build by
-the judge, and the evaluations report that no GPU is available (reward 0, not evaluated).
+Without a GPU the demo says so at the top and still runs what needs none: the writes and the compile (a
+real build by the judge); verify and profile are skipped, and submit ends each episode with reward 0, marked
+not evaluated.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from cudagym.baselines.scripted import EpisodeRecord, ScriptedAgent, Turn, replay
+from cudagym.baselines.scripted import JUDGE_STEPS, EpisodeRecord, ScriptedAgent, Turn, replay
 from cudagym.env import JUDGES, CudaKernelEnv
 from cudagym.errors import UnknownTaskError
 from cudagym.judge.interface import Judge
@@ -53,12 +54,14 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     )
     records: list[EpisodeRecord] = []
     try:
-        _header(judge, tasks, out)
+        has_gpu = _header(judge, tasks, out)
+        # without a GPU, run only what needs none: the writes and the (real) compile; submit ends the episode
+        steps = JUDGE_STEPS if has_gpu else ("compile", "submit")
         for task in tasks:
             observation, info = env.reset(options={"task": task.id})
             print(f"\n== {task.id}  (level {task.level}; prompt {info['tokens_used']} tokens, "
                   f"counted with {info['token_counter']})", file=out)
-            agent = ScriptedAgent.from_bundled(task.id, source)
+            agent = ScriptedAgent.from_bundled(task.id, source, steps=steps)
             record = replay(env, agent, observation=observation, on_turn=lambda t: _print_turn(t, args.full, out))
             records.append(record)
             print(f"   reward {record.reward:g}" + ("" if record.evaluated else " (not evaluated)"), file=out)
@@ -87,15 +90,17 @@ def _choose(tasks: Sequence[Task], args: argparse.Namespace) -> list[Task]:
     return picked[: max(args.count, 0)]
 
 
-def _header(judge: Judge, tasks: Sequence[Task], out: TextIO) -> None:
+def _header(judge: Judge, tasks: Sequence[Task], out: TextIO) -> bool:
+    """Print what runs where; returns whether the judge has a GPU."""
     hardware = judge.hardware()
     print(f"cudagym demo: replaying {len(tasks)} bundled reference solution(s) through the env's tool calls",
           file=out)
     if hardware.gpu == "none":
-        print("NO GPU FOUND: compile runs for real (the judge's build); verify, profile and submit report that "
-              "no GPU is available, so rewards are 0 (not evaluated).", file=out)
-    else:
-        print(f"GPU: {hardware.gpu}; protocol {judge.protocol.id}", file=out)
+        print("NO GPU FOUND: compile runs for real (the judge's build); verify and profile need a GPU and are "
+              "skipped; submit ends each episode with reward 0 (not evaluated).", file=out)
+        return False
+    print(f"GPU: {hardware.gpu}; protocol {judge.protocol.id}", file=out)
+    return True
 
 
 def _print_turn(turn: Turn, full: bool, out: TextIO) -> None:

@@ -105,9 +105,10 @@ def test_demo_without_a_gpu_says_so_and_still_compiles(bundled: Path, judges: li
     assert code == 0
     assert text.splitlines()[1].startswith("NO GPU FOUND")
     assert "compile    ok    Build OK" in text
-    assert "verify     FAIL  Verify: NOT RUN: no GPU is available" in text
+    assert "verify" not in text.split("== ")[1]  # verify and profile need a GPU: skipped
+    assert "turn  5  submit     FAIL  Submit: NOT RUN: no GPU is available" in text
     assert "reward 0 (not evaluated)" in text
-    assert [c[0] for c in judges[0].calls] == ["build"] * 4  # compile, verify, profile, submit: builds only
+    assert [c[0] for c in judges[0].calls] == ["build"] * 2  # compile and submit: builds only, no evaluation
 
 
 def test_demo_all_and_failures(bundled: Path, judges: list[FakeJudge], monkeypatch: pytest.MonkeyPatch) -> None:
