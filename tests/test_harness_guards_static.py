@@ -228,3 +228,13 @@ def test_the_prompt_examples_of_every_format_pass_every_static_check(fmt):
     files = get_format(fmt).example_files()
     assert static_violations(files) == {}
     assert judge_imports(ast.parse(files["model_new.py"])) == []
+
+
+def test_importing_the_harness_and_guard_packages_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, cudagym.judge.harness, cudagym.judge.guards;"
+            "print(cudagym.judge.harness.CONTEXT_POISONED_MARKER != '', 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "False"]

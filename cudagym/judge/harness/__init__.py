@@ -11,6 +11,21 @@ Contract with the worker
     message that starts with ``"CUDA error:"`` and a log line holding :data:`CONTEXT_POISONED_MARKER`;
     :func:`is_context_poisoned` checks for it. The worker must replace its process before the next job.
 
+Order of one evaluation (:mod:`cudagym.judge.harness.runner`)
+    static guard checks -> load the reference (fresh module) and the candidate (format loader, then
+    ``model_new.py``) -> build both models with the same weights -> correctness on the protocol's seeds,
+    candidate first on its own copy of each input set -> guards -> (PROFILE/SUBMIT) interleaved timing on
+    fresh inputs with spot checks -> one more audited check -> per-kernel profile -> verdict.
+
+Protocol knobs read from ``Protocol.extra``
+    ``module_mode``: ``"eval"`` (default; both models in ``.eval()``, as the CUDA Agent scripts do) or
+    ``"train"`` (KernelBench's harness never calls ``.eval()``: BatchNorm then uses batch statistics).
+    ``suspicious_speedup_x``: the speedup vs eager above which a result is re-verified (default 10).
+
+CPU test path
+    :func:`cudagym.judge.harness.runner.evaluate` takes ``device="cpu"``: the same pipeline with a host
+    timer and without the GPU-only guards' checks (side streams, kernel mix, allocator scrub).
+
 Importing this package is cheap (no torch): the worker's parent process may import it for the marker.
 """
 
