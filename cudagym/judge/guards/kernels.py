@@ -11,8 +11,8 @@ profiler sees every kernel. Each kernel of a profiled forward is classed by name
 - *own*: everything else.
 
 Violation when own + library kernels account for less than half of the forward's GPU time without the
-moves, or when the build compiled kernels and none of the forward's kernels is own or library. Checked
-after correctness and again after timing (on the profile taken after the candidate's many calls).
+moves, or when the build compiled kernels and none of the forward's kernels is own or library. Checked on
+the profile taken after timing (after the candidate's many calls), or after correctness in VERIFY mode.
 """
 
 from __future__ import annotations
@@ -56,8 +56,11 @@ class DecoyKernels(Guard):
     order = 85
 
     def after_correctness(self, ctx: EvalContext) -> None:
-        """Kernel mix of the forward, profiled after the correctness runs."""
-        self._check(ctx, "after the correctness runs")
+        """Kernel mix of the forward, profiled after the correctness runs (VERIFY; else after timing)."""
+        from cudagym.judge.interface import EvalMode
+
+        if ctx.job.mode is EvalMode.VERIFY:  # PROFILE/SUBMIT profile once, after timing
+            self._check(ctx, "after the correctness runs")
 
     def after_timing(self, ctx: EvalContext) -> None:
         """Kernel mix of the forward, profiled after timing."""
