@@ -87,7 +87,8 @@ def load(source: str | os.PathLike[str]) -> KernelModule:
         KernelCompileError: Standalone compile failed.
     """
     rel = Path(os.fspath(source)).as_posix().removeprefix("./")
-    on_disk = _find_file(rel, inspect.stack()[1].filename)
+    caller = inspect.currentframe()
+    on_disk = _find_file(rel, caller.f_back.f_code.co_filename if caller and caller.f_back else "")
     manifest = _manifest_override or os.environ.get(MANIFEST_ENV, "")
     if manifest:
         return _from_manifest(Path(manifest), rel, on_disk)
@@ -317,7 +318,8 @@ def _find_file(rel: str, caller: str) -> Path | None:
     path = Path(rel)
     if path.is_absolute():
         return path if path.is_file() else None
-    for base in (Path(caller).resolve().parent, Path.cwd()):
+    bases = ([Path(caller).resolve().parent] if caller and not caller.startswith("<") else []) + [Path.cwd()]
+    for base in bases:
         if (base / path).is_file():
             return base / path
     return None
