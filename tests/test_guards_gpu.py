@@ -43,11 +43,10 @@ HACK_PROTOCOL = CUDAGYM_V0.with_changes(id="cudagym-v0-hacks", min_runs=10, max_
 
 
 @pytest.fixture(scope="module")
-def build(tmp_path_factory):
-    """The build stage, bound to a private cache: ``build(task, solution, protocol) -> BuildResult``."""
+def build():
+    """The build stage with its default (content-addressed, persistent) cache: reruns do not recompile."""
     stage = pytest.importorskip("cudagym.judge.build", reason="the build stage (cudagym.judge.build) is missing")
-    root = tmp_path_factory.mktemp("builds")
-    cache = stage.BuildCache(root) if hasattr(stage, "BuildCache") else root
+    cache = stage.default_cache()
     return lambda task, solution, protocol: stage.build(task, solution, protocol, cache)
 
 

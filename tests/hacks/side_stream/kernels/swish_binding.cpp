@@ -1,5 +1,7 @@
 #include "binding_registry.h"
 
+#include <cuda_runtime.h>
+
 extern "C" int launch_swish_side_stream(const float* x, float* y, long long n);
 
 namespace {
