@@ -71,7 +71,7 @@ def judge_imports(tree: ast.Module) -> list[tuple[str, int]]:
             names = [f"{node.module}.{alias.name}" for alias in node.names]
         for name in names:
             if name.split(".")[0] == "cudagym" and not name.startswith(ALLOWED_CUDAGYM_MODULES):
-                found.append((name, node.lineno))
+                found.append((name, getattr(node, "lineno", 0)))
     return found
 
 
