@@ -71,8 +71,8 @@ class ExtToolchain:
     def host_includes(self) -> tuple[str, ...]:
         """Include flags for torch, Python and CUDA headers (absolute, so keys do not depend on a stage)."""
         dirs = (*self.torch.include_dirs, self.torch.python_include, self.tools.include_dir)
-        compat = ("-idirafter", self.compat_include) if self.compat_include else ()
-        return (*(f"-I{d}" for d in dirs), *compat)
+        # the stand-in directory goes last: any real header of the same name is found first
+        return tuple(f"-I{d}" for d in (*dirs, *([self.compat_include] if self.compat_include else [])))
 
     def link_flags(self, extra: Sequence[str] = ()) -> tuple[str, ...]:
         """Linker flags of a torch extension (see the module docstring)."""
@@ -83,8 +83,8 @@ class ExtToolchain:
 
 
 # The CPU-only torch wheel ships c10/cuda headers but not the generated c10/cuda/impl/cuda_cmake_macros.h
-# they include; the CUDA wheels' copy only says that c10_cuda is a shared library. Supplied after every
-# real include directory (-idirafter), so a torch that has the file always wins.
+# they include; the CUDA wheels' copy only says that c10_cuda is a shared library. Searched after every
+# real include directory, so a torch that has the file always wins.
 _COMPAT_HEADERS = {
     "c10/cuda/impl/cuda_cmake_macros.h": "#pragma once\n// cudagym stand-in for the CPU-only torch wheel\n"
                                          "#define C10_CUDA_BUILD_SHARED_LIBS\n",
@@ -152,7 +152,7 @@ def binding_unit(tc: ExtToolchain, pch: Path | None, scratch: Path) -> CompileUn
     for rel, text in templates.items():
         write_atomic(scratch / rel, text.encode())
     flags = (*tc.host_flags(), f"-DTORCH_EXTENSION_NAME={BINDING_IMPL}")
-    key = content_key("binding-obj", tc.fingerprint(), flags, templates, bool(pch))
+    key = content_key("binding-obj", tc.fingerprint(), flags, tc.host_includes(), templates, bool(pch))
     return CompileUnit(source="binding.cpp", kind="obj", key=key, tool="c++", artifact="binding.o", trusted=True,
                        argv=(tc.tools.cxx, *flags, *pch_flags(pch), f"-I{scratch}", *tc.host_includes(),
                              "-c", str(scratch / "binding.cpp"), "-o", OUT_TOKEN))
