@@ -56,7 +56,7 @@ _INT_RANGES = {
     "i8": (-(2**7), 2**7 - 1), "u8": (0, 2**8 - 1), "i16": (-(2**15), 2**15 - 1), "u16": (0, 2**16 - 1),
     "i32": (-(2**31), 2**31 - 1), "u32": (0, 2**32 - 1), "i64": (-(2**63), 2**63 - 1), "u64": (0, 2**64 - 1),
 }
-_CTYPES = {
+_CTYPES: dict[str, Any] = {
     "ptr": ctypes.c_uint64, "bool": ctypes.c_bool, "i8": ctypes.c_int8, "u8": ctypes.c_uint8,
     "i16": ctypes.c_int16, "u16": ctypes.c_uint16, "i32": ctypes.c_int32, "u32": ctypes.c_uint32,
     "i64": ctypes.c_int64, "u64": ctypes.c_uint64, "f32": ctypes.c_float, "f64": ctypes.c_double,
@@ -191,7 +191,7 @@ class Kernel:
         return fn
 
 
-def _marshal(kernel: str, p: Param, arg: Any) -> ctypes._SimpleCData:
+def _marshal(kernel: str, p: Param, arg: Any) -> Any:
     where = f"kernel {kernel}: parameter {p.name} ({p.ctype})"
     if p.kind == "unsupported":
         raise TypeError(f"{where}: this type cannot be passed by cudagym.runtime; use pointers, integers, "

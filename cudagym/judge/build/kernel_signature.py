@@ -131,7 +131,9 @@ def _parse_params(text: str) -> tuple[Param, ...]:
 
 
 def _split_top(text: str) -> list[str]:
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch in "<([":
             depth += 1
