@@ -241,3 +241,20 @@ def test_capped_log_keeps_head_and_tail_in_bounded_memory():
 def test_policy_round_trips_through_json():
     policy = SandboxPolicy(cpu_time_s=5, host_rss_bytes=3 * GiB, isolate_network=False)
     assert SandboxPolicy.from_json(policy.to_json()) == policy
+
+
+def test_the_nproc_backstop_counts_threads_not_just_processes():
+    import threading
+
+    from cudagym.judge.sandbox import _count_user_threads
+
+    stop = threading.Event()
+    workers = [threading.Thread(target=stop.wait) for _ in range(8)]
+    for w in workers:
+        w.start()
+    try:
+        assert _count_user_threads(os.getuid()) >= threading.active_count() >= 9
+    finally:
+        stop.set()
+        for w in workers:
+            w.join()

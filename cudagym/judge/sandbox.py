@@ -205,8 +205,10 @@ def apply_rlimits(policy: SandboxPolicy) -> bool:
     set_cpu_budget(policy.cpu_time_s)
     if os.getuid() == 0:
         return False
-    # per-user count: allow what this user already runs plus the group's share
-    _set_limit(resource.RLIMIT_NPROC, _count_user_processes(os.getuid()) + policy.max_processes)
+    # RLIMIT_NPROC counts every thread of the user: allow what the user already runs, plus the group's
+    # processes with room for their threads (torch, CUDA and compile pools start many). It is a backstop;
+    # the watchdog enforces max_processes exactly.
+    _set_limit(resource.RLIMIT_NPROC, _count_user_threads(os.getuid()) + policy.max_processes * _THREADS_PER_PROCESS)
     return True
 
 
@@ -226,14 +228,22 @@ def _set_limit(which: int, value: int) -> None:
     resource.setrlimit(which, (value, hard))
 
 
-def _count_user_processes(uid: int) -> int:
+_THREADS_PER_PROCESS = 64
+
+
+def _count_user_threads(uid: int) -> int:
     count = 0
     for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                count += entry.stat().st_uid == uid
-            except OSError:
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid != uid:
                 continue
+            with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                text = fh.read()
+            count += int(text[text.rfind(b")") + 2:].split()[17])  # field 20: num_threads
+        except (OSError, ValueError, IndexError):
+            continue
     return count
 
 
