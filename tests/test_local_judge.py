@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from faults import FAULTS_DIR, candidate, relu_task
+from faults import FAULTS_DIR, candidate, relu_task, script
 
 import cudagym.judge.local as local
 from cudagym.errors import ConfigError
@@ -99,7 +99,7 @@ def test_probe_without_devices_needs_no_subprocess():
 
 
 def test_a_failed_build_is_a_build_failed_result_with_the_build_attached(tmp_path):
-    broken = candidate("good_relu").__class__("inline", {"model_new.py": "BROKEN\n"})
+    broken = script("BROKEN\n")
     with LocalJudge(devices="none", build_fn=CountingBuild(), cache_dir=tmp_path) as judge:
         result = judge.evaluate(relu_task(), broken)
     assert result.status is EvalStatus.BUILD_FAILED
@@ -245,3 +245,34 @@ def test_precompute_times_the_baselines_of_a_task_on_a_gpu(tmp_path, swish, caps
     assert BaselineCache(tmp_path / "baselines").get(BaselineKey.of(task, hardware, "cudagym-v0")).known
     assert precompute([task], "cudagym", devices=first_gpu, cache_dir=tmp_path) == 0
     assert "1 already cached" in capsys.readouterr().err
+
+
+def test_a_forked_child_neither_uses_nor_stops_the_parents_workers(tmp_path):
+    import os
+
+    options = PoolOptions(job_fn="jobs:run_script", pythonpath=(str(FAULTS_DIR),))
+    parent = default_judge(gpus=FAKE_GPU, pool_options=options, build_fn=CountingBuild(), cache_dir=tmp_path)
+    pid_source = script("import os\ndef run():\n    return os.getpid()\n")
+    try:
+        before = parent.evaluate(relu_task(), pid_source, EvalMode.VERIFY)
+        assert before.status is EvalStatus.OK
+        child = os.fork()
+        if child == 0:  # pragma: no cover - runs in the child
+            code = 1
+            try:
+                mine = default_judge(devices="none", build_fn=CountingBuild(), cache_dir=tmp_path)
+                stray = parent._backend.pool().submit(local.Job(
+                    "x", relu_task(), pid_source, BuildResult(BuildStatus.OK, "inline"), EvalMode.VERIFY,
+                    parent.protocol)).result(timeout=10)
+                parent._backend.shutdown()  # must not touch the parent's workers or folders
+                code = 0 if (mine._backend is not parent._backend and stray.status is EvalStatus.INFRA_ERROR
+                             and "fork" in stray.message) else 3
+                mine.close()
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        after = parent.evaluate(relu_task(), pid_source, EvalMode.VERIFY)
+        assert after.status is EvalStatus.OK and after.message == before.message  # the same worker, alive
+    finally:
+        parent.close()

@@ -160,7 +160,9 @@ class _Backend:
         self.root = Path(tempfile.mkdtemp(prefix="cudagym-judge-"))
         self.refs = 0
         self.closed = False
+        self.pid = os.getpid()  # a forked child must neither use nor stop its parent's workers
         self._lock = threading.Lock()
+        self._probe_lock = threading.Lock()  # the probe takes seconds; builds must not wait for it
         self._pool: WorkerPool | None = None
         self._probe: GpuProbe | None = None
         self._given_gpus = gpus
@@ -171,12 +173,13 @@ class _Backend:
 
     def probe(self) -> GpuProbe:
         """The GPUs (probed once); starts the workers as soon as they are known, so they warm up early."""
-        with self._lock:
+        with self._probe_lock:
             if self._probe is None:
-                self._probe = self._given_gpus or probe_gpus(self.devices)
-                if self._probe.device_ids and not self.closed:
-                    self._pool = WorkerPool(self._probe.device_ids, options=self.options,
-                                            root_dir=self.root / "workers")
+                probe = self._given_gpus or probe_gpus(self.devices)
+                with self._lock:
+                    if probe.device_ids and not self.closed:
+                        self._pool = WorkerPool(probe.device_ids, options=self.options, root_dir=self.root / "workers")
+                    self._probe = probe
             return self._probe
 
     def known_hardware(self) -> Hardware:
@@ -216,9 +219,11 @@ class _Backend:
             return BuildResult(BuildStatus.TOOL_ERROR, solution.format, message=f"the build stage failed: {exc!r}")
 
     def _remember(self, key: tuple[str, ...], future: Future[BuildResult]) -> None:
-        result = future.result()
         with self._lock:
             self._inflight.pop(key, None)
+            if future.cancelled():
+                return
+            result = future.result()
             if result.status not in (BuildStatus.TOOL_ERROR, BuildStatus.TIMEOUT):  # those may pass next time
                 self._memo[key] = result
                 while len(self._memo) > 512:
@@ -242,7 +247,7 @@ class _Backend:
     def shutdown(self) -> None:
         """Stop workers and build threads and remove private folders; safe to call twice."""
         with self._lock:
-            if self.closed:
+            if self.closed or os.getpid() != self.pid:
                 return
             self.closed = True
             pool, self._pool = self._pool, None
@@ -471,7 +476,7 @@ def default_judge(protocol: str | Protocol | None = None, **options: Any) -> Loc
     global _default
     journal = options.pop("journal", None)
     with _default_lock:
-        if _default is None or _default.closed:
+        if _default is None or _default.closed or _default.pid != os.getpid():  # new, closed, or forked
             opts = dict(options)
             job_fn = opts.pop("job_fn", None)
             pool_options = opts.pop("pool_options", None) or PoolOptions()

@@ -533,6 +533,7 @@ class WorkerPool:
         self.root.mkdir(parents=True, exist_ok=True)
         self._closing = threading.Event()
         self._lock = threading.Lock()
+        self._pid = os.getpid()
         self._lanes = [_Lane(str(d), options, self.root, self._closing) for d in device_ids]
         self._next = 0
 
@@ -545,6 +546,10 @@ class WorkerPool:
         """Queue a job on the least-loaded GPU; the future always gets exactly one result, never an exception."""
         future: Future[EvalResult] = Future()
         future.set_running_or_notify_cancel()
+        if os.getpid() != self._pid:  # a forked child: the lane threads stayed in the parent
+            future.set_result(_result(job, EvalStatus.INFRA_ERROR, f"this worker pool belongs to process "
+                                      f"{self._pid}, not to its fork {os.getpid()}; create the judge after forking"))
+            return future
         with self._lock:
             if self._closing.is_set() or not self._lanes:
                 why = "the judge is closed" if self._lanes else "this judge has no GPU workers"
@@ -565,9 +570,12 @@ class WorkerPool:
         return [lane.info() for lane in self._lanes]
 
     def close(self) -> None:
-        """Stop every worker; queued jobs get an ``INFRA_ERROR`` result. Safe to call twice."""
+        """Stop every worker; queued jobs get an ``INFRA_ERROR`` result. Safe to call twice.
+
+        In a process forked from the pool's owner it does nothing: the workers are the owner's.
+        """
         with self._lock:
-            if self._closing.is_set():
+            if self._closing.is_set() or os.getpid() != self._pid:
                 return
             self._closing.set()
             for lane in self._lanes:
