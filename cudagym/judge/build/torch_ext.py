@@ -227,7 +227,8 @@ def load_torch_module(so_path: str | Path, *, expect_torch: str = "") -> types.M
     name = path.stem
     if name in sys.modules:
         return sys.modules[name]
-    if expect_torch and expect_torch != torch.__version__:
+    # compare public versions: the dist metadata says "2.11.0" where torch.__version__ says "2.11.0+cu130"
+    if expect_torch and expect_torch.split("+")[0] != torch.__version__.split("+")[0]:
         raise BuildToolError(f"expected torch {expect_torch} (the build's) in the worker, got {torch.__version__}; "
                              "build and load on hosts with the same torch")
     _promote_torch_libs(Path(torch.__file__).parent / "lib")
