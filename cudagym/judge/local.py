@@ -39,7 +39,7 @@ from cudagym.judge.job import Job, KnownBaselines
 from cudagym.judge.journal import Journal
 from cudagym.judge.protocol import Protocol, get_protocol
 from cudagym.judge.records import BuildResult, BuildStatus, EvalResult, EvalStatus, Hardware, from_dict
-from cudagym.judge.sandbox import prepare_workdir
+from cudagym.judge.sandbox import child_pythonpath, prepare_workdir
 from cudagym.judge.worker import PoolOptions, WorkerInfo, WorkerPool
 from cudagym.solution import Solution
 from cudagym.task import Task
@@ -123,8 +123,7 @@ def _run_probe(wanted: tuple[str, ...] | None, timeout_s: float) -> GpuProbe:
     env = dict(os.environ)
     if wanted:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(wanted)
-    parent = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (parent, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = child_pythonpath()
     try:
         proc = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True,
                               timeout=timeout_s, stdin=subprocess.DEVNULL)

@@ -693,6 +693,17 @@ class SandboxRun:
         return self.violation or describe_exit(self.returncode)
 
 
+def child_pythonpath(first: Sequence[str] = ()) -> str:
+    """``PYTHONPATH`` for a child that must import this very cudagym (a checkout, not another install)."""
+    import site
+
+    parent = str(Path(__file__).resolve().parents[2])
+    paths = [p for p in (*first, parent) if p and p not in site.getsitepackages()]
+    if os.environ.get("PYTHONPATH"):
+        paths.append(os.environ["PYTHONPATH"])
+    return os.pathsep.join(dict.fromkeys(paths))
+
+
 def sandbox_command(argv: Sequence[str], policy: SandboxPolicy) -> list[str]:
     """``argv`` prefixed so that it runs under ``policy`` (limits and namespaces applied, then exec)."""
     return [sys.executable, "-m", "cudagym.judge.sandbox", "--policy", policy.to_json(), "--", *argv]
@@ -723,7 +734,8 @@ def run_sandboxed(
         proc = subprocess.Popen(
             sandbox_command(argv, policy), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, start_new_session=True,
-            env=scrub_env(os.environ, home=str(home), tmpdir=str(tmp), extra=env),
+            env=scrub_env(os.environ, home=str(home), tmpdir=str(tmp),
+                          extra={"PYTHONPATH": child_pythonpath(), **(env or {})}),
         )
         assert proc.stdout is not None
         handle = shared_watchdog().watch(proc.pid, policy, dirs=(str(cwd), private))

@@ -33,7 +33,6 @@ import queue
 import secrets
 import select
 import shutil
-import site
 import subprocess
 import sys
 import tempfile
@@ -57,6 +56,7 @@ from cudagym.judge.sandbox import (
     SandboxPolicy,
     Watch,
     check_workdir,
+    child_pythonpath,
     describe_exit,
     enter_sandbox,
     kill_process_group,
@@ -258,12 +258,7 @@ class _Worker:
                  "TORCHINDUCTOR_CACHE_DIR": str(self.root / "inductor"),
                  "TRITON_CACHE_DIR": str(self.root / "triton"),
                  **self.options.env}
-        paths = [*self.options.pythonpath, _package_parent()]
-        paths = [p for p in paths if p and p not in site.getsitepackages()]
-        if os.environ.get("PYTHONPATH"):
-            paths.append(os.environ["PYTHONPATH"])
-        if paths:
-            extra["PYTHONPATH"] = os.pathsep.join(paths)
+        extra.setdefault("PYTHONPATH", child_pythonpath(self.options.pythonpath))
         return scrub_env(os.environ, home=str(home), tmpdir=str(tmp), extra=extra)
 
     @property
@@ -395,10 +390,6 @@ class _Worker:
         self.jobs.close()
         self.results.close()
         shutil.rmtree(self.root, ignore_errors=True)
-
-
-def _package_parent() -> str:
-    return str(Path(__file__).resolve().parents[2])
 
 
 # ----------------------------------------------------------------------------------------------------
