@@ -19,6 +19,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -413,7 +414,8 @@ class LocalJudge(Judge):
             return
         key = BaselineKey.of(request.task, probe.hardware, self.protocol.id)
         known = self._backend.baselines.get(key)
-        workdir = prepare_workdir(self._backend.root / "jobs" / request.job_id, request.solution)
+        folder = f"{re.sub(r'[^A-Za-z0-9._-]+', '_', request.job_id)[:64]}-{uuid.uuid4().hex[:8]}"  # ids are free text
+        workdir = prepare_workdir(self._backend.root / "jobs" / folder, request.solution)
         job = Job(request.job_id, request.task, request.solution, build, request.mode, self.protocol, known,
                   str(workdir))
         pool.submit(job).add_done_callback(lambda f: self._guarded(request, self._after_job(job, known), f))
