@@ -5,7 +5,9 @@ judge process (a *lane*). :meth:`WorkerPool.submit` is thread-safe and returns a
 exactly one :class:`~cudagym.judge.records.EvalResult`: when the worker crashes, times out, breaks a
 sandbox limit or leaves a broken CUDA context, the lane kills the worker's whole process group, turns
 what happened into a ``CRASHED`` / ``TIMEOUT`` / ``RUNTIME_ERROR`` result with the signal or exit status
-and the last lines of output, and starts a replacement.
+and the last lines of output, and promotes a replacement (a spare worker per GPU is kept warm for that).
+Workers are also recycled after ``max_jobs_per_worker`` jobs, and after any failed job by default: a
+candidate that raised may have patched modules or left threads behind.
 
 How a worker starts: ``python -m cudagym.judge.worker`` through :class:`subprocess.Popen`, a fresh
 interpreter as multiprocessing's ``spawn`` gives (never ``fork``: CUDA state does not survive a fork),
