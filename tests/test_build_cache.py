@@ -137,3 +137,15 @@ def test_importing_the_build_stage_does_not_import_torch() -> None:
     code = "import sys, cudagym.judge.build, cudagym.runtime; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_extension_keys_do_not_depend_on_where_the_cache_lives() -> None:
+    from cudagym.judge.build.toolchain import CudaTools, TorchTools
+    from cudagym.judge.build.torch_ext import ExtToolchain
+
+    tools = CudaTools("/cuda/bin/nvcc", "/cuda", "13.0.88", "/usr/bin/c++", "g++ 12", "")
+    torch_ = TorchTools("2.13.0", ("/t/include",), "/t/lib", "/py/include", True, "c++20", ())
+    here = ExtToolchain(tools, torch_, "sm_90", compat_include="/cache-a/build/compat/ab/abc", compat_key="abc")
+    there = ExtToolchain(tools, torch_, "sm_90", compat_include="/cache-b/build/compat/ab/abc", compat_key="abc")
+    assert "-I/cache-a/build/compat/ab/abc" in here.host_includes()
+    assert here.key_includes() == there.key_includes() and here.fingerprint() == there.fingerprint()

@@ -180,6 +180,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+        os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; cache files are plain readable data
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -162,7 +162,7 @@ def _cu_unit(tc: ExtToolchain, rel: str, text: str, files: dict[str, str]) -> Co
 def _cpp_unit(tc: ExtToolchain, rel: str, text: str, files: dict[str, str], pch: Path | None) -> CompileUnit:
     flags = (*tc.host_flags(), f"-DTORCH_EXTENSION_NAME={AGENT_MODULE}")
     protected = {**select(files, *HEADERS), "<protected>": _protected_text()}
-    key = content_key("ext-cpp", tc.fingerprint(), flags, tc.host_includes(), rel, text, protected, bool(pch))
+    key = content_key("ext-cpp", tc.fingerprint(), flags, tc.key_includes(), rel, text, protected, bool(pch))
     return CompileUnit(source=rel, kind="obj", key=key, tool="c++", artifact=Path(rel).stem + ".o",
                        argv=(tc.tools.cxx, *flags, *pch_flags(pch), "-I.", "-Ikernels", *tc.host_includes(),
                              "-c", rel, "-o", OUT_TOKEN))

@@ -205,7 +205,7 @@ def _call_units(tc: ExtToolchain, call: dict[str, Any], index: int, model_src: s
     use_pch = pch if not user_c and not call["no_implicit_headers"] else None
     rel = f"{folder}/main.cpp"
     text = (stage / rel).read_text()
-    key = content_key("inl-cpp", tc.fingerprint(), flags, includes, tc.host_includes(), text, bool(use_pch))
+    key = content_key("inl-cpp", tc.fingerprint(), flags, includes, tc.key_includes(), text, bool(use_pch))
     units = [CompileUnit(source=rel, kind="obj", key=key, tool="c++", artifact="main.o",
                          argv=(tc.tools.cxx, *flags, *pch_flags(use_pch), *includes, *tc.host_includes(),
                                "-c", rel, "-o", OUT_TOKEN))]
@@ -225,7 +225,7 @@ def _cu_unit(tc: ExtToolchain, rel: str, text: str, call: dict[str, Any], includ
     flags = (*std, *TORCH_NVCC_DEFINES, f"-arch={tc.arch}", "-Xcompiler", "-fPIC", "-Xptxas", "-v", "-lineinfo",
              "-ccbin", tc.tools.cxx, "-DTORCH_API_INCLUDE_EXTENSION_H",
              f"-D_GLIBCXX_USE_CXX11_ABI={int(tc.torch.cxx11_abi)}", f"-DTORCH_EXTENSION_NAME={INLINE_IMPL}", *user)
-    key = content_key("inl-cu", tc.fingerprint(), flags, includes, tc.host_includes(), text)
+    key = content_key("inl-cu", tc.fingerprint(), flags, includes, tc.key_includes(), text)
     return CompileUnit(source=rel, kind="obj", key=key, tool="nvcc", artifact="cuda.o",
                        argv=(tc.tools.nvcc, *flags, *includes, *tc.host_includes(), "-c", rel, "-o", OUT_TOKEN))
 

@@ -58,10 +58,15 @@ class ExtToolchain:
     torch: TorchTools
     arch: str
     compat_include: str = ""  # stand-ins for headers the CPU-only torch wheel lacks (see make_toolchain)
+    compat_key: str = ""  # the stand-ins' content key: what cache keys record instead of their path
 
     def fingerprint(self) -> dict[str, str]:
-        """Part of every key: compiler, torch and arch identity."""
-        return {**self.tools.fingerprint(), **self.torch.fingerprint(), "arch": self.arch}
+        """Part of every key: compiler, torch and arch identity (never a path inside the cache)."""
+        return {**self.tools.fingerprint(), **self.torch.fingerprint(), "arch": self.arch, "compat": self.compat_key}
+
+    def key_includes(self) -> tuple[str, ...]:
+        """:meth:`host_includes` as cache keys record them: the cache's own location left out."""
+        return tuple(f for f in self.host_includes() if not self.compat_include or self.compat_include not in f)
 
     def host_flags(self, extra: Sequence[str] = ()) -> tuple[str, ...]:
         """g++ flags for files that include torch headers (PCH-compatible when ``extra`` is empty)."""
@@ -104,7 +109,7 @@ def make_toolchain(cache: BuildCache, tools: CudaTools, torch: TorchTools, arch:
             for rel, text in missing.items():
                 write_atomic(stage / rel, text.encode())
             entry = cache.commit("compat", key, stage)
-    return ExtToolchain(tools, torch, arch, compat_include=str(entry))
+    return ExtToolchain(tools, torch, arch, compat_include=str(entry), compat_key=key)
 
 
 def module_name(prefix: str, key: str) -> str:
@@ -116,7 +121,7 @@ def ensure_pch(tc: ExtToolchain, cache: BuildCache, scratch: Path, deadline: Dea
                limits: BuildLimits) -> UnitResult:
     """The precompiled ``<torch/extension.h>`` (built once per toolchain); see :func:`pch_header`."""
     flags = tc.host_flags()
-    key = content_key("pch", tc.fingerprint(), flags, tc.host_includes(), PCH_TEXT)
+    key = content_key("pch", tc.fingerprint(), flags, tc.key_includes(), PCH_TEXT)
     header = scratch / PCH_HEADER
     write_atomic(header, PCH_TEXT.encode())
     unit = CompileUnit(source=f"<pch {PCH_HEADER}>", kind="pch", key=key, tool="c++",
@@ -152,7 +157,7 @@ def binding_unit(tc: ExtToolchain, pch: Path | None, scratch: Path) -> CompileUn
     for rel, text in templates.items():
         write_atomic(scratch / rel, text.encode())
     flags = (*tc.host_flags(), f"-DTORCH_EXTENSION_NAME={BINDING_IMPL}")
-    key = content_key("binding-obj", tc.fingerprint(), flags, tc.host_includes(), templates, bool(pch))
+    key = content_key("binding-obj", tc.fingerprint(), flags, tc.key_includes(), templates, bool(pch))
     return CompileUnit(source="binding.cpp", kind="obj", key=key, tool="c++", artifact="binding.o", trusted=True,
                        argv=(tc.tools.cxx, *flags, *pch_flags(pch), f"-I{scratch}", *tc.host_includes(),
                              "-c", str(scratch / "binding.cpp"), "-o", OUT_TOKEN))
