@@ -276,3 +276,17 @@ def test_a_forked_child_neither_uses_nor_stops_the_parents_workers(tmp_path):
         assert after.status is EvalStatus.OK and after.message == before.message  # the same worker, alive
     finally:
         parent.close()
+
+
+def test_warm_up_leaves_a_custom_build_stage_alone(tmp_path):
+    build = CountingBuild()
+    with LocalJudge(devices="none", build_fn=build, cache_dir=tmp_path) as judge:
+        assert judge.warm_up().result(timeout=10) == {}
+    assert build.calls == 0
+
+
+@pytest.mark.slow  # a cold torch-header PCH and extension build: minutes on a small CPU
+def test_warm_up_builds_the_examples_of_the_default_build_stage(tmp_path):
+    with LocalJudge(devices="none", cache_dir=tmp_path) as judge:
+        warmed = judge.warm_up().result(timeout=1200)
+        assert set(warmed) == {"extension", "raw"} and warmed["raw"].ok, warmed["raw"].message

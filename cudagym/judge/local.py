@@ -156,6 +156,7 @@ class _Backend:
         self.baselines = BaselineCache(self.cache_root / "baselines")
         self.options = options
         self.build_fn = build_fn
+        self._build_callable: BuildFn | None = build_fn if callable(build_fn) else None
         self.builds = ThreadPoolExecutor(build_workers, thread_name_prefix="cudagym-build")
         self.root = Path(tempfile.mkdtemp(prefix="cudagym-judge-"))
         self.refs = 0
@@ -211,9 +212,10 @@ class _Backend:
 
     def _build_now(self, task: Task, solution: Solution, protocol: Protocol) -> BuildResult:
         try:
-            fn = self.build_fn if callable(self.build_fn) else _load_build_fn(self.build_fn, self.cache_root)
-            self.build_fn = fn
-            return fn(task, solution, protocol)
+            if self._build_callable is None:
+                assert isinstance(self.build_fn, str)
+                self._build_callable = _load_build_fn(self.build_fn, self.cache_root)
+            return self._build_callable(task, solution, protocol)
         except Exception as exc:  # a broken build stage is the judge's problem, not the candidate's
             log.exception("build stage failed for task %s", task.id)
             return BuildResult(BuildStatus.TOOL_ERROR, solution.format, message=f"the build stage failed: {exc!r}")
@@ -361,6 +363,22 @@ class LocalJudge(Judge):
         self._backend.build(task, solution, self.protocol).add_done_callback(
             lambda f: self._guarded(request, self._after_build, f))
         return out
+
+    def warm_up(self) -> Future[Any]:
+        """Build each format's worked example on a build thread, ahead of the first agent's build.
+
+        The once-per-toolchain work (torch header PCH, protected binding module) is then done. Opt-in: it
+        takes minutes on a cold cache, and :meth:`close` waits for running builds.
+        """
+        self._check_open()
+        spec = self._backend.build_fn
+        if callable(spec) or not spec.startswith("cudagym.judge.build"):
+            done: Future[Any] = Future()
+            done.set_result({})  # a custom build stage has its own warm-up, if any
+            return done
+        from cudagym.judge.build import BuildCache, warm_up
+
+        return self._backend.builds.submit(warm_up, BuildCache(self._backend.cache_root))
 
     def hardware(self) -> Hardware:
         """The first GPU of this judge (``gpu == "none"`` without one); probed once, in a subprocess."""
