@@ -171,6 +171,15 @@ def test_nvrtc_backend(cache: BuildCache, monkeypatch: pytest.MonkeyPatch) -> No
     bad = build(TASK, raw({"kernels/relu.cu": RELU.replace("fmaxf", "fmaxff")}), DEFAULT_PROTOCOL, cache)
     assert bad.status is BuildStatus.COMPILE_ERROR
     assert bad.diagnostics[0].file == "kernels/relu.cu" and bad.diagnostics[0].tool == "nvrtc"
+    # the persistent NVRTC child obeys the build's limits, and a fresh one serves the next build
+    quick = DEFAULT_PROTOCOL.with_changes(id="test-nvrtc-timeout", build_timeout_s=1.5)
+    bomb = build(TASK, raw({"kernels/boom.cu": TEMPLATE_BOMB}), quick, cache)
+    assert bomb.status is BuildStatus.TIMEOUT and bomb.wall_time_s < 15
+    noisy = "".join(f"__device__ int f{i}() {{ return undefined_{i}; }}\n" for i in range(400))
+    capped = DEFAULT_PROTOCOL.with_changes(id="test-nvrtc-cap", extra={"build_max_output_bytes": 4096})
+    assert build(TASK, raw({"kernels/relu.cu": RELU + noisy}), capped, cache).status is BuildStatus.OUTPUT_LIMIT
+    after = build(TASK, raw({"kernels/relu.cu": RELU + "\n// after\n"}), DEFAULT_PROTOCOL, cache)
+    assert after.ok and not after.cached
 
 
 def _running_in(root: Path) -> bool:

@@ -4,7 +4,8 @@
 ``nvidia-cuda-nvrtc`` pip package's directories, then ``ctypes.util.find_library``. A compile runs in a
 child process (``python -m cudagym.judge.build.nvrtc REQUEST.json``) so that the build's deadline and
 output cap can kill it: a compile bomb inside NVRTC would otherwise hang the builder itself. The child
-runs this file as a script (stdlib only), so it starts in tens of milliseconds.
+runs this file as a script (stdlib only) and stays up between compiles with the library loaded
+(:mod:`cudagym.judge.build.nvrtc_server` drives it), so a compile costs NVRTC's time and nothing more.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import ctypes
 import ctypes.util
 import functools
 import glob
+import json
 import os
 import site
 import sys
@@ -113,19 +115,28 @@ def _check(lib: ctypes.CDLL, status: int) -> None:
         raise RuntimeError(f"NVRTC call failed: {lib.nvrtcGetErrorString(status).decode()}")
 
 
-def _main(argv: list[str]) -> int:
-    """Child-process entry: ``nvrtc.py LIB SOURCE NAME OUT [OPTION...]``; the log goes to stdout.
+def _serve(lib: str) -> int:
+    """Child-process loop: one JSON request per stdin line, one JSON reply per stdout line.
 
-    Exits 0 when ``OUT`` holds the cubin, 1 when the source did not compile.
+    Request: ``{"cwd", "source", "name", "out", "options", "max_output_bytes"}`` (``source``/``out`` may
+    be relative to ``cwd``, as include options are). Reply: ``{"ok", "log", "overflow"}``; the cubin is
+    written to ``out`` only when ``ok``. The library is loaded once, so a compile costs only NVRTC.
     """
-    lib, source, name, out_path, *options = argv
-    text = Path(source).read_text(encoding="utf-8", errors="replace")
-    out = compile_source(lib, text, name, options)
-    sys.stdout.write(out.log)
-    if out.ok:
-        Path(out_path).write_bytes(out.cubin)
-    return 0 if out.ok else 1
+    _lib(lib)
+    for line in sys.stdin:
+        request = json.loads(line)
+        os.chdir(request["cwd"])
+        text = Path(request["source"]).read_text(encoding="utf-8", errors="replace")
+        out = compile_source(lib, text, request["name"], request["options"])
+        cap = int(request["max_output_bytes"])
+        overflow = len(out.log.encode("utf-8", errors="replace")) > cap
+        if out.ok and not overflow:
+            Path(request["out"]).write_bytes(out.cubin)
+        reply = {"ok": out.ok and not overflow, "log": out.log[:cap], "overflow": overflow}
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
+    sys.exit(_serve(sys.argv[1]))

@@ -16,11 +16,11 @@ find each source's cubin and its kernels' parameter types::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +29,8 @@ from cudagym.judge.build import nvrtc
 from cudagym.judge.build.cache import BuildCache, content_key, write_atomic
 from cudagym.judge.build.diagnostics import PathMap, parse_diagnostics, parse_ptxas_resources
 from cudagym.judge.build.kernel_signature import KernelSignature, parse_kernels
-from cudagym.judge.build.process import BuildLimits, Deadline
+from cudagym.judge.build.nvrtc_server import server_for
+from cudagym.judge.build.process import BuildLimits, Deadline, ToolRun
 from cudagym.judge.build.staging import select, write_files
 from cudagym.judge.build.toolchain import cuda_tools, target_arch
 from cudagym.judge.build.units import OUT_TOKEN, CompileUnit, UnitResult, compile_units, failure
@@ -123,18 +124,24 @@ def _layout_error(files: dict[str, str], sources: dict[str, str]) -> str:
 
 def cubin_unit(rel: str, text: str, headers: dict[str, str], backend: RawBackend, arch: str) -> CompileUnit:
     """The compile of one source to a cubin (keyed by backend, arch, flags, source and headers)."""
+    runner = None
     if backend.name == "nvrtc":
-        options = (f"--gpu-architecture={arch}", *NVRTC_FLAGS, "-Ikernels", "-I.",
-                   *(f"-I{d}" for d in backend.include_dirs))
-        argv: tuple[str, ...] = (sys.executable, "-I", "-S", nvrtc.__file__, backend.path, rel, rel, OUT_TOKEN,
-                                 *options)
-        flags = options
+        flags: tuple[str, ...] = (f"--gpu-architecture={arch}", *NVRTC_FLAGS, "-Ikernels", "-I.",
+                                  *(f"-I{d}" for d in backend.include_dirs))
+        argv: tuple[str, ...] = ("nvrtc", rel, *flags)
+        runner = functools.partial(_nvrtc_compile, lib=backend.path, options=flags)
     else:
         flags = (*NVCC_CUBIN_FLAGS, f"-arch={arch}", "-Ikernels", "-I.")
         argv = (backend.path, *flags, rel, "-o", OUT_TOKEN)
     key = content_key("raw-cubin", backend.name, backend.version, flags, rel, text, headers)
     return CompileUnit(source=rel, kind="cubin", key=key, argv=argv, tool=backend.name,
-                       artifact=rel.replace("/", "__") + ".cubin")
+                       artifact=rel.replace("/", "__") + ".cubin", runner=runner)
+
+
+def _nvrtc_compile(unit: CompileUnit, out: Path, cwd: Path, deadline: Deadline, limits: BuildLimits, *,
+                   lib: str, options: tuple[str, ...]) -> ToolRun:
+    return server_for(lib).compile(cwd=cwd, source=unit.source, out=out, options=options, deadline=deadline,
+                                   limits=limits)
 
 
 def _finish(results: list[UnitResult], sources: dict[str, str], signatures: dict[str, tuple[KernelSignature, ...]],

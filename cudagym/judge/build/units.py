@@ -9,9 +9,9 @@ compiler output (so a cached unit still reports its warnings and ptxas resources
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudagym.judge.build.cache import BuildCache, write_atomic
@@ -37,6 +37,8 @@ class CompileUnit:
         env: Extra environment variables.
         trusted: The judge's own source (the torch PCH, the protected binding module): exempt from the
             artifact size cap, which is there for candidate code (a PCH of torch is ~0.8 GB).
+        runner: Runs the compile instead of spawning ``argv`` (the persistent NVRTC child); called as
+            ``runner(unit, out_path, cwd, deadline, limits)``. ``argv`` then only names it in reports.
     """
 
     source: str
@@ -47,6 +49,8 @@ class CompileUnit:
     artifact: str
     env: Mapping[str, str] | None = None
     trusted: bool = False
+    runner: Callable[[CompileUnit, Path, Path, Deadline, BuildLimits], ToolRun] | None = field(
+        default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -109,9 +113,12 @@ def compile_unit(
             return _from_entry(unit, existing)
         with cache.staging(prefix=f"{unit.kind}-") as stage:
             out = stage / unit.artifact
-            argv = [a.replace(OUT_TOKEN, str(out)) for a in unit.argv]
-            run = run_tool(argv, cwd=cwd, deadline=deadline, max_output_bytes=limits.max_output_bytes,
-                           env=unit.env)
+            if unit.runner is not None:
+                run = unit.runner(unit, out, cwd, deadline, limits)
+            else:
+                argv = [a.replace(OUT_TOKEN, str(out)) for a in unit.argv]
+                run = run_tool(argv, cwd=cwd, deadline=deadline, max_output_bytes=limits.max_output_bytes,
+                               env=unit.env)
             return _store(unit, run, out, stage, cache, limits)
 
 

@@ -1,0 +1,122 @@
+"""A long-lived NVRTC child process: raw-format compiles without paying process start and library load.
+
+Spawning a process and loading ``libnvrtc`` costs more than compiling a small kernel, so one child per
+library stays up and compiles requests one at a time (see :func:`cudagym.judge.build.nvrtc._serve`). The
+build's limits still hold: a request past its deadline kills the child's process group (a new child
+starts with the next request), and the child caps each log at the output limit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from cudagym.judge.build import nvrtc
+from cudagym.judge.build.process import BuildLimits, Deadline, RunOutcome, ToolRun
+
+
+class NvrtcServer:
+    """One NVRTC child for one library path; thread-safe (compiles are serialised)."""
+
+    def __init__(self, lib: str) -> None:
+        self.lib = lib
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._buffer = b""
+        self._lock = threading.Lock()
+
+    def compile(self, *, cwd: Path, source: str, out: Path, options: Sequence[str], deadline: Deadline,
+                limits: BuildLimits) -> ToolRun:
+        """Compile ``source`` (relative to ``cwd``) into the cubin ``out``."""
+        argv = ("nvrtc", source, *options)
+        request = {"cwd": str(cwd), "source": source, "name": source, "out": str(out), "options": list(options),
+                   "max_output_bytes": limits.max_output_bytes}
+        with self._lock:
+            start = time.monotonic()
+            proc = self._ensure()
+            try:
+                assert proc.stdin is not None
+                proc.stdin.write((json.dumps(request) + "\n").encode())
+                proc.stdin.flush()
+            except OSError:
+                self.close()
+                return ToolRun(argv, RunOutcome.NOT_FOUND, -1, "the NVRTC child could not be started", 0.0)
+            line, timed_out = self._read_line(proc, deadline)
+            wall = time.monotonic() - start
+            if line is None:
+                self.close()
+                if timed_out:
+                    return ToolRun(argv, RunOutcome.TIMEOUT, -1, "", wall)
+                return ToolRun(argv, RunOutcome.EXITED, 1, f"NVRTC crashed compiling {source}", wall)
+        reply = json.loads(line)
+        if reply["overflow"]:
+            return ToolRun(argv, RunOutcome.OUTPUT_LIMIT, -1, reply["log"], wall)
+        return ToolRun(argv, RunOutcome.EXITED, 0 if reply["ok"] else 1, reply["log"], wall)
+
+    def close(self) -> None:
+        """Stop the child (its whole process group)."""
+        proc, self._proc, self._buffer = self._proc, None, b""
+        if proc is None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait(timeout=5.0)
+        for stream in (proc.stdin, proc.stdout):
+            if stream is not None:
+                stream.close()
+
+    def _ensure(self) -> subprocess.Popen[bytes]:
+        if self._proc is None or self._proc.poll() is not None:
+            self.close()
+            # -I -S: the child is stdlib-only, so skip site-packages and the user's environment hooks
+            self._proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", nvrtc.__file__, self.lib], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
+            )
+        return self._proc
+
+    def _read_line(self, proc: subprocess.Popen[bytes], deadline: Deadline) -> tuple[str | None, bool]:
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            remaining = deadline.remaining_s()
+            if remaining <= 0:
+                return None, True
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if not ready:
+                return None, True
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return None, False
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line.decode("utf-8", errors="replace"), False
+
+
+_servers: dict[str, NvrtcServer] = {}
+_servers_lock = threading.Lock()
+
+
+def server_for(lib: str) -> NvrtcServer:
+    """The process-wide NVRTC child for ``lib`` (started on first use, stopped at exit)."""
+    with _servers_lock:
+        server = _servers.get(lib)
+        if server is None:
+            server = _servers[lib] = NvrtcServer(lib)
+        return server
+
+
+@atexit.register
+def _stop_all() -> None:
+    for server in list(_servers.values()):
+        server.close()
