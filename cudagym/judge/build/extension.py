@@ -53,7 +53,7 @@ from cudagym.judge.build.torch_ext import (
 )
 from cudagym.judge.build.units import OUT_TOKEN, CompileUnit, UnitResult, compile_unit, compile_units, failure
 from cudagym.judge.protocol import Protocol
-from cudagym.judge.records import BuildResult, BuildStatus, Diagnostic
+from cudagym.judge.records import BuildResult, BuildStatus, Diagnostic, KernelResources
 from cudagym.solution import Solution
 from cudagym.task import Task
 
@@ -95,7 +95,6 @@ def build_extension(task: Task, solution: Solution, protocol: Protocol, cache: B
     # the judge's own units (torch PCH, binding module) are built once per toolchain, on their own clock
     infra = Deadline(max(limits.timeout_s, INFRA_TIMEOUT_S))
     tc = make_toolchain(cache, cuda_tools(), torch_tools(), target_arch())
-    cache_before = (cache.stats("obj").hits, cache.stats("obj").misses)
     with cache.staging() as stage, ThreadPoolExecutor(max_workers=1) as pool:
         stage_solution(solution, stage, patterns=(*SOURCES, *HEADERS))
         paths = PathMap(prefixes=(str(stage),))
@@ -120,8 +119,7 @@ def build_extension(task: Task, solution: Solution, protocol: Protocol, cache: B
         log = paths.scrub("".join(r.output for r in results))
     diagnostics = tuple(d for r in results for d in parse_diagnostics(r.output, tool=r.unit.tool, paths=paths))
     kernels = tuple(k for r in cu_results for k in parse_ptxas_resources(r.output, cxxfilt=tc.tools.cxxfilt))
-    hits, misses = cache.stats("obj").hits - cache_before[0], cache.stats("obj").misses - cache_before[1]
-    counts = f"objects: {misses} compiled, {hits} cached"
+    counts = f"objects: {sum(not r.cached for r in results)} compiled, {sum(r.cached for r in results)} cached"
     failed = failure(results, limits)
     if failed is not None:
         return BuildResult(failed[0], "extension", message=f"{failed[1]} ({counts})", diagnostics=diagnostics,
@@ -132,7 +130,8 @@ def build_extension(task: Task, solution: Solution, protocol: Protocol, cache: B
 
 
 def link_result(link: LinkResult, results: list[UnitResult], diagnostics: tuple[Diagnostic, ...],
-                kernels: tuple, log: str, counts: str, limits: BuildLimits, fmt: str) -> BuildResult:
+                kernels: tuple[KernelResources, ...], log: str, counts: str, limits: BuildLimits,
+                fmt: str) -> BuildResult:
     """The BuildResult of a linked (or failed) torch extension."""
     if link.path is None:
         run = link.run
