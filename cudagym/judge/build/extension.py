@@ -20,7 +20,9 @@ The agent's ``.cpp`` files see ``TORCH_EXTENSION_NAME=cuda_extension`` (a fixed 
 cacheable across edits); the unique module name only exists at link time. Module naming rule: the
 library is ``<artifact dir>/cudagym_ext_<artifact_key[:16]>.so`` and exports
 ``PyInit_cudagym_ext_<artifact_key[:16]>``; :func:`load_extension` imports it under that name and
-aliases it as ``cuda_extension``.
+aliases it as ``cuda_extension``. ``BuildResult.message`` reads ``built module <name> (objects: C
+compiled, H cached; linked)``; ``manifest.json`` beside the library records the module name and the
+torch, CUDA and arch it was built for.
 """
 
 from __future__ import annotations
