@@ -10,7 +10,6 @@ Missing tools raise :class:`~cudagym.errors.BuildToolError`; builders turn that 
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import importlib.util
 import os
 import re
@@ -142,7 +141,7 @@ def torch_tools() -> TorchTools:
         raise BuildToolError(f"expected torch's C++ headers under {include}, found none; reinstall torch")
     import torch  # deferred: heavy, and only extension builds need the ABI flag
 
-    version = importlib.metadata.version("torch")
+    version = str(torch.__version__)  # with the local part (2.11.0+cu130): CPU and CUDA wheels differ
     lib_dir = root / "lib"
     cuda_libs = tuple(n for n in ("c10_cuda", "torch_cuda") if (lib_dir / f"lib{n}.so").exists())
     return TorchTools(
