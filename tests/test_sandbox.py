@@ -19,12 +19,12 @@ from cudagym.judge.sandbox import (
     SandboxPolicy,
     check_workdir,
     describe_exit,
-    disk_usage_bytes,
     judge_paths,
     prepare_workdir,
     run_sandboxed,
     scrub_env,
 )
+from cudagym.judge.watchdog import disk_usage_bytes
 from cudagym.solution import Solution
 
 SECRETS = {

@@ -56,17 +56,15 @@ from cudagym.judge.sandbox import (
     CappedLog,
     SandboxInfo,
     SandboxPolicy,
-    Watch,
     check_workdir,
     child_pythonpath,
     describe_exit,
     enter_sandbox,
-    kill_process_group,
     prepare_workdir,
     scrub_env,
     set_cpu_budget,
-    shared_watchdog,
 )
+from cudagym.judge.watchdog import Watch, kill_process_group, shared_watchdog
 
 log = logging.getLogger(__name__)
 
