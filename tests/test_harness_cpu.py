@@ -394,6 +394,69 @@ def test_precision_catches_tf32_that_passes_the_tolerance(tmp_path):
     assert run(tmp_path, sequential, task=MATMUL_TASK, guards=["precision"]).status is EvalStatus.OK
 
 
+
+# The H200 hack: a 2048-long GEMM on all-positive inputs, where fp16 inputs stay under the magnitude rule.
+LONG_GEMM_TASK = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.rand(2048, 64))
+
+    def forward(self, a, b):
+        return torch.matmul(a, b) + torch.matmul(a, self.w)
+
+
+def get_inputs():
+    return [torch.rand(64, 2048), torch.rand(2048, 64)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+LONG_GEMM = """
+import torch
+import torch.nn as nn
+
+
+def half(t):
+    return t.half().float()
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.rand(2048, 64))
+
+    def forward(self, a, b):
+        return torch.matmul(a, b) + torch.matmul(a, self.w)
+"""
+
+
+@pytest.mark.parametrize("rounded", ["half(a), half(b)) + torch.matmul(half(a), half(self.w))",
+                                     "a, half(b)) + torch.matmul(a, self.w)",
+                                     "a, b) + torch.matmul(a, half(self.w))"],
+                         ids=["all", "one_input", "one_parameter"])
+def test_precision_catches_fp16_operands_on_the_drawn_inputs(tmp_path, rounded):
+    candidate = LONG_GEMM.replace("a, b) + torch.matmul(a, self.w)", rounded)
+    assert run(tmp_path, candidate, task=LONG_GEMM_TASK).status is EvalStatus.OK  # passes atol=rtol=1e-4
+    result = run(tmp_path, candidate, task=LONG_GEMM_TASK, guards=["precision"])
+    assert guards_named(result) == {"precision"}, result.message
+    assert "on inputs as drawn" in result.violations[0].message and "rounding" in result.violations[0].message
+
+
+def test_precision_passes_fp32_gemms_summed_in_another_order(tmp_path):
+    blocked = ("sum(torch.matmul(a[:, i:i + 64], b[i:i + 64]) + torch.matmul(a[:, i:i + 64], self.w[i:i + 64])"
+               " for i in range(0, 2048, 64))")
+    for forward in ("torch.matmul(a, b) + torch.matmul(a, self.w)", "torch.matmul(a, b + self.w)", blocked):
+        candidate = LONG_GEMM.replace("torch.matmul(a, b) + torch.matmul(a, self.w)", forward)
+        result = run(tmp_path, candidate, task=LONG_GEMM_TASK, guards=["precision"])
+        assert result.status is EvalStatus.OK, (forward, result.message)
+
 def test_precision_switches_changed_by_the_candidate(tmp_path):
     flip = "        getattr(torch.backends, 'cud' + 'nn').allow_tf32 = True\n"
     flips = HONEST.replace("        return torch.relu(", flip + "        return torch.relu(")
