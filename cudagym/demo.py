@@ -17,6 +17,7 @@ from typing import TextIO
 from cudagym.baselines.scripted import JUDGE_STEPS, EpisodeRecord, ScriptedAgent, Turn, replay
 from cudagym.env import JUDGES, CudaKernelEnv
 from cudagym.errors import UnknownTaskError
+from cudagym.judge.harness import COMPILE_FAILED_PREFIX
 from cudagym.judge.interface import Judge
 from cudagym.judge.protocol import get_protocol
 from cudagym.task import Task
@@ -111,7 +112,10 @@ def _print_turn(turn: Turn, full: bool, out: TextIO) -> None:
     summary = turn.observation.strip().splitlines()[0] if turn.observation.strip() else ""
     last = turn.info.get("last_eval", {})
     if turn.tool in ("profile", "submit") and last.get("speedup_vs_eager"):
-        summary += f" ({last['speedup_vs_eager']:.2f}x vs eager, {last['speedup_vs_compile']:.2f}x vs compile)"
+        reason = str(last.get("message", "")).partition(COMPILE_FAILED_PREFIX)[2] or "no time recorded"
+        versus = f"{last['speedup_vs_compile']:.2f}x vs compile" if last.get("speedup_vs_compile") \
+            else f"torch.compile: not timed ({reason})"
+        summary += f" ({last['speedup_vs_eager']:.2f}x vs eager, {versus})"
     if len(summary) > SUMMARY_CHARS:
         summary = summary[: SUMMARY_CHARS - 3] + "..."
     print(f"   turn {turn.turn:>2}  {turn.tool:<10} {mark}  {summary}", file=out)
@@ -122,7 +126,9 @@ def _summary(records: Sequence[EpisodeRecord], out: TextIO) -> None:
     for r in records:
         speed = ""
         if r.last_eval.get("speedup_vs_eager"):
-            speed = f"  {r.last_eval['speedup_vs_eager']:.2f}x eager  {r.last_eval['speedup_vs_compile']:.2f}x compile"
+            versus = r.last_eval.get("speedup_vs_compile") or 0.0
+            compiled = f"{versus:.2f}x compile" if versus else "compile not timed"
+            speed = f"  {r.last_eval['speedup_vs_eager']:.2f}x eager  {compiled}"
         status = r.last_eval.get("status", "-")
         note = "" if r.evaluated else "  (not evaluated)"
         print(f"  {r.task_id:<40} reward {r.reward:>4g}  {status}{speed}{note}", file=out)

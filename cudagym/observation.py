@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from cudagym.judge.harness import COMPILE_FAILED_PREFIX
 from cudagym.judge.records import (
     BuildResult,
     BuildStatus,
@@ -28,6 +29,7 @@ from cudagym.workspace import FileEntry
 TRUNCATION_MARKER = "[... {n} characters truncated ...]"
 MAX_DIAGNOSTICS = 30
 MAX_LOG_CHARS = 3000
+MAX_REASON_CHARS = 300  # of why torch.compile was not timed, in the timing table
 
 _EVAL_HEADLINES: dict[EvalStatus, str] = {
     EvalStatus.OK: "PASS",
@@ -136,7 +138,7 @@ def render_eval(result: EvalResult, mode: str) -> str:
             "without one. The build ran:"
         )
     if result.message:
-        lines.append(result.message)
+        lines.append(_summary_line(result))
     if result.status in (EvalStatus.BUILD_FAILED, EvalStatus.NO_GPU) or not result.build.ok:
         lines.append(render_build(result.build))
     else:
@@ -168,8 +170,28 @@ def render_score(score: Score, *, scoring: str) -> str:
         return f"Episode over. Reward {score.reward:g}: not evaluated ({score.status or 'no evaluation'})."
     speed = ""
     if score.speedup_vs_eager:
-        speed = f", {score.speedup_vs_eager:.2f}x vs eager, {score.speedup_vs_compile:.2f}x vs torch.compile"
+        versus = f"{score.speedup_vs_compile:.2f}x vs torch.compile" if score.speedup_vs_compile \
+            else "torch.compile: not timed"
+        speed = f", {score.speedup_vs_eager:.2f}x vs eager, {versus}"
     return f"Episode over. Reward {score.reward:g} (tier {score.tier}, {scoring} state{speed})."
+
+
+def compile_not_timed_reason(result: EvalResult) -> str:
+    """Why the torch.compile baseline has no time in ``result`` (``""`` when it has one)."""
+    if result.compiled.measured:
+        return ""
+    _, sep, reason = result.message.partition(COMPILE_FAILED_PREFIX)
+    if sep:
+        return f"the baseline failed: {reason.strip()}"
+    return "no time was recorded; see the log"
+
+
+def _summary_line(result: EvalResult) -> str:
+    """``result.message``, with a failed torch.compile baseline said as ``torch.compile: not timed (...)``."""
+    head, sep, _ = result.message.partition("; " + COMPILE_FAILED_PREFIX)
+    if sep and result.candidate.measured:
+        return f"{head}; torch.compile: not timed ({compile_not_timed_reason(result)})"
+    return result.message
 
 
 def _build_summary(build: BuildResult) -> str:
@@ -229,7 +251,8 @@ def _timing_table(result: EvalResult) -> list[str]:
     )
     for name, stats, ratio in impls:
         if not stats.measured:
-            rows.append(f"  {name:<13}  {'not timed':>10}")
+            reason = truncate(compile_not_timed_reason(result), MAX_REASON_CHARS) if name == "torch.compile" else ""
+            rows.append(f"  {name:<13}  {'not timed':>10}" + (f" ({reason})" if reason else ""))
             continue
         rows.append(
             f"  {name:<13}  {stats.median_us:>10.2f}  {stats.mean_us:>10.2f}  {stats.min_us:>10.2f}  "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from fakes import failed_build, incorrect_result, ok_build, timed_result
 
 from cudagym.judge.records import (
@@ -12,6 +14,7 @@ from cudagym.judge.records import (
     EvalStatus,
     KernelResources,
     Severity,
+    TimingStats,
     Violation,
 )
 from cudagym.observation import (
@@ -137,3 +140,22 @@ def test_file_and_listing_rendering() -> None:
                FileEntry("model.py", 9, False, False)]
     assert render_listing(entries) == "kernels/\nkernels/a.cu  3 B\nmodel.py  9 B  (read-only)"
     assert render_listing([], "kernels") == "kernels: (empty)"
+
+
+def test_untimed_torch_compile_says_so_with_its_reason() -> None:
+    failed = dataclasses.replace(
+        timed_result(50.0, 100.0, 80.0), compiled=TimingStats(), speedup_vs_compile=0.0,
+        message="correct; candidate 50.0 us (median of 20), 2.000x vs eager; torch.compile baseline failed: "
+                "BackendCompilerFailed: backend='inductor' raised: FileNotFoundError: [Errno 2] No such file")
+    text = render_eval(failed, "profile")
+    assert "0.00x" not in text
+    assert ("correct; candidate 50.0 us (median of 20), 2.000x vs eager; torch.compile: not timed (the baseline "
+            "failed: BackendCompilerFailed: backend='inductor' raised: FileNotFoundError: [Errno 2] No such file)"
+            ) in text.splitlines()
+    row = next(line for line in text.splitlines() if line.startswith("  torch.compile"))
+    assert row.split()[1:3] == ["not", "timed"] and "(the baseline failed: BackendCompilerFailed:" in row
+    quiet = dataclasses.replace(failed, message="correct; candidate 50.0 us (median of 20), 2.000x vs eager")
+    row = next(line for line in render_eval(quiet, "profile").splitlines() if line.startswith("  torch.compile"))
+    assert row.endswith("not timed (no time was recorded; see the log)")
+    assert render_score(Score(2.0, 2, True, 2.0, 0.0), scoring="final") == (
+        "Episode over. Reward 2 (tier 2, final state, 2.00x vs eager, torch.compile: not timed).")

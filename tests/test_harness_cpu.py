@@ -222,6 +222,22 @@ def test_profile_with_cached_baselines_times_only_the_candidate(tmp_path):
     assert "cached eager" in result.log and "5 rounds" in result.log
 
 
+def test_failed_torch_compile_baseline_is_named_in_the_message(tmp_path, monkeypatch):
+    def broken_compile(model, *args, **kwargs):
+        def call(*inputs):
+            raise FileNotFoundError(2, "No such file or directory", "/gone/tmp/inductor")
+        return call
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    result = run(tmp_path, HONEST, mode=EvalMode.SUBMIT, baselines=KnownBaselines())
+    assert result.status is EvalStatus.OK, result.message
+    assert result.eager.measured and not result.compiled.measured and result.speedup_vs_compile == 0.0
+    assert result.message.endswith("; torch.compile baseline failed: FileNotFoundError: [Errno 2] No such file "
+                                   "or directory: '/gone/tmp/inductor'"), result.message
+    assert "torch.compile baseline failed, not timed: FileNotFoundError" in result.log
+    assert "Traceback" in result.log  # where it failed, for whoever diagnoses it
+
+
 def test_timing_stops_on_the_ci_target(tmp_path):
     known = KnownBaselines(eager=TimingStats(median_us=1.0, runs=1), compiled=TimingStats(median_us=1.0, runs=1))
     result = run(tmp_path, HONEST, mode=EvalMode.PROFILE, baselines=known, min_runs=6, max_runs=400,

@@ -43,6 +43,10 @@ CONTEXT_POISONED_MARKER = "[cudagym] CUDA_CONTEXT_POISONED: replace this worker 
 # EvalResult.message of a poisoned context starts with this.
 CUDA_ERROR_PREFIX = "CUDA error:"
 
+# A part of EvalResult.message (after "; ", up to the end) when the torch.compile baseline was not timed
+# because compiling or its first call raised; the exception's line follows the prefix.
+COMPILE_FAILED_PREFIX = "torch.compile baseline failed: "
+
 
 def is_context_poisoned(result: EvalResult) -> bool:
     """True when ``result`` says the worker's CUDA context can no longer be trusted."""

@@ -87,6 +87,7 @@ class EvalContext:
         self.timed: dict[str, TimingStats] = {}
         self.speedup_vs_eager = 0.0
         self.speedup_vs_compile = 0.0
+        self.compile_error = ""  # why the torch.compile baseline was not timed (its exception's line)
         self.spot_failures: list[str] = []
         self.flag_changes: list[str] = []  # torch switches the candidate changed during timing
         self.kernels: tuple[KernelTime, ...] = ()

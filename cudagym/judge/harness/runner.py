@@ -21,7 +21,7 @@ import torch
 
 from cudagym.errors import ConfigError
 from cudagym.judge.guards.base import select_guards
-from cudagym.judge.harness import CONTEXT_POISONED_MARKER, CUDA_ERROR_PREFIX
+from cudagym.judge.harness import COMPILE_FAILED_PREFIX, CONTEXT_POISONED_MARKER, CUDA_ERROR_PREFIX
 from cudagym.judge.harness.context import PROFILE_REPEATS, EvalContext
 from cudagym.judge.harness.correctness import compare_outputs
 from cudagym.judge.harness.failures import CandidateFailure, TaskProblem, exception_line, is_cuda_error
@@ -227,7 +227,9 @@ def _baseline_contenders(ctx: EvalContext) -> list[Contender]:
     except Exception as exc:
         if is_cuda_error(exc):
             raise
-        ctx.note(f"torch.compile baseline failed, not timed: {exception_line(exc)}")
+        ctx.compile_error = exception_line(exc)
+        ctx.note(f"torch.compile baseline failed, not timed: {ctx.compile_error}\n"
+                 f"{traceback.format_exc()[-3000:]}")
         return found
     found.append(Contender("compiled", lambda args: compiled(*args)))
     return found
@@ -290,7 +292,12 @@ def _timing_message(ctx: EvalContext) -> str:
         parts.append(f"{ctx.speedup_vs_eager:.3f}x vs eager")
     if ctx.speedup_vs_compile:
         parts.append(f"{ctx.speedup_vs_compile:.3f}x vs torch.compile")
-    return ", ".join(parts)
+    message = ", ".join(parts)
+    if ctx.compile_error:  # last, so a reader (and render_eval) finds the reason after the prefix
+        message += f"; {COMPILE_FAILED_PREFIX}{ctx.compile_error}"
+    elif not ctx.timed.get("compiled", TimingStats()).measured:
+        message += "; torch.compile baseline not timed"
+    return message
 
 
 def _timing_budget_s(ctx: EvalContext) -> float:
