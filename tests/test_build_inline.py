@@ -79,6 +79,35 @@ def test_recorder_timeout(cache: BuildCache) -> None:
     assert result.status is BuildStatus.TIMEOUT and "record" in result.message
 
 
+def test_recorder_runs_candidate_code_without_secrets_or_the_parents_home(
+        cache: BuildCache, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    parent_home = tmp_path / "parent-home"
+    parent_home.mkdir()
+    monkeypatch.setenv("HOME", str(parent_home))
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-parent-secret")
+    monkeypatch.setenv("HF_TOKEN", "hf-parent-secret")
+    # model_new.py reports what it saw by raising before any load_inline call (INVALID carries the traceback)
+    src = textwrap.dedent("""
+        import json, os
+        with open("/proc/self/environ", "rb") as fh:
+            environ_file = fh.read().decode(errors="replace")
+        seen = {"aws": os.environ.get("AWS_SECRET_ACCESS_KEY"), "hf": os.environ.get("HF_TOKEN"),
+                "home": os.environ.get("HOME"), "expanduser": os.path.expanduser("~"),
+                "home_is_dir": os.path.isdir(os.environ.get("HOME", "")),
+                "tmpdir": os.environ.get("TMPDIR"),
+                "secret_in_proc_environ": "parent-secret" in environ_file}
+        raise RuntimeError("SEEN " + json.dumps(seen))
+    """)
+    result = build(TASK, Solution("inline", {"model_new.py": src}), DEFAULT_PROTOCOL, cache)
+    assert result.status is BuildStatus.INVALID and "never called" in result.message, result.message
+    line = next(ln for ln in result.message.splitlines() if ln.startswith("RuntimeError: SEEN "))
+    seen = json.loads(line.removeprefix("RuntimeError: SEEN "))
+    assert seen["aws"] is None and seen["hf"] is None and not seen["secret_in_proc_environ"]
+    assert seen["home"] and seen["home"] != str(parent_home) and seen["expanduser"] == seen["home"]
+    assert seen["home_is_dir"] and seen["tmpdir"] and not seen["tmpdir"].startswith(str(parent_home))
+    assert "parent-secret" not in result.message + result.log
+
+
 def test_example_builds_with_the_fast_pipeline(example_build: BuildResult, cache: BuildCache) -> None:
     result = example_build
     assert result.status is BuildStatus.OK, result.message + result.log[-3000:]

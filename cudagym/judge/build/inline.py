@@ -4,7 +4,9 @@ Build (CPU worker):
 
 1. Record: run model_new.py in a child process (private copy as cwd, ``CUDA_VISIBLE_DEVICES=""``, the
    build timeout) with ``torch.utils.cpp_extension.load_inline`` replaced by a recorder
-   (:mod:`cudagym.judge.build.inline_record`). Every call is captured; none at all is ``INVALID``.
+   (:mod:`cudagym.judge.build.inline_record`). Every call is captured; none at all is ``INVALID``. The
+   child is candidate code, so it runs in the judge's sandbox like a GPU worker (:data:`RECORD_POLICY`:
+   scrubbed environment, private ``HOME``/``TMPDIR``, rlimits, the watchdog, no network where allowed).
 2. Generate each call's sources as ``load_inline`` does: ``main.cpp`` = ``#include <torch/extension.h>``
    + ``cpp_sources`` + a ``PYBIND11_MODULE`` with one ``m.def`` per entry of ``functions``; ``cuda.cu``
    = torch/cuda headers + ``cuda_sources``.
@@ -34,12 +36,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import cudagym
 from cudagym.errors import BuildToolError
 from cudagym.judge.build.cache import BuildCache, content_key, write_atomic
 from cudagym.judge.build.diagnostics import PathMap, Segment, parse_diagnostics, parse_ptxas_resources
 from cudagym.judge.build.extension import link_result
-from cudagym.judge.build.process import BuildLimits, Deadline, RunOutcome
+from cudagym.judge.build.process import BuildLimits, Deadline, RunOutcome, ToolRun, run_sandboxed_tool
 from cudagym.judge.build.toolchain import TORCH_NVCC_DEFINES, cuda_tools, target_arch, torch_tools
 from cudagym.judge.build.torch_ext import (
     INFRA_TIMEOUT_S,
@@ -55,6 +56,7 @@ from cudagym.judge.build.torch_ext import (
 from cudagym.judge.build.units import OUT_TOKEN, CompileUnit, UnitResult, compile_unit, compile_units, failure
 from cudagym.judge.protocol import Protocol
 from cudagym.judge.records import BuildResult, BuildStatus, Diagnostic, Severity
+from cudagym.judge.sandbox import SandboxPolicy
 from cudagym.solution import Solution
 from cudagym.task import Task
 
@@ -63,6 +65,8 @@ INLINE_IMPL = "cudagym_inline_impl"
 MANIFEST = "manifest.json"
 _ARCH_FLAGS = ("-arch", "--gpu-architecture", "-gencode", "--generate-code", "-code", "--gpu-code")
 _LIST_FIELDS = ("extra_cflags", "extra_cuda_cflags", "extra_ldflags", "extra_include_paths")
+# The recording run imports candidate code: the GPU workers' sandbox (output caps come from BuildLimits).
+RECORD_POLICY = SandboxPolicy()
 
 
 def normalize_call(args: Mapping[str, Any]) -> dict[str, Any]:
@@ -158,13 +162,12 @@ def build_inline(task: Task, solution: Solution, protocol: Protocol, cache: Buil
 
 def _record(source: str, tc: ExtToolchain, cache: BuildCache, deadline: Deadline,
             limits: BuildLimits) -> tuple[list[dict[str, Any]], str] | BuildResult:
-    key = content_key("inline-record", source, tc.torch.version, sys.version_info[:2])
-    root = str(Path(cudagym.__file__).resolve().parent.parent)
-    env = {"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get(
-        "PYTHONPATH", "")])), "PYTHONDONTWRITEBYTECODE": "1"}
+    # "sandboxed": records made before the recorder ran in the sandbox saw the judge's environment
+    key = content_key("inline-record", "sandboxed", source, tc.torch.version, sys.version_info[:2])
+    env = {"CUDA_VISIBLE_DEVICES": "", "PYTHONDONTWRITEBYTECODE": "1"}
     unit = CompileUnit(source="model_new.py", kind="inline-record", key=key, tool="python", artifact="calls.json",
                        argv=(sys.executable, "-m", "cudagym.judge.build.inline_record", "model_new.py", OUT_TOKEN),
-                       env=env)
+                       env=env, runner=_run_recorder)
     with cache.staging(prefix="record-") as stage:
         write_atomic(stage / "model_new.py", source.encode("utf-8", errors="surrogateescape"))
         result = compile_unit(unit, cache=cache, cwd=stage, deadline=deadline, limits=limits)
@@ -188,6 +191,13 @@ def _record(source: str, tc: ExtToolchain, cache: BuildCache, deadline: Deadline
         return BuildResult(BuildStatus.INVALID, "inline", message=f"load_inline call(s) {', '.join(unsupported)} "
                            "pass SYCL sources, which this judge does not build")
     return calls, error
+
+
+def _run_recorder(unit: CompileUnit, out: Path, cwd: Path, deadline: Deadline, limits: BuildLimits) -> ToolRun:
+    """Run the recorder child in the sandbox (a :class:`CompileUnit` runner)."""
+    argv = [a.replace(OUT_TOKEN, str(out)) for a in unit.argv]
+    return run_sandboxed_tool(argv, cwd=cwd, deadline=deadline, max_output_bytes=limits.max_output_bytes,
+                              policy=RECORD_POLICY, env=unit.env)
 
 
 def _call_units(tc: ExtToolchain, call: dict[str, Any], index: int, model_src: str, stage: Path,

@@ -1,7 +1,8 @@
 """Child process of the ``inline`` builder: run model_new.py with ``load_inline`` replaced by a recorder.
 
 ``python -m cudagym.judge.build.inline_record MODEL_NEW.py OUT.json`` runs the candidate's module (the
-parent gives it a private copy as cwd, no visible GPU and a timeout) and writes every
+parent starts it in the judge's sandbox with a private copy as cwd, no visible GPU and a timeout: see
+:func:`cudagym.judge.build.process.run_sandboxed_tool`) and writes every
 ``load_inline(...)`` call's arguments, normalised, to ``OUT.json`` as
 ``{"calls": [...], "error": "<traceback or empty>"}``. The recorder returns a placeholder module, so
 code after the call (``fn = module.relu_forward``) keeps running; calling a placeholder function raises.

@@ -3,6 +3,10 @@
 A compiler is candidate-controlled work: a template explosion can run for hours and an ``#error`` in a
 loop can print gigabytes. Each tool runs in its own process group (``start_new_session``), so a timeout
 kills nvcc *and* the cicc/ptxas/cc1plus children it spawned, never just the driver.
+
+Running candidate *Python* at build time (the inline recorder imports model_new.py) goes through
+:func:`run_sandboxed_tool`: the judge's sandbox (:mod:`cudagym.judge.sandbox`) with a scrubbed environment,
+private ``HOME``/``TMPDIR``, rlimits, the watchdog and, where the host allows, no network.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from cudagym.judge.sandbox import SandboxPolicy, run_sandboxed
 
 # Compilers print in the user's locale (gcc's curly quotes); the parsers expect plain ASCII.
 _TOOL_ENV = {"LC_ALL": "C", "LANG": "C"}
@@ -186,3 +192,44 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=5.0)
     except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
         pass
+
+
+def run_sandboxed_tool(
+    argv: Sequence[str],
+    *,
+    cwd: str | Path,
+    deadline: Deadline,
+    max_output_bytes: int,
+    policy: SandboxPolicy,
+    env: Mapping[str, str] | None = None,
+) -> ToolRun:
+    """Run one command that executes candidate code in the sandbox, to completion, the deadline or a limit.
+
+    Unlike :func:`run_tool`, the command does not inherit this process's environment: it gets
+    :func:`~cudagym.judge.sandbox.scrub_env`'s (no secrets, private ``HOME`` and ``TMPDIR``), the policy's
+    rlimits and isolation, and the watchdog's process, memory and disk limits. Its process group is
+    killed at the deadline, past ``max_output_bytes`` of output, or when it breaks a limit.
+
+    Args:
+        argv: Command and arguments.
+        cwd: Working directory (a private copy of what the command needs).
+        deadline: Shared build deadline; the call is killed when it passes.
+        max_output_bytes: Kill the call once it has printed more than this.
+        policy: Sandbox limits and isolation (its output caps are replaced by ``max_output_bytes``).
+        env: Extra environment variables (secret-looking names are still dropped).
+
+    Returns:
+        The finished call; a broken limit other than output ends as ``EXITED`` with the killing signal's
+        status and the reason appended to the output. Never raises for failing candidate code.
+    """
+    policy = dataclasses.replace(policy, output_bytes=max_output_bytes, log_bytes=max_output_bytes)
+    run = run_sandboxed(argv, cwd=cwd, policy=policy, timeout_s=max(deadline.remaining_s(), 0.001),
+                        env={**_TOOL_ENV, **(env or {})})
+    if run.timed_out:
+        return ToolRun(tuple(argv), RunOutcome.TIMEOUT, -1, run.output, run.wall_time_s)
+    if run.violation and run.output_bytes > max_output_bytes:
+        return ToolRun(tuple(argv), RunOutcome.OUTPUT_LIMIT, -1, run.output, run.wall_time_s)
+    if run.violation:  # killed by the watchdog: never a success, even if it had just exited 0
+        output = f"{run.output}\n[cudagym judge: {run.violation}]\n"
+        return ToolRun(tuple(argv), RunOutcome.EXITED, run.returncode or -1, output, run.wall_time_s)
+    return ToolRun(tuple(argv), RunOutcome.EXITED, run.returncode, run.output, run.wall_time_s)
