@@ -61,7 +61,7 @@ class SolutionFormat:
 
     def example_files(self) -> dict[str, str]:
         """A worked example solution (the prompt shows it; the demo and tests build it)."""
-        root = resources.files(TEMPLATES).joinpath(self.name, "example")
+        root = resources.files(TEMPLATES).joinpath(self.name).joinpath("example")
         out: dict[str, str] = {}
         stack = [(root, "")]
         while stack:
