@@ -177,6 +177,7 @@ def test_the_job_runs_sandboxed(tmp_path, monkeypatch):
     facts = json.loads(result.message)
     assert "hf_do_not_leak" not in facts["environ_at_exec"] and "HTTPS_PROXY" not in facts["env"]
     assert facts["env"]["CUDA_VISIBLE_DEVICES"] == "5"
+    assert facts["env"]["TORCHINDUCTOR_COMPILE_THREADS"] == "1"  # no compile pool outliving a job's TMPDIR
     assert facts["cwd"] == str(workdir)
     assert {"model_new.py", "binding.cpp", "binding_registry.h"} <= set(facts["files"])
     assert facts["env"]["HOME"] != os.environ.get("HOME") and os.path.basename(facts["env"]["HOME"]) == "home"

@@ -254,9 +254,14 @@ class _Worker:
         self.ready = False
 
     def _env(self, home: Path, tmp: Path) -> dict[str, str]:
+        # Inductor compiles in this process, not in its pool of compile subprocesses: the pool starts at the
+        # first torch.compile of the worker and keeps that job's environment and folder, whose private TMPDIR
+        # and HOME _serve deletes when the job ends, so every later job whose graph needs a new Triton kernel
+        # failed (Triton writes ptxas's input under TMPDIR), and its torch.compile baseline went untimed.
         extra = {"CUDA_VISIBLE_DEVICES": self.device,
                  "TORCHINDUCTOR_CACHE_DIR": str(self.root / "inductor"),
                  "TRITON_CACHE_DIR": str(self.root / "triton"),
+                 "TORCHINDUCTOR_COMPILE_THREADS": "1",
                  **self.options.env}
         extra.setdefault("PYTHONPATH", child_pythonpath(self.options.pythonpath))
         return scrub_env(os.environ, home=str(home), tmpdir=str(tmp), extra=extra)
