@@ -31,13 +31,14 @@ fast-math ``exp`` (elementwise) 4.5             n/a
 
 Rounding signature (the drawn input): the float64 reference is rerun with operands rounded to bf16, TF32
 (round-to-nearest, which fp16 equals in its range) and TF32 (truncated, what tensor cores do to raw fp32
-bits; both TF32 roundings are left out in a ``tf32`` protocol): all floating inputs and parameters together,
-then each one alone. With ``d = candidate - ref64`` and
-``D = ref64(rounded) - ref64`` the regression slope ``beta = <d, D> / <D, D>`` is ~1 when the candidate
-rounded those operands (any rounded one alone gives ~1; all together give its share) and ~0 for an honest
+bits; both TF32 roundings are left out in a ``tf32`` protocol), first all floating inputs and parameters
+together. With ``d = candidate - ref64`` and ``D = ref64(rounded) - ref64`` the regression slope
+``beta = <d, D> / <D, D>`` is ~1 when the candidate rounded those operands and ~0 for an honest
 candidate, whatever its summation order: its error does not depend on the discarded low bits. A violation
 needs ``beta >= BETA_MIN``, a slope at least Z_MIN standard errors from 0, at least MIN_ELEMENTS outputs, and
-an error above RATIO_MIN times ``e_ref``; by Cauchy-Schwarz ``beta >= 0.5`` also needs
+an error above RATIO_MIN times ``e_ref``. A candidate that rounded only some operands gives their share
+of ``D`` as its slope; a significant positive share has each operand (up to MAX_SINGLE_OPERANDS) rounded
+alone, where a rounded one gives ~1. By Cauchy-Schwarz ``beta >= 0.5`` also needs
 ``rms(d) >= rms(D) / 2``, so an honest kernel much more accurate than the rounding can never match.
 
 The sign flip can take inputs out of a task's domain (``log``, ``sqrt``): that probe is skipped when the
@@ -220,13 +221,17 @@ def _matches_rounding(cand: torch.Tensor, ref32: torch.Tensor, ref64: torch.Tens
 def _signature_probe(ref64_model: Any, inputs: list[Any],
                      compared: list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]],
                      roundings: dict[str, Callable[[torch.Tensor], torch.Tensor]]) -> str:
-    """The rounding-signature check on the drawn input: a violation message, or ``""``."""
+    """The rounding-signature check on the drawn input: a violation message, or ``""``.
+
+    Each rounding first applies to all operands at once; the operands are rounded one at a time only when
+    that shows a significant positive slope (some of them were rounded), so an honest candidate costs one
+    float64 forward per rounding.
+    """
     operands = _operands(ref64_model, inputs)
-    subsets: list[tuple[str, list[Any]]] = [("all floating inputs and parameters", operands)]
-    if len(operands) > 1:
-        subsets += [(name, [(name, get, put)]) for name, get, put in operands[:MAX_SINGLE_OPERANDS]]
     for fmt, rounder in roundings.items():
-        for what, chosen in subsets:
+        subsets: list[tuple[str, list[Operand]]] = [("all floating inputs and parameters", operands)]
+        while subsets:
+            what, chosen = subsets.pop(0)
             with _rounded(chosen, rounder):
                 outputs = _forward64(ref64_model, inputs)
             if outputs is None:
@@ -239,6 +244,9 @@ def _signature_probe(ref64_model: Any, inputs: list[Any],
                     return (f"output {i} on inputs as drawn: its error vs a float64 reference is that of "
                             f"{fmt} rounding of {what} (slope {beta:.2f}; an fp32 computation gives ~0): "
                             "arithmetic below the protocol's precision")
+                partial = rounding_slope(cand, r64, outputs[i])
+                if chosen is operands and len(operands) > 1 and partial[0] > 0 and partial[1] >= Z_MIN:
+                    subsets = [(name, [(name, get, put)]) for name, get, put in operands[:MAX_SINGLE_OPERANDS]]
     return ""
 
 
