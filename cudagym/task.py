@@ -201,13 +201,14 @@ def find_ops(tree: ast.Module) -> tuple[str, ...]:
     seen: dict[str, None] = {}
     for node in ast.walk(model):
         if isinstance(node, ast.Call):
-            name = _dotted(node.func)
+            name = dotted_name(node.func)
             if name and name.split(".")[0] in _OP_NAMESPACES:
                 seen.setdefault(name.split(".")[-1], None)
     return tuple(seen)
 
 
-def _dotted(node: ast.AST) -> str:
+def dotted_name(node: ast.AST) -> str:
+    """``a.b.c`` for a chain of attributes on a name; ``""`` for anything else."""
     parts: list[str] = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)

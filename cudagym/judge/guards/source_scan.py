@@ -13,6 +13,8 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from cudagym.task import dotted_name as dotted
+
 PYTHON_FILE = "model_new.py"
 CPP_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".h", ".hpp")
 
@@ -49,18 +51,6 @@ def import_aliases(tree: ast.Module) -> dict[str, str]:
             for alias in node.names:
                 aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
     return aliases
-
-
-def dotted(node: ast.AST) -> str:
-    """``a.b.c`` for a chain of attributes on a name; ``""`` for anything else."""
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return ""
 
 
 def resolve(name: str, aliases: Mapping[str, str]) -> str:
