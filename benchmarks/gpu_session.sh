@@ -1,34 +1,50 @@
 #!/usr/bin/env bash
-# One device call's worth of GPU evidence: every GPU test file, then the GPU benchmarks, each under its own time
-# limit so one slow file cannot starve the rest; logs under $OUT (or ./gpu-logs), a summary table last.
-#   bash benchmarks/gpu_session.sh [SECONDS_PER_STEP]     (run from the repository root on the GPU host)
+# GPU evidence in device calls: every GPU test file, then the GPU benchmarks, each under its own time limit so one
+# slow file cannot starve the rest, and all of them under a total budget; logs under $OUT (or ./gpu-logs), a
+# summary table last (also written to $OUT/summary.txt after every step, so a call cut short keeps its rows).
+#   bash benchmarks/gpu_session.sh [SECONDS_PER_STEP [TOTAL_SECONDS [STEP ...]]]    (repository root, GPU host)
+# Steps: prebuild env hacks judge build local bundled bench_bld bench_eval soak (default: all but soak).
 # Wheels the host lacks (gymnasium) are installed from .whl/ when it exists (../shared/tools/stage-wheels.sh).
+# The caches live in ./.gpu-cache (git-ignored), so a second call on a still-warm host reuses builds and baselines.
 set -u
-limit=${1:-150}
+limit=${1:-150}; total=${2:-570}; shift 2 2>/dev/null || shift $#
+steps=${*:-prebuild build local env hacks judge bundled bench_bld bench_eval}
+deadline=$(( $(date +%s) + total ))
 out=${OUT:-gpu-logs}; mkdir -p "$out"
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null 2>&1 || echo "editable install failed"
-export PYTHONUNBUFFERED=1 CUDAGYM_OFFLINE=1 CUDAGYM_CACHE_DIR=${CUDAGYM_CACHE_DIR:-/tmp/cudagym-cache}
+export PYTHONUNBUFFERED=1 CUDAGYM_OFFLINE=1 CUDAGYM_CACHE_DIR=${CUDAGYM_CACHE_DIR:-$PWD/.gpu-cache}
 summary=()
-step() {  # step NAME PYTEST-ARGS...: one pytest run under the time limit, its log, one summary row
+run_step() {  # run_step NAME COMMAND...: one command under min(limit, time left), its log, one summary row
   local name=$1; shift
-  local start rc passed failed
-  start=$(date +%s)
-  timeout "$limit" python3 -m pytest -p no:cacheprovider -v -s --tb=short "$@" > "$out/$name.log" 2>&1
+  local start rc passed failed left budget
+  start=$(date +%s); left=$(( deadline - start ))
+  if (( left < 20 )); then summary+=("$(printf '%-11s skipped: total budget spent' "$name")"); return; fi
+  budget=$(( left < limit ? left : limit ))
+  timeout "$budget" "$@" > "$out/$name.log" 2>&1
   rc=$?
   passed=$(grep -c " PASSED" "$out/$name.log"); failed=$(grep -cE " FAILED| ERROR" "$out/$name.log")
-  summary+=("$(printf '%-11s rc=%-4s passed=%-4s failed=%-4s %4ss' "$name" "$rc" "$passed" "$failed" \
-    "$(( $(date +%s) - start ))")")
+  summary+=("$(printf '%-11s rc=%-4s passed=%-4s failed=%-4s %4ss (limit %ss)' "$name" "$rc" "$passed" "$failed" \
+    "$(( $(date +%s) - start ))" "$budget")")
+  printf '%s\n' "${summary[@]}" > "$out/summary.txt"
 }
-step env        tests/test_env_gpu.py -m "gpu and not slow"
-step hacks      tests/test_guards_gpu.py -m gpu -k planted
-step judge      tests/test_guards_gpu.py -m gpu -k "not planted"
-step build      tests/test_build_extension.py tests/test_build_inline.py tests/test_runtime.py -m gpu
-step local      tests/test_local_judge.py tests/test_worker_faults_gpu.py -m gpu
-step bundled    tests/test_bundled_suite.py -m gpu
-step bench_bld  benchmarks/bench_build.py --benchmark-only
-step bench_eval benchmarks/bench_eval.py --benchmark-only
+pyt() { python3 -m pytest -p no:cacheprovider -v -s --tb=short "$@"; }
+for s in $steps; do
+  case $s in
+    prebuild)   run_step prebuild   python3 benchmarks/prebuild.py ;;
+    env)        run_step env        pyt tests/test_env_gpu.py -m "gpu and not slow" ;;
+    hacks)      run_step hacks      pyt tests/test_guards_gpu.py -m gpu -k planted ;;
+    judge)      run_step judge      pyt tests/test_guards_gpu.py -m gpu -k "not planted and not bundled" ;;
+    bundled)    run_step bundled    pyt tests/test_guards_gpu.py tests/test_bundled_suite.py -m gpu -k bundled ;;
+    build)      run_step build      pyt tests/test_build_extension.py tests/test_build_inline.py tests/test_runtime.py -m gpu ;;
+    local)      run_step local      pyt tests/test_local_judge.py tests/test_worker_faults_gpu.py -m gpu ;;
+    bench_bld)  run_step bench_bld  pyt benchmarks/bench_build.py --benchmark-only ;;
+    bench_eval) run_step bench_eval pyt benchmarks/bench_eval.py --benchmark-only ;;
+    soak)       run_step soak       pyt -m slow benchmarks/soak_judge.py ;;
+    *)          summary+=("$s: unknown step") ;;
+  esac
+done
 printf '%s\n' "${summary[@]}"
