@@ -31,19 +31,19 @@ run_step() {  # run_step NAME COMMAND...: one command under min(limit, time left
     "$(( $(date +%s) - start ))" "$budget")")
   printf '%s\n' "${summary[@]}" > "$out/summary.txt"
 }
-pyt() { python3 -m pytest -p no:cacheprovider -v -s --tb=short "$@"; }
+pyt="python3 -m pytest -p no:cacheprovider -v -s --tb=short"
 for s in $steps; do
   case $s in
     prebuild)   run_step prebuild   python3 benchmarks/prebuild.py ;;
-    env)        run_step env        pyt tests/test_env_gpu.py -m "gpu and not slow" ;;
-    hacks)      run_step hacks      pyt tests/test_guards_gpu.py -m gpu -k planted ;;
-    judge)      run_step judge      pyt tests/test_guards_gpu.py -m gpu -k "not planted and not bundled" ;;
-    bundled)    run_step bundled    pyt tests/test_guards_gpu.py tests/test_bundled_suite.py -m gpu -k bundled ;;
-    build)      run_step build      pyt tests/test_build_extension.py tests/test_build_inline.py tests/test_runtime.py -m gpu ;;
-    local)      run_step local      pyt tests/test_local_judge.py tests/test_worker_faults_gpu.py -m gpu ;;
-    bench_bld)  run_step bench_bld  pyt benchmarks/bench_build.py --benchmark-only ;;
+    env)        run_step env        $pyt tests/test_env_gpu.py -m "gpu and not slow" ;;
+    hacks)      run_step hacks      $pyt tests/test_guards_gpu.py -m gpu -k planted ;;
+    judge)      run_step judge      $pyt tests/test_guards_gpu.py -m gpu -k "not planted and not bundled" ;;
+    bundled)    run_step bundled    $pyt tests/test_guards_gpu.py tests/test_bundled_suite.py -m gpu -k bundled ;;
+    build)      run_step build      $pyt tests/test_build_extension.py tests/test_build_inline.py tests/test_runtime.py -m gpu ;;
+    local)      run_step local      $pyt tests/test_local_judge.py tests/test_worker_faults_gpu.py -m gpu ;;
+    bench_bld)  run_step bench_bld  $pyt benchmarks/bench_build.py --benchmark-only ;;
     bench_eval) run_step bench_eval pyt benchmarks/bench_eval.py --benchmark-only ;;
-    soak)       run_step soak       pyt -m slow benchmarks/soak_judge.py ;;
+    soak)       run_step soak       $pyt -m slow benchmarks/soak_judge.py ;;
     *)          summary+=("$s: unknown step") ;;
   esac
 done
