@@ -5,7 +5,7 @@
 #   bash benchmarks/gpu_session.sh [SECONDS_PER_STEP [TOTAL_SECONDS [STEP ...]]]    (repository root, GPU host)
 # Steps: prebuild env hacks judge build local bundled bench_bld bench_eval soak (default: all but soak).
 # Wheels the host lacks (gymnasium) are installed from .whl/ when it exists (../shared/tools/stage-wheels.sh).
-# The caches live in ./.gpu-cache (git-ignored), so a second call on a still-warm host reuses builds and baselines.
+# The caches live in /tmp/cudagym-cache (outside the synced tree), so a later call on a still-warm host reuses them.
 set -u
 limit=${1:-150}; total=${2:-570}; shift 2 2>/dev/null || shift $#
 steps=${*:-prebuild build local env hacks judge bundled bench_bld bench_eval}
@@ -16,7 +16,7 @@ if [ -d .whl ]; then
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null 2>&1 || echo "editable install failed"
-export PYTHONUNBUFFERED=1 CUDAGYM_OFFLINE=1 CUDAGYM_CACHE_DIR=${CUDAGYM_CACHE_DIR:-$PWD/.gpu-cache}
+export PYTHONUNBUFFERED=1 CUDAGYM_OFFLINE=1 CUDAGYM_CACHE_DIR=${CUDAGYM_CACHE_DIR:-/tmp/cudagym-cache}
 summary=()
 run_step() {  # run_step NAME COMMAND...: one command under min(limit, time left), its log, one summary row
   local name=$1; shift
@@ -31,7 +31,8 @@ run_step() {  # run_step NAME COMMAND...: one command under min(limit, time left
     "$(( $(date +%s) - start ))" "$budget")")
   printf '%s\n' "${summary[@]}" > "$out/summary.txt"
 }
-pyt="python3 -m pytest -p no:cacheprovider -v -s --tb=short"
+pyt="python3 -m pytest -p no:cacheprovider -v -s --tb=short --durations=15"
+python3 -c "import pytest_timeout" 2>/dev/null && pyt="$pyt --timeout=200"  # one hung test fails, not the step
 for s in $steps; do
   case $s in
     prebuild)   run_step prebuild   python3 benchmarks/prebuild.py ;;

@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -80,9 +81,11 @@ def private_cache_dir(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(autouse=True)
-def no_manifest(monkeypatch: pytest.MonkeyPatch) -> None:
+def no_manifest(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv(runtime.MANIFEST_ENV, raising=False)
     runtime.use_manifest(None)
+    yield
+    runtime.use_manifest(None)  # a test that pointed the runtime at a manifest must not leak it
 
 
 # --- signatures ---------------------------------------------------------------------------------------
@@ -146,7 +149,11 @@ def echo_kernels(tmp_path_factory: pytest.TempPathFactory) -> runtime.KernelModu
         pytest.skip("neither nvcc nor libnvrtc is installed")
     root = tmp_path_factory.mktemp("standalone")
     (root / "types.cu").write_text(TYPES_CU)
-    return runtime.load(str(root / "types.cu"))
+    # module-scoped: set up before the function-scoped no_manifest fixture, so clear the manifest here too
+    runtime.use_manifest(None)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv(runtime.MANIFEST_ENV, raising=False)
+        return runtime.load(str(root / "types.cu"))
 
 
 def test_standalone_load_compiles(echo_kernels: runtime.KernelModule) -> None:

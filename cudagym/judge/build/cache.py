@@ -3,7 +3,10 @@
 Every entry is a directory named by a sha256 key of everything that determines its contents (sources,
 flags, target arch, compiler and torch versions, protected files). An entry is written in a private
 temporary directory and renamed into place, so readers see a whole entry or none; a per-key file lock
-makes concurrent builders of the same key wait for the first instead of compiling twice.
+makes concurrent builders of the same key wait for the first instead of compiling twice. Each entry lists
+its files and sizes (``.contents.json``); an entry with a file missing or truncated since (a cleaner of
+temporary files, a partial copy of the cache) counts as a miss and is removed, so it is rebuilt rather
+than handed to a loader that would fail.
 
 Layout under the root (``CUDAGYM_CACHE_DIR``, else ``$XDG_CACHE_HOME/cudagym``, else
 ``~/.cache/cudagym``)::
@@ -35,6 +38,7 @@ from cudagym.errors import ConfigError
 logger = logging.getLogger(__name__)
 
 CACHE_DIR_ENV = "CUDAGYM_CACHE_DIR"
+CONTENTS = ".contents.json"  # {relative path: size in bytes} of every file of an entry, written at commit
 
 
 def default_cache_root() -> Path:
@@ -88,7 +92,7 @@ class BuildCache:
     def lookup(self, kind: str, key: str) -> Path | None:
         """The entry's directory if it is complete, else ``None``; counts a hit or a miss for ``kind``."""
         path = self.entry_dir(kind, key)
-        found = path.is_dir()
+        found = path.is_dir() and self._intact(path)
         self._count(kind, hit=found)
         if found:
             with contextlib.suppress(OSError):
@@ -126,6 +130,9 @@ class BuildCache:
         """
         final = self.entry_dir(kind, key)
         final.parent.mkdir(parents=True, exist_ok=True)
+        listing = {p.relative_to(staged).as_posix(): p.stat().st_size
+                   for p in sorted(staged.rglob("*")) if p.is_file() and not p.is_symlink()}
+        (staged / CONTENTS).write_text(json.dumps(listing, sort_keys=True))
         try:
             os.rename(staged, final)
         except OSError:
@@ -166,6 +173,24 @@ class BuildCache:
             shutil.rmtree(entry, ignore_errors=True)
             freed += size
         return freed
+
+    def _intact(self, path: Path) -> bool:
+        """Whether every file the entry listed at commit is still there with its size; else remove the entry."""
+        try:
+            listing = json.loads((path / CONTENTS).read_text())
+            if all((path / rel).stat().st_size == size for rel, size in listing.items()):
+                return True
+            problem = "a file changed size"
+        except FileNotFoundError as exc:
+            problem = f"{Path(exc.filename or '?').name} is missing"
+        except (OSError, ValueError, AttributeError) as exc:
+            problem = f"its listing is unreadable ({exc})"
+        logger.warning("build cache entry %s is incomplete (%s): removing it, it will be rebuilt", path, problem)
+        with contextlib.suppress(OSError):
+            aside = Path(tempfile.mkdtemp(prefix="broken-", dir=self.root / "tmp"))
+            os.rename(path, aside / "entry")
+            shutil.rmtree(aside, ignore_errors=True)
+        return False
 
     def _count(self, kind: str, *, hit: bool) -> None:
         with self._counts_lock:
