@@ -238,6 +238,16 @@ def test_failed_torch_compile_baseline_is_named_in_the_message(tmp_path, monkeyp
     assert "Traceback" in result.log  # where it failed, for whoever diagnoses it
 
 
+@pytest.mark.parametrize("interleave", [True, False])
+def test_submit_times_candidate_and_baselines_interleaved_or_one_after_another(tmp_path, monkeypatch, interleave):
+    # the cuda-agent preset times sequentially: a baseline's rounds have no candidate output to spot-check
+    monkeypatch.setattr(torch, "compile", lambda model, *args, **kwargs: model)
+    result = run(tmp_path, HONEST, mode=EvalMode.SUBMIT, baselines=KnownBaselines(), interleave=interleave)
+    assert result.status is EvalStatus.OK, result.message
+    assert result.candidate.runs == result.eager.runs == result.compiled.runs == 5
+    assert ("interleaved" if interleave else "sequential") in result.log
+
+
 def test_timing_stops_on_the_ci_target(tmp_path):
     known = KnownBaselines(eager=TimingStats(median_us=1.0, runs=1), compiled=TimingStats(median_us=1.0, runs=1))
     result = run(tmp_path, HONEST, mode=EvalMode.PROFILE, baselines=known, min_runs=6, max_runs=400,

@@ -241,6 +241,8 @@ def _spot_check(ctx: EvalContext, index: int, inputs: list, results: dict) -> No
     if flags_now != ctx.flags:  # the candidate changed torch's switches: restore before the next round
         ctx.flag_changes.extend(ctx.flags.differences(flags_now))
         ctx.flags.apply()
+    if "candidate" not in results:  # sequential timing (interleave off): a baseline's own rounds
+        return
     args, outputs = results["candidate"]
     if "eager" in results:
         reference = results["eager"][1]
