@@ -3,7 +3,7 @@
 # slow file cannot starve the rest, and all of them under a total budget; logs under $OUT (or ./gpu-logs), a
 # summary table last (also written to $OUT/summary.txt after every step, so a call cut short keeps its rows).
 #   bash benchmarks/gpu_session.sh [SECONDS_PER_STEP [TOTAL_SECONDS [STEP ...]]]    (repository root, GPU host)
-# Steps: prebuild env hacks judge build local bundled bench_bld bench_eval soak (default: all but soak).
+# Steps: prebuild (prebuild1: bundled only) env hacks judge build local bundled bench_bld bench_eval soak (default: all but soak).
 # Wheels the host lacks (gymnasium) are installed from .whl/ when it exists (../shared/tools/stage-wheels.sh).
 # The caches live in /tmp/cudagym-cache (outside the synced tree), so a later call on a still-warm host reuses them.
 set -u
@@ -36,6 +36,7 @@ python3 -c "import pytest_timeout" 2>/dev/null && pyt="$pyt --timeout=200"  # on
 for s in $steps; do
   case $s in
     prebuild)   run_step prebuild   python3 benchmarks/prebuild.py ;;
+    prebuild1)  run_step prebuild1  python3 benchmarks/prebuild.py --no-hacks ;;
     env)        run_step env        $pyt tests/test_env_gpu.py -m "gpu and not slow" ;;
     hacks)      run_step hacks      $pyt tests/test_guards_gpu.py -m gpu -k planted ;;
     judge)      run_step judge      $pyt tests/test_guards_gpu.py -m gpu -k "not planted and not bundled" ;;

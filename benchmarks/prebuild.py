@@ -4,7 +4,7 @@ The GPU tests build these one by one inside the test process; on a many-core GPU
 first, one process per solution, turns ~40 sequential extension builds into a few parallel rounds, so the
 device time of a test session goes to the GPU work. Run from the repository root::
 
-    python benchmarks/prebuild.py [--jobs N]
+    python benchmarks/prebuild.py [--jobs N] [--no-hacks]
 
 Builds land in the default build cache (``$CUDAGYM_CACHE_DIR/build``), keyed by content, which the tests use.
 Prints one line per build and a count; exits 1 if any reference solution fails to build.
@@ -38,6 +38,7 @@ def _build_one(kind: str, ref: str, folder: str) -> tuple[str, str, bool, float,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 1))
+    parser.add_argument("--no-hacks", action="store_true", help="build only the bundled reference solutions")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT / "tests"))
     from hacks.corpus import load_hacks
@@ -48,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     warm_up()  # the torch PCH and the protected module once, before the parallel builds share them
     work = [("bundled", f"bundled/{p.parent.name}/{p.name}", str(p))
             for p in sorted((ROOT / "envs/bundled/solutions").glob("L*/*"))]
-    work += [("hack", h.task, str(h.folder)) for h in load_hacks()]
+    if not args.no_hacks:
+        work += [("hack", h.task, str(h.folder)) for h in load_hacks()]
     failed = 0
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = [pool.submit(_build_one, *item) for item in work]
