@@ -26,25 +26,12 @@ import pytest
 from cudagym.judge.build import BuildCache, build, nvrtc
 from cudagym.judge.protocol import DEFAULT_PROTOCOL
 from cudagym.solution import Solution, get_format
-from cudagym.task import make_task
+from cudagym.templates import example_task
 
 pytestmark = pytest.mark.skipif(
     shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(), reason="nvcc not installed")
 
-TASK = make_task('''
-import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-def get_inputs():
-    return [torch.randn(1024)]
-
-def get_init_inputs():
-    return []
-''', id="bench/relu", suite="bench", level=1, name="relu", origin="bench")
+TASK = example_task("bench")
 
 PROTOCOL = DEFAULT_PROTOCOL.with_changes(id="bench-build", build_timeout_s=1800)
 RAW = get_format("raw").example_files()

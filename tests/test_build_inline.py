@@ -17,25 +17,12 @@ from cudagym.judge.build.inline import call_key, normalize_call
 from cudagym.judge.protocol import DEFAULT_PROTOCOL
 from cudagym.judge.records import BuildResult, BuildStatus, Severity, to_dict
 from cudagym.solution import Solution, get_format
-from cudagym.task import make_task
+from cudagym.templates import example_task
 
 pytestmark = pytest.mark.skipif(
     shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(), reason="nvcc not installed")
 
-TASK = make_task('''
-import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-def get_inputs():
-    return [torch.randn(1024)]
-
-def get_init_inputs():
-    return []
-''', id="test/relu", suite="test", level=1, name="relu", origin="test")
+TASK = example_task("test")
 
 EXAMPLE = get_format("inline").example_files()["model_new.py"]
 SLOW_PROTOCOL = DEFAULT_PROTOCOL.with_changes(id="test-inline", build_timeout_s=1800)

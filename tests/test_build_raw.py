@@ -13,25 +13,12 @@ from cudagym.judge.build import toolchain as toolchain_mod
 from cudagym.judge.protocol import DEFAULT_PROTOCOL
 from cudagym.judge.records import BuildStatus, Severity
 from cudagym.solution import Solution, get_format
-from cudagym.task import make_task
+from cudagym.templates import example_task
 
 pytestmark = pytest.mark.skipif(
     shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(), reason="nvcc not installed")
 
-TASK = make_task('''
-import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-def get_inputs():
-    return [torch.randn(1024)]
-
-def get_init_inputs():
-    return []
-''', id="test/relu", suite="test", level=1, name="relu", origin="test")
+TASK = example_task("test")
 
 MODEL_NEW = get_format("raw").example_files()["model_new.py"]
 RELU = get_format("raw").example_files()["kernels/relu.cu"]

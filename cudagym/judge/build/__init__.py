@@ -97,30 +97,11 @@ def warm_up(
     done before the first agent's build.
     """
     from cudagym.solution import get_format
-    from cudagym.task import make_task
+    from cudagym.templates import example_task
 
-    task = make_task(_WARM_TASK, id="cudagym/warm_up", suite="cudagym", level=1, name="warm_up", origin="warm_up")
+    task = example_task()
     protocol = get_protocol(None).with_changes(id="cudagym-warm-up", build_timeout_s=3600)
     return {fmt: build(task, Solution(fmt, get_format(fmt).example_files()), protocol, cache) for fmt in formats}
-
-
-_WARM_TASK = """
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-
-def get_inputs():
-    return [torch.randn(1024)]
-
-
-def get_init_inputs():
-    return []
-"""
 
 
 def _with_wall_time(result: BuildResult, wall_s: float) -> BuildResult:
