@@ -155,7 +155,9 @@ def _judging(protocol: Protocol, hardware: Hardware, reward: RewardConfig) -> st
         f"Correctness: {protocol.num_inputs} input sets from seeds {protocol.input_seeds()}; every output "
         f"element must satisfy |out - ref| <= {protocol.atol:g} + {protocol.rtol:g} * |ref|.",
         precision,
-        f"Timing: {timer}; {protocol.warmup_runs} warm-up runs, {runs}; statistic: {protocol.statistic}"
+        f"Timing: {timer}; {protocol.warmup_runs} warm-up runs"
+        f"{f' (and at least {protocol.warmup_ms:g} ms of them)' if protocol.warmup_ms else ''}, {runs}; "
+        f"statistic: {protocol.statistic}"
         f"{'; L2 cache flushed before each run' if protocol.l2_flush else ''}.",
         reward_text,
     ])

@@ -100,8 +100,8 @@ def run(
     work.mkdir(exist_ok=True)
     code = textwrap.dedent(candidate)
     (work / "model_new.py").write_text(code)
-    settings = dict(id="test-cpu", guards=tuple(guards), num_inputs=2, warmup_runs=1, min_runs=5, max_runs=5,
-                    target_ci_pct=0.0)
+    settings = dict(id="test-cpu", guards=tuple(guards), num_inputs=2, warmup_runs=1, warmup_ms=0.0, min_runs=5,
+                    max_runs=5, target_ci_pct=0.0)
     settings.update(protocol)
     job = Job(
         job_id="job-1",
@@ -246,6 +246,19 @@ def test_submit_times_candidate_and_baselines_interleaved_or_one_after_another(t
     assert result.status is EvalStatus.OK, result.message
     assert result.candidate.runs == result.eager.runs == result.compiled.runs == 5
     assert ("interleaved" if interleave else "sequential") in result.log
+
+
+def test_warm_up_runs_for_the_protocols_minimum_time_as_well_as_its_count(tmp_path):
+    known = KnownBaselines(eager=TimingStats(median_us=1.0, runs=1), compiled=TimingStats(median_us=1.0, runs=1))
+    walls = []
+    for warmup_ms in (0.0, 300.0):
+        (tmp_path / f"{warmup_ms:g}").mkdir()
+        result = run(tmp_path / f"{warmup_ms:g}", HONEST, mode=EvalMode.PROFILE, baselines=known,
+                     warmup_ms=warmup_ms)
+        assert result.status is EvalStatus.OK, result.message
+        assert result.candidate.runs == 5  # warm-up rounds are never timed
+        walls.append(result.wall_time_s)
+    assert walls[1] - walls[0] >= 0.25, walls  # 300 ms of untimed rounds on top of the one counted warm-up
 
 
 def test_timing_stops_on_the_ci_target(tmp_path):

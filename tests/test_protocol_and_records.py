@@ -44,7 +44,8 @@ def test_get_protocol_resolves_names_and_rejects_unknown():
 @pytest.mark.parametrize(
     "changes",
     [{"num_inputs": 0}, {"min_runs": 0}, {"max_runs": 1, "min_runs": 5}, {"threshold": 1.5},
-     {"timing": "wallclock"}, {"statistic": "mode"}, {"baseline_precision": "fp16"}],
+     {"timing": "wallclock"}, {"statistic": "mode"}, {"baseline_precision": "fp16"}, {"warmup_ms": -1.0},
+     {"warmup_ms": 1e9}],
 )
 def test_invalid_protocols_are_rejected(changes):
     with pytest.raises(ConfigError):

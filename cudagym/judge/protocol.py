@@ -31,6 +31,8 @@ class Protocol:
         baseline_precision: ``fp32`` times eager and torch.compile with TF32 off for matmuls and
             convolutions; ``tf32`` allows TF32 in both (and candidates may use it too).
         warmup_runs: Untimed calls before timing (module load, caches, cuBLAS handles, autotuning).
+        warmup_ms: Keep warming up (in whole rounds) until this much wall time has passed too, so the
+            GPU's clocks and power state settle before the first timed call; 0 for a fixed count only.
         min_runs: Timed calls at least.
         max_runs: Timed calls at most (the cap of the stopping rule).
         target_ci_pct: Stop once the 95% confidence interval of the median is within this % of it;
@@ -54,6 +56,7 @@ class Protocol:
     rtol: float = 1e-4
     baseline_precision: BaselinePrecision = "fp32"
     warmup_runs: int = 10
+    warmup_ms: float = 100.0
     min_runs: int = 30
     max_runs: int = 1000
     target_ci_pct: float = 0.5
@@ -76,6 +79,8 @@ class Protocol:
             )
         if not 0 <= self.threshold < 1:
             raise ConfigError(f"protocol {self.id}: expected 0 <= threshold < 1, got {self.threshold}")
+        if not 0 <= self.warmup_ms <= 60_000:
+            raise ConfigError(f"protocol {self.id}: expected 0 <= warmup_ms <= 60000, got {self.warmup_ms}")
         if self.timing not in ("cuda_events", "profiler"):
             raise ConfigError(f"protocol {self.id}: timing must be cuda_events or profiler, got {self.timing}")
         if self.statistic not in ("median", "mean"):
@@ -102,7 +107,8 @@ class Protocol:
 # Our default: stricter than both presets. Five inputs from distinct seeds, fp32 tolerance 1e-4 as
 # KernelBench v0.2 uses for fp32, plain fp32 baselines (TF32 off: a candidate must not win by precision
 # alone), CUDA events around forward() with a device-wide synchronize (side-stream work is counted),
-# L2 flushed between timed calls, candidate/eager/compile interleaved, median with its CI under 0.5%.
+# L2 flushed between timed calls, at least 100 ms of warm-up (clocks settle), candidate/eager/compile
+# interleaved, median with its CI under 0.5%.
 CUDAGYM_V0 = Protocol(
     id="cudagym-v0",
     description="5 seeded inputs, atol=rtol=1e-4, fp32 baselines, CUDA events + device sync, L2 flush, "
@@ -118,6 +124,7 @@ CUDA_AGENT = Protocol(
     atol=1e-2,
     rtol=1e-2,
     warmup_runs=5,
+    warmup_ms=0.0,
     min_runs=10,
     max_runs=10,
     target_ci_pct=0.0,
@@ -135,6 +142,7 @@ KERNELBENCH = Protocol(
     description="KernelBench v0.2: 5 seeded inputs, fp32 atol=rtol=1e-4, CUDA events, L2 flush, "
     "3 warm-ups + 100 trials, mean",
     warmup_runs=3,
+    warmup_ms=0.0,
     min_runs=100,
     max_runs=100,
     target_ci_pct=0.0,

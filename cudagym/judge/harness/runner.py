@@ -193,6 +193,7 @@ def _timing(ctx: EvalContext) -> None:
         flusher=L2Flusher(ctx.device, l2_cache_bytes(ctx.device), protocol.l2_flush),
         rule=StoppingRule(protocol.min_runs, protocol.max_runs, protocol.target_ci_pct, protocol.statistic),
         warmup_runs=protocol.warmup_runs,
+        warmup_s=protocol.warmup_ms / 1000.0,
         interleave=protocol.interleave,
         budget_s=_timing_budget_s(ctx),
         may_poison=ctx.may_poison,

@@ -38,6 +38,8 @@ from cudagym.judge.harness.inputs import clone_tree, poison_tree_, tensors_in
 from cudagym.judge.harness.integrity import PRISTINE
 from cudagym.judge.harness.stats import StoppingRule
 
+MAX_WARMUP_ROUNDS = 10_000  # a time-based warm-up of a microsecond kernel stops here
+
 
 @dataclass
 class Measurement:
@@ -189,6 +191,7 @@ class TimingLoop:
         flusher: The L2 flush before every call.
         rule: When to stop.
         warmup_runs: Untimed rounds first (torch.compile compiles in the first).
+        warmup_s: ... and more untimed rounds until this much wall time has passed (at most 10,000).
         interleave: Round-robin over contenders within each round; else each contender's rounds in a block.
         budget_s: Stop timing after this many seconds of wall time, whatever the rule says.
         may_poison: Whether an output tensor may be overwritten after its round (not a model's weights).
@@ -201,6 +204,7 @@ class TimingLoop:
     flusher: L2Flusher
     rule: StoppingRule
     warmup_runs: int
+    warmup_s: float
     interleave: bool
     budget_s: float
     may_poison: Callable[[torch.Tensor], bool]
@@ -212,8 +216,10 @@ class TimingLoop:
         deadline = time.monotonic() + self.budget_s
         groups = [self.contenders] if self.interleave else [[c] for c in self.contenders]
         for group in groups:
-            for warm in range(self.warmup_runs):
-                self._round(group, -1 - warm, None)
+            warm, warm_until = 0, time.monotonic() + self.warmup_s
+            while warm < self.warmup_runs or (time.monotonic() < warm_until and warm < MAX_WARMUP_ROUNDS):
+                warm += 1
+                self._round(group, -warm, None)
             round_index = 0
             while True:
                 self._round(group, round_index, run)
