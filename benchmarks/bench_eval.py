@@ -74,6 +74,10 @@ def test_repeatability_of_speedup_and_tier(benchmark, judge, bundled, task_id):
     )
     print(f"\n{task_id}: speedup vs eager median {statistics.median(speedups):.3f}x, spread {spread:.2%}, "
           f"tiers {tiers}")
+    for i, r in enumerate(results):  # which side moved, if the spread is large: the candidate or a baseline
+        print(f"  run {i}: candidate {r.candidate.median_us:.1f} us (CI {r.candidate.ci95_halfwidth_pct:.2f}%, "
+              f"{r.candidate.runs} runs), eager {r.eager.median_us:.1f} us, compile {r.compiled.median_us:.1f} us, "
+              f"{r.speedup_vs_eager:.3f}x / {r.speedup_vs_compile:.3f}x")
     # a tier that moves between runs is a correctness property of the reward, not a timing target: it must not
     # move when every run is >= 3% away from a threshold
     edges = [r.speedup_vs_eager for r in results] + [r.speedup_vs_compile for r in results if r.compiled.measured]

@@ -209,6 +209,7 @@ def test_timing_is_repeatable_and_interleaved(build, tmp_path, monkeypatch):
         assert result.status is EvalStatus.OK, result.message
         assert "interleaved" in result.log and "L2 flush on" in result.log
         speedups.append(result.speedup_vs_eager)
+        print(f"run {i}: candidate {result.candidate.median_us:.1f} us, eager {result.eager.median_us:.1f} us")
     spread = max(speedups) / min(speedups) - 1
     print(f"speedup vs eager over 3 runs: {speedups} (spread {100 * spread:.2f}%)")
     assert spread < 0.05
