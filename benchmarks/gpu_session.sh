@@ -3,12 +3,12 @@
 # slow file cannot starve the rest, and all of them under a total budget; logs under $OUT (or ./gpu-logs), a
 # summary table last (also written to $OUT/summary.txt after every step, so a call cut short keeps its rows).
 #   bash benchmarks/gpu_session.sh [SECONDS_PER_STEP [TOTAL_SECONDS [STEP ...]]]    (repository root, GPU host)
-# Steps: prebuild (prebuild1: bundled only) env hacks judge build local bundled bench_bld bench_eval soak (default: all but soak).
+# Steps: prebuild (prebuild1: bundled only) build formats local env hacks judge build local bundled bench_bld bench_eval soak (default: all but soak).
 # Wheels the host lacks (gymnasium) are installed from .whl/ when it exists (../shared/tools/stage-wheels.sh).
 # The caches live in /tmp/cudagym-cache (outside the synced tree), so a later call on a still-warm host reuses them.
 set -u
 limit=${1:-150}; total=${2:-570}; shift 2 2>/dev/null || shift $#
-steps=${*:-prebuild build local env hacks judge bundled bench_bld bench_eval}
+steps=${*:-prebuild build formats local env hacks judge bundled bench_bld bench_eval}
 deadline=$(( $(date +%s) + total ))
 out=${OUT:-gpu-logs}; mkdir -p "$out"
 if [ -d .whl ]; then
@@ -41,6 +41,7 @@ for s in $steps; do
     hacks)      run_step hacks      $pyt tests/test_guards_gpu.py -m gpu -k planted ;;
     judge)      run_step judge      $pyt tests/test_guards_gpu.py -m gpu -k "not planted and not bundled" ;;
     bundled)    run_step bundled    $pyt tests/test_guards_gpu.py tests/test_bundled_suite.py -m gpu -k bundled ;;
+    formats)    run_step formats    $pyt tests/test_formats_gpu.py -m gpu ;;
     build)      run_step build      $pyt tests/test_build_extension.py tests/test_build_inline.py tests/test_runtime.py -m gpu ;;
     local)      run_step local      $pyt tests/test_local_judge.py tests/test_worker_faults_gpu.py -m gpu ;;
     bench_bld)  run_step bench_bld  $pyt benchmarks/bench_build.py --benchmark-only ;;

@@ -14,17 +14,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from hacks.corpus import Hack, load_hacks, load_task
+from gpu_jobs import QUIET, edited, judge, judge_in_child, make_job, stage_build
+from hacks.corpus import Hack, load_hacks
 
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import Job, KnownBaselines
-from cudagym.judge.protocol import CUDA_AGENT, CUDAGYM_V0, KERNELBENCH, Protocol
+from cudagym.judge.protocol import CUDA_AGENT, CUDAGYM_V0, KERNELBENCH
 from cudagym.judge.records import EvalResult, EvalStatus, TimingStats, from_dict
 from cudagym.solution import Solution
 
@@ -33,9 +31,6 @@ pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = sorted((ROOT / "envs/bundled/solutions").glob("L*/*"))
 SWISH = ROOT / "envs/bundled/solutions/L1/01_Swish"
-# Cached baselines that keep timing to the candidate (PROFILE mode): tiny, so no speedup looks suspicious.
-QUIET = KnownBaselines(eager=TimingStats(median_us=1.0, mean_us=1.0, runs=1),
-                       compiled=TimingStats(median_us=1.0, mean_us=1.0, runs=1))
 # Cached baselines that make any candidate look >10x faster than eager.
 FAST = KnownBaselines(eager=TimingStats(median_us=1e9, mean_us=1e9, runs=1),
                       compiled=TimingStats(median_us=1e9, mean_us=1e9, runs=1))
@@ -45,31 +40,7 @@ HACK_PROTOCOL = CUDAGYM_V0.with_changes(id="cudagym-v0-hacks", min_runs=10, max_
 @pytest.fixture(scope="module")
 def build():
     """The build stage with its default (content-addressed, persistent) cache: reruns do not recompile."""
-    stage = pytest.importorskip("cudagym.judge.build", reason="the build stage (cudagym.judge.build) is missing")
-    cache = stage.default_cache()
-    return lambda task, solution, protocol: stage.build(task, solution, protocol, cache)
-
-
-def make_job(build, tmp_path: Path, task_id: str, solution: Solution, protocol: Protocol,
-             mode: EvalMode = EvalMode.PROFILE, baselines: KnownBaselines = QUIET) -> Job:
-    from cudagym.judge.sandbox import prepare_workdir
-
-    task = load_task(task_id)
-    built = build(task, solution, protocol)
-    workdir = prepare_workdir(tmp_path / "work", solution)
-    return Job(f"gpu-{task.short_hash}", task, solution, built, mode, protocol, baselines, str(workdir))
-
-
-def judge(job: Job, monkeypatch: pytest.MonkeyPatch) -> EvalResult:
-    from cudagym.judge.harness.runner import evaluate
-
-    monkeypatch.chdir(job.workdir)  # the worker runs each job in its working folder
-    return evaluate(job)
-
-
-def edited(solution: Solution, path: str, old: str, new: str) -> Solution:
-    assert old in solution.files[path], f"{old!r} not in {path}"
-    return Solution(solution.format, {**solution.files, path: solution.files[path].replace(old, new)})
+    return stage_build()
 
 
 # ---------------------------------------------------------------------------------------- the hacks
@@ -156,25 +127,12 @@ def test_non_compiling_candidate_is_build_failed(build, tmp_path, monkeypatch):
     assert result.status is EvalStatus.BUILD_FAILED
 
 
-CRASH_SCRIPT = """
-import json, pickle, sys
-from cudagym.judge.harness import run_job
-from cudagym.judge.records import to_dict
-job = pickle.load(open(sys.argv[1], "rb"))
-print("RESULT " + json.dumps(to_dict(run_job(job))))
-"""
-
-
 def test_illegal_address_is_a_runtime_error_that_marks_the_context_poisoned(build, tmp_path):
     solution = edited(Solution.from_dir(SWISH, "extension"), "kernels/swish.cu", "y4[i] = v;",
                       "y4[i + (1LL << 40)] = v;  // far outside the allocation")
     job = make_job(build, tmp_path, "bundled/L1/01_Swish", solution, CUDAGYM_V0)
     assert job.build.ok, job.build.log[-3000:]
-    (tmp_path / "job.pkl").write_bytes(pickle.dumps(job))
-    done = subprocess.run([sys.executable, "-c", CRASH_SCRIPT, str(tmp_path / "job.pkl")], cwd=job.workdir,
-                          capture_output=True, text=True, timeout=600)
-    line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
-    result = from_dict(EvalResult, json.loads(line[len("RESULT "):]))
+    result = judge_in_child(job, tmp_path)
     from cudagym.judge.harness import is_context_poisoned
 
     assert result.status is EvalStatus.RUNTIME_ERROR, result.message
