@@ -3,7 +3,8 @@
 # slow file cannot starve the rest, and all of them under a total budget; logs under $OUT (or ./gpu-logs), a
 # summary table last (also written to $OUT/summary.txt after every step, so a call cut short keeps its rows).
 #   bash benchmarks/gpu_session.sh [SECONDS_PER_STEP [TOTAL_SECONDS [STEP ...]]]    (repository root, GPU host)
-# Steps: prebuild (prebuild1: bundled only) build formats local env hacks judge build local bundled bench_bld bench_eval soak (default: all but soak).
+# Steps: prebuild (prebuild1: bundled only) build formats local env hacks judge bundled bench_bld bench_eval soak
+# (default: all but soak).
 # Wheels the host lacks (gymnasium) are installed from .whl/ when it exists (../shared/tools/stage-wheels.sh).
 # The caches live in /tmp/cudagym-cache (outside the synced tree), so a later call on a still-warm host reuses them.
 set -u
