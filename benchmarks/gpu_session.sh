@@ -27,7 +27,14 @@ run_step() {  # run_step NAME COMMAND...: one command under min(limit, time left
   budget=$(( left < limit ? left : limit ))
   timeout "$budget" "$@" > "$out/$name.log" 2>&1
   rc=$?
-  passed=$(grep -c " PASSED" "$out/$name.log"); failed=$(grep -cE " FAILED| ERROR" "$out/$name.log")
+  # from pytest's closing line when it finished; else the per-test words so far (-s output can split them off)
+  local last; last=$(grep -E "^=+ .*(passed|failed|error|skipped|deselected).* in [0-9.]+s" "$out/$name.log" | tail -1)
+  if [ -n "$last" ]; then
+    passed=$(echo "$last" | grep -oE "[0-9]+ passed" | awk '{s+=$1} END {print s+0}')
+    failed=$(echo "$last" | grep -oE "[0-9]+ (failed|errors?)" | awk '{s+=$1} END {print s+0}')
+  else
+    passed=$(grep -cE "PASSED" "$out/$name.log"); failed=$(grep -cE "(^| )(FAILED|ERROR)( |$)" "$out/$name.log")
+  fi
   summary+=("$(printf '%-11s rc=%-4s passed=%-4s failed=%-4s %4ss (limit %ss)' "$name" "$rc" "$passed" "$failed" \
     "$(( $(date +%s) - start ))" "$budget")")
   printf '%s\n' "${summary[@]}" > "$out/summary.txt"
