@@ -64,7 +64,8 @@ def _gpu_workload():
         return Solution("extension", {**swish.files, "model_new.py": (FAULTS_DIR / f"{name}.py").read_text()})
 
     policy = SandboxPolicy(host_rss_bytes=16 * GiB, file_size_bytes=256 * MiB, disk_bytes=1 * GiB)
-    kwargs = {"devices": "auto", "pool_options": PoolOptions(policy=policy)}
+    # a quarter of the jobs crash their worker: three spares per GPU start up while the others run
+    kwargs = {"devices": "auto", "pool_options": PoolOptions(policy=policy, spare_workers=3)}
     faults = {name: (swish_task, fault(name)) for name in {**HOST_FAULTS, **GPU_FAULTS}}
     return kwargs, good, faults, {**HOST_FAULTS, **GPU_FAULTS}
 

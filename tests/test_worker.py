@@ -82,6 +82,38 @@ def test_a_crash_gives_one_clear_result_and_a_replacement(pool):
     assert run(pool, PID).status is EvalStatus.OK
 
 
+def test_spare_workers_take_over_oldest_first_so_a_burst_of_crashes_waits_for_no_start_up():
+    crash = "import os\ndef run():\n    os._exit(7)\n"
+    with WorkerPool(["0"], options=options(spare_workers=3)) as pool:
+        first = int(run(pool, PID).message)
+        lane = pool._lanes[0]
+        spares = [w.pid for w in lane.spares]
+        assert len(spares) == 3 and first not in spares
+        took_over = []
+        for _ in range(3):
+            assert run(pool, crash).status is EvalStatus.CRASHED
+            took_over.append(int(run(pool, PID).message))
+            assert len(lane.spares) == 3, "the spares are topped up after each replacement"
+        assert took_over == spares
+        assert pool.info()[0].generation == 4
+
+
+def test_without_spares_a_replacement_starts_when_needed():
+    with WorkerPool(["0"], options=options(spare_workers=0)) as pool:
+        first = int(run(pool, PID).message)
+        assert pool._lanes[0].spares == []
+        assert run(pool, "import os\ndef run():\n    os._exit(7)\n").status is EvalStatus.CRASHED
+        assert int(run(pool, PID).message) != first
+
+
+@pytest.mark.parametrize("changes", [{"spare_workers": -1}, {"spare_workers": 17}, {"max_jobs_per_worker": 0}])
+def test_pool_options_out_of_range_are_a_config_error(changes):
+    from cudagym.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="spare_workers"):
+        WorkerPool(["0"], options=options(**changes))
+
+
 def test_workers_are_recycled_after_n_jobs():
     with WorkerPool(["0"], options=options(max_jobs_per_worker=2)) as pool:
         pids = [int(run(pool, PID).message) for _ in range(5)]

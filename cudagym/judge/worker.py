@@ -5,7 +5,7 @@ judge process (a *lane*). :meth:`WorkerPool.submit` is thread-safe and returns a
 exactly one :class:`~cudagym.judge.records.EvalResult`: when the worker crashes, times out, breaks a
 sandbox limit or leaves a broken CUDA context, the lane kills the worker's whole process group, turns
 what happened into a ``CRASHED`` / ``TIMEOUT`` / ``RUNTIME_ERROR`` result with the signal or exit status
-and the last lines of output, and promotes a replacement (a spare worker per GPU is kept warm for that).
+and the last lines of output, and promotes a replacement (spare workers per GPU are kept warm for that).
 Workers are also recycled after ``max_jobs_per_worker`` jobs, and after any failed job by default: a
 candidate that raised may have patched modules or left threads behind.
 
@@ -102,8 +102,10 @@ class PoolOptions:
         retire_on_failure: Also replace the worker after any job that ended in an error status.
         job_timeout_s: Wall-clock limit of one job; 0 means the job protocol's ``eval_timeout_s``.
         startup_timeout_s: How long a new worker may take to import the job function.
-        spare_worker: Keep one more worker per GPU started and idle, so a replacement is ready at once
-            after a crash (costs the host memory of an interpreter with torch imported; no GPU memory).
+        spare_workers: Workers per GPU kept started and idle, so a replacement is ready at once after a
+            crash; more than one absorbs bursts of crashes (an early RL policy) that would otherwise wait
+            for a start-up each. Each costs the host memory of an interpreter with torch imported (no GPU
+            memory); 0 starts a replacement only when one is needed.
         pythonpath: Folders put first on the workers' ``PYTHONPATH``.
         env: Extra environment variables for the workers (secret-looking names are dropped).
     """
@@ -114,7 +116,7 @@ class PoolOptions:
     retire_on_failure: bool = True
     job_timeout_s: float = 0.0
     startup_timeout_s: float = 300.0
-    spare_worker: bool = True
+    spare_workers: int = 1
     pythonpath: tuple[str, ...] = ()
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
@@ -417,7 +419,7 @@ class _Lane:
         self.generation = 0  # workers that became current
         self.started = 0  # worker processes started (spares included)
         self.worker: _Worker | None = None
-        self.spare: _Worker | None = None
+        self.spares: list[_Worker] = []  # oldest first: the one most likely to have finished starting
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._loop, name=f"cudagym-gpu{device}", daemon=True)
         self.thread.start()
@@ -427,15 +429,18 @@ class _Lane:
         return _Worker(self.device, self.started, self.options, self.root)
 
     def _promote(self) -> None:
-        """Make the spare (or a new process) the current worker, and start the next spare."""
+        """Make the oldest live spare (or a new process) the current worker, and top the spares up."""
         self.generation += 1
-        spare, self.spare = self.spare, None
-        if spare is not None and not spare.alive:
-            spare.close()
-            spare = None
-        self.worker = spare or self._new_worker()
-        if self.options.spare_worker and not self.closing.is_set():
-            self.spare = self._new_worker()  # imports torch and the harness now, not after the next crash
+        worker = None
+        while self.spares and worker is None:
+            spare = self.spares.pop(0)
+            if spare.alive:
+                worker = spare
+            else:
+                spare.close()
+        self.worker = worker or self._new_worker()
+        while len(self.spares) < self.options.spare_workers and not self.closing.is_set():
+            self.spares.append(self._new_worker())  # imports torch and the harness now, not after a crash
 
     def _retire(self) -> None:
         if self.worker is not None:
@@ -459,9 +464,8 @@ class _Lane:
                 self.pending -= 1
             future.set_result(result)
         self._retire()
-        if self.spare is not None:
-            self.spare.close()
-            self.spare = None
+        while self.spares:
+            self.spares.pop().close()
 
     def _run(self, job: Job) -> EvalResult:
         if self.worker is not None and not self.worker.alive:
@@ -519,10 +523,11 @@ class WorkerPool:
         options = options or PoolOptions()
         if job_fn is not None:
             options = dataclasses.replace(options, job_fn=job_fn)
-        if options.max_jobs_per_worker < 1:
+        if options.max_jobs_per_worker < 1 or not 0 <= options.spare_workers <= 16:
             from cudagym.errors import ConfigError
 
-            raise ConfigError(f"expected max_jobs_per_worker >= 1, got {options.max_jobs_per_worker}")
+            raise ConfigError(f"expected max_jobs_per_worker >= 1 and 0 <= spare_workers <= 16, got "
+                              f"{options.max_jobs_per_worker} and {options.spare_workers}")
         self.options = options
         self._own_root = root_dir is None
         self.root = Path(root_dir) if root_dir else Path(tempfile.mkdtemp(prefix="cudagym-judge-"))
