@@ -39,7 +39,8 @@ run_step() {  # run_step NAME COMMAND...: one command under min(limit, time left
     "$(( $(date +%s) - start ))" "$budget")")
   printf '%s\n' "${summary[@]}" > "$out/summary.txt"
 }
-pyt="python3 -m pytest -p no:cacheprovider -v -s --tb=short --durations=15"
+base="python3 -m pytest -p no:cacheprovider -v -s --tb=short --durations=15"
+pyt=$base
 python3 -c "import pytest_timeout" 2>/dev/null && pyt="$pyt --timeout=200"  # one hung test fails, not the step
 for s in $steps; do
   case $s in
@@ -54,7 +55,7 @@ for s in $steps; do
     local)      run_step local      $pyt tests/test_local_judge.py tests/test_worker_faults_gpu.py -m gpu ;;
     bench_bld)  run_step bench_bld  $pyt benchmarks/bench_build.py --benchmark-only ;;
     bench_eval) run_step bench_eval pyt benchmarks/bench_eval.py --benchmark-only ;;
-    soak)       run_step soak       $pyt -m slow benchmarks/soak_judge.py ;;
+    soak)       run_step soak       $base -m slow benchmarks/soak_judge.py ;;  # one long test: no per-test limit
     *)          summary+=("$s: unknown step") ;;
   esac
 done
