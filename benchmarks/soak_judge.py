@@ -99,7 +99,9 @@ def test_soak_every_job_gets_one_result_and_the_gpus_stay_healthy(tmp_path):
             plan.append((f"soak-{i:05d}", "", *good[i % len(good)]))
     journal_path = tmp_path / "soak.jsonl"
     started = time.monotonic()
-    with LocalJudge(protocol, cache_dir=tmp_path / "cache", journal=journal_path, **kwargs) as judge:
+    # on a GPU host the user build cache (CUDAGYM_CACHE_DIR), which benchmarks/prebuild.py can fill beforehand
+    cache_dir = None if on_gpu else tmp_path / "cache"
+    with LocalJudge(protocol, cache_dir=cache_dir, journal=journal_path, **kwargs) as judge:
         futures = [judge.submit(task, solution, EvalMode.VERIFY, job_id=job_id) for job_id, _, task, solution in plan]
         budget_s = 600 + jobs_n * (TIMEOUT_S + 30)
         results = [f.result(timeout=budget_s) for f in futures]
