@@ -218,6 +218,12 @@ def test_only_the_raw_runtime_of_the_judge_may_be_imported():
     assert judge_imports(ast.parse(code)) == [("cudagym.judge.harness", 3), ("cudagym", 4)]
 
 
+@pytest.mark.parametrize("folder", sorted((ROOT / "tests/formats").iterdir()), ids=lambda p: p.name)
+def test_the_format_test_candidates_pass_every_static_check(folder):
+    fmt = folder.name.rsplit("_", 1)[1]  # swish_raw, swish_inline: the honest candidates of test_formats_gpu
+    assert static_violations(dict(Solution.from_dir(folder, fmt).files)) == {}
+
+
 @pytest.mark.parametrize("fmt", ["extension", "inline", "raw"])
 def test_the_prompt_examples_of_every_format_pass_every_static_check(fmt):
     import ast
