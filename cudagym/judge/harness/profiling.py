@@ -8,6 +8,7 @@ sees after ``profile()`` and the ``decoy_kernels`` guard (whose kernels did the 
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -38,8 +39,14 @@ def profiled(device: torch.device) -> Iterator[Any]:
     from torch.profiler import ProfilerActivity, profile
 
     activity = ProfilerActivity.CUDA if device.type == "cuda" else ProfilerActivity.CPU
-    with profile(activities=[activity]) as prof:
+    prof = profile(activities=[activity])
+    with warnings.catch_warnings():  # torch 2.11 warns on every first profile of a process: noise in the job log
+        warnings.filterwarnings("ignore", message="Warning: Profiler clears events", category=UserWarning)
+        prof.__enter__()
+    try:
         yield prof
+    finally:
+        prof.__exit__(None, None, None)
 
 
 def device_events(prof: Any) -> list[DeviceEvent]:
