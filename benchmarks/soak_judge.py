@@ -9,8 +9,9 @@ Without a GPU the same flow runs with a faked GPU and the CPU stand-in of the ha
 (``tests/faults/model_jobs.py``), as a quick smoke (default N = 40).
 
 Asserts: N results (and N journaled), every good job correct, every faulty job a -1-tier status (never
-INFRA_ERROR), no stuck worker (a final correct job on every GPU, in time), and prints counts per fault and
-status, wall time and how many workers were replaced.
+INFRA_ERROR), no stuck worker (a final correct job on every GPU, in time), a healthy GPU (no process of the
+judge left on it after close, per nvidia-smi), and prints counts per fault and status, wall time and how many
+workers were replaced.
 """
 
 from __future__ import annotations
@@ -83,6 +84,18 @@ def _cpu_workload():
     return kwargs, [(task, candidate("good_relu"))], {n: (task, candidate(n)) for n in HOST_FAULTS}, HOST_FAULTS
 
 
+def _gpu_compute_apps() -> set[str]:
+    """The pid of every process with a CUDA context (nvidia-smi), empty where it is missing."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("nvidia-smi"):
+        return set()
+    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+                         capture_output=True, text=True, timeout=60).stdout
+    return {line.split(",")[0].strip() for line in out.splitlines() if line.strip()}
+
+
 @pytest.mark.slow
 def test_soak_every_job_gets_one_result_and_the_gpus_stay_healthy(tmp_path):
     on_gpu = bool(probe_gpus("auto").device_ids)
@@ -98,6 +111,7 @@ def test_soak_every_job_gets_one_result_and_the_gpus_stay_healthy(tmp_path):
         else:
             plan.append((f"soak-{i:05d}", "", *good[i % len(good)]))
     journal_path = tmp_path / "soak.jsonl"
+    apps_before = _gpu_compute_apps() if on_gpu else set()
     started = time.monotonic()
     # on a GPU host the user build cache (CUDAGYM_CACHE_DIR), which benchmarks/prebuild.py can fill beforehand
     cache_dir = None if on_gpu else tmp_path / "cache"
@@ -133,3 +147,9 @@ def test_soak_every_job_gets_one_result_and_the_gpus_stay_healthy(tmp_path):
                     if p[1] and r.status not in FAIL_STATUSES]
     assert not wrong_faults, wrong_faults
     assert all(r.status is EvalStatus.OK for r in final), [r.message for r in final]
+    if on_gpu:  # a healthy GPU: once the judge closed, none of its processes holds a context any more
+        deadline = time.monotonic() + 60  # the driver tears contexts down asynchronously
+        while (left := _gpu_compute_apps() - apps_before) and time.monotonic() < deadline:
+            time.sleep(1)
+        print(f"  processes on the GPUs after close: {sorted(left) or 'none of the judge'}")
+        assert not left, f"judge processes still on the GPU after close: {sorted(left)}"
