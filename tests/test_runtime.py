@@ -18,30 +18,12 @@ from cudagym.judge.build import BuildCache, build, nvrtc
 from cudagym.judge.build.kernel_signature import parse_kernels
 from cudagym.judge.records import BuildStatus
 from cudagym.solution import Solution, get_format
-from cudagym.task import make_task
+from cudagym.templates import example_task
 
 HAS_NVCC = shutil.which("nvcc") is not None or Path("/usr/local/cuda/bin/nvcc").exists()
 HAS_COMPILER = HAS_NVCC or bool(nvrtc.find_nvrtc())  # standalone runtime.load uses either
 needs_nvcc = pytest.mark.skipif(not HAS_NVCC, reason="nvcc not installed")
 gpu = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
-
-RELU_TASK = '''
-import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return torch.relu(x)
-
-def get_inputs():
-    return [torch.randn(4096)]
-
-def get_init_inputs():
-    return []
-'''
 
 TYPES_CU = r'''
 // every supported scalar width, echoed into out so the test can read back what arrived
@@ -61,10 +43,6 @@ extern "C" __global__ void column(const float* /*strided*/ x, float* y, int n, i
   if (i < n) y[i] = x[(long long)i * stride];
 }
 '''
-
-
-def relu_task():
-    return make_task(RELU_TASK, id="test/relu", suite="test", level=1, name="relu", origin="test")
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +100,7 @@ def test_signature_parsing_ignores_non_extern_c_and_handles_blocks() -> None:
 def test_load_through_manifest_and_stale_source(cache: BuildCache, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     example = get_format("raw").example_files()
-    result = build(relu_task(), Solution("raw", example), None, cache)
+    result = build(example_task("test"), Solution("raw", example), None, cache)
     assert result.status is BuildStatus.OK, result.message
     for rel, text in example.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -226,7 +204,7 @@ def test_gpu_example_model_runs_through_manifest(backend: str, cache: BuildCache
         pytest.skip("nvcc not installed")
     monkeypatch.setenv("CUDAGYM_RAW_BACKEND", backend)
     example = get_format("raw").example_files()
-    result = build(relu_task(), Solution("raw", example), None, cache)
+    result = build(example_task("test"), Solution("raw", example), None, cache)
     assert result.status is BuildStatus.OK, result.message
     assert backend in result.message and result.kernels and result.kernels[0].registers > 0
     for rel, text in example.items():
@@ -285,7 +263,7 @@ def test_gpu_launch_error_names_the_cuda_error(echo_kernels: runtime.KernelModul
 def test_manifest_json_is_what_the_runtime_reads(cache: BuildCache) -> None:
     if not HAS_NVCC:
         pytest.skip("nvcc not installed")
-    result = build(relu_task(), Solution("raw", get_format("raw").example_files()), None, cache)
+    result = build(example_task("test"), Solution("raw", get_format("raw").example_files()), None, cache)
     data = json.loads(Path(result.artifact_path).read_text())
     unit = data["units"]["kernels/relu.cu"]
     assert (Path(result.artifact_path).parent / unit["cubin"]).read_bytes()[:4] == b"\x7fELF"
