@@ -25,7 +25,7 @@ Which guards run is the protocol's ``guards`` field: ``("all",)`` or a tuple of 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only; the harness imports torch
     from cudagym.judge.harness.context import CheckRecord, EvalContext, ForwardCall
 
 ALL = "all"
+MAX_FINDINGS = 8  # static findings quoted in one violation message
 
 # The modules that define guards (one module per family); imported on first use of the registry.
 GUARD_MODULES = (
@@ -62,6 +63,12 @@ class Guard:
 
     def check_sources(self, ctx: EvalContext) -> None:
         """Static checks on the solution's files, before anything runs."""
+
+    def flag_findings(self, ctx: EvalContext, findings: Sequence[str], prefix: str = "") -> None:
+        """Flag ``findings`` (if any) as one violation of this guard: the first eight, and how many more."""
+        if findings:
+            more = f" (+{len(findings) - MAX_FINDINGS} more)" if len(findings) > MAX_FINDINGS else ""
+            ctx.flag(self.name, prefix + "; ".join(findings[:MAX_FINDINGS]) + more)
 
     def after_load(self, ctx: EvalContext) -> None:
         """Checks once the candidate module is executed and both models are built."""

@@ -115,9 +115,7 @@ class HostThreads(Guard):
     def check_sources(self, ctx: EvalContext) -> None:
         """Flag thread APIs in the sources; remember the threads alive before loading."""
         self._python_before = {t.ident for t in threading.enumerate() if t.ident is not None}
-        findings = list(_static_findings(ctx.sources))
-        if findings:
-            ctx.flag(self.name, "; ".join(findings[:8]))
+        self.flag_findings(ctx, list(_static_findings(ctx.sources)))
 
     def after_load(self, ctx: EvalContext) -> None:
         """Python threads the candidate started while loading."""

@@ -104,9 +104,7 @@ class TorchFallback(Guard):
         """Flag torch compute calls in model_new.py and in the C++ sources."""
         findings = list(_python_findings(ctx.sources.get(PYTHON_FILE, "")))
         findings += list(_cpp_findings(ctx.sources))
-        if findings:
-            ctx.flag(self.name, "torch computes in the solution: " + "; ".join(findings[:8])
-                     + (f" (+{len(findings) - 8} more)" if len(findings) > 8 else ""))
+        self.flag_findings(ctx, findings, prefix="torch computes in the solution: ")
 
     def forward_scope(self, ctx: EvalContext, call: ForwardCall) -> AbstractContextManager[Any] | None:
         """Record the operators the forward dispatches."""

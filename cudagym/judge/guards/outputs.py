@@ -48,9 +48,7 @@ class LazyOutput(Guard):
         """Flag tensor subclassing in model_new.py."""
         tree = parse_python(ctx.sources.get(PYTHON_FILE, ""))
         if tree is not None:
-            findings = list(_static_findings(tree))
-            if findings:
-                ctx.flag(self.name, "; ".join(findings[:8]))
+            self.flag_findings(ctx, list(_static_findings(tree)))
 
     def on_check(self, ctx: EvalContext, record: CheckRecord) -> None:
         """Type, device and aliasing of each output tensor."""

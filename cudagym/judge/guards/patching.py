@@ -48,9 +48,7 @@ class TimerPatch(Guard):
         tree = parse_python(ctx.sources.get(PYTHON_FILE, ""))
         if tree is None:
             return
-        findings = list(_findings(tree))
-        if findings:
-            ctx.flag(self.name, "; ".join(findings[:8]))
+        self.flag_findings(ctx, list(_findings(tree)))
 
     def after_load(self, ctx: EvalContext) -> None:
         """Check the snapshot after model_new.py ran and the models were built."""

@@ -51,9 +51,7 @@ class ReferenceReuse(Guard):
         tree = parse_python(ctx.sources.get(PYTHON_FILE, ""))
         if tree is None:
             return
-        findings = list(_findings(tree))
-        if findings:
-            ctx.flag(self.name, "; ".join(findings[:8]))
+        self.flag_findings(ctx, list(_findings(tree)))
 
     def after_load(self, ctx: EvalContext) -> None:
         """Check the built candidate against the reference class and the loaded modules."""

@@ -9,6 +9,7 @@ removed.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -28,8 +29,13 @@ class PyCall:
     node: ast.Call
 
 
+@functools.lru_cache(maxsize=16)
 def parse_python(text: str) -> ast.Module | None:
-    """The syntax tree, or None when the file does not parse (loading reports the syntax error)."""
+    """The syntax tree, or None when the file does not parse (loading reports the syntax error).
+
+    Memoised: every static guard reads model_new.py, so one evaluation parses it once. Callers must not
+    modify the tree.
+    """
     try:
         return ast.parse(text)
     except (SyntaxError, ValueError):
