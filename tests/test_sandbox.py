@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from faults import process_alive
 
 from cudagym.judge.sandbox import (
     CappedLog,
@@ -40,14 +41,6 @@ SECRETS = {
 
 def _python(code: str) -> list[str]:
     return [sys.executable, "-c", code]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
 
 
 # ------------------------------------------------------------------------------------------ environment
@@ -117,7 +110,7 @@ def test_timeout_kills_the_group_including_grandchildren(tmp_path):
     assert "timed out" in run.describe()
     assert time.monotonic() - started < 30
     grandchild = int(run.output.split()[0])
-    assert not _alive(grandchild)
+    assert not process_alive(grandchild)
 
 
 def test_output_past_the_cap_kills_and_keeps_only_head_and_tail(tmp_path):
@@ -135,7 +128,7 @@ def test_too_many_processes_kills_the_group(tmp_path):
     run = run_sandboxed(_python(code), cwd=tmp_path, policy=SandboxPolicy(max_processes=16), timeout_s=60)
     assert "processes" in run.violation and not run.timed_out
     time.sleep(0.2)
-    assert not any(_alive(int(p)) for p in run.output.split() if p.isdigit())
+    assert not any(process_alive(int(p)) for p in run.output.split() if p.isdigit())
 
 
 def test_host_memory_past_the_limit_kills_the_group(tmp_path):

@@ -11,7 +11,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from faults import FAULTS_DIR, make_job, script
+from faults import FAULTS_DIR, make_job, process_alive, script
 
 from cudagym.judge.records import EvalStatus
 from cudagym.judge.sandbox import MiB, SandboxPolicy, prepare_workdir
@@ -35,14 +35,6 @@ def pool():
 
 def run(pool: WorkerPool, source: str, **kw) -> object:
     return pool.submit(make_job(script(source), **kw)).result(timeout=300)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
 
 
 def test_a_job_runs_in_the_worker_and_its_output_comes_back_in_the_log(pool):
@@ -69,7 +61,7 @@ def test_timeout_kills_the_worker_group_and_the_next_job_gets_a_new_worker(pool)
     assert result.status is EvalStatus.TIMEOUT
     assert "timed out after 5 s" in result.message and time.monotonic() - started < 60
     grandchild = int(result.log.split("grandchild")[1].split()[0])
-    assert not _alive(grandchild) and not _alive(before)
+    assert not process_alive(grandchild) and not process_alive(before)
     after = run(pool, PID)
     assert after.status is EvalStatus.OK and int(after.message) != before
 

@@ -59,3 +59,12 @@ def make_job(solution: Solution, *, timeout_s: float = 30.0, task: Task | None =
         mode=EvalMode.VERIFY,
         protocol=fast_protocol(timeout_s),
     )
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not gone, not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
