@@ -12,11 +12,15 @@ limit=${1:-150}; total=${2:-570}; shift 2 2>/dev/null || shift $#
 steps=${*:-prebuild build formats local env hacks judge bundled bench_bld bench_eval}
 deadline=$(( $(date +%s) + total ))
 out=${OUT:-gpu-logs}; mkdir -p "$out"
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null 2>&1 || echo "editable install failed"
+{  # once per host at a time: two sessions side by side (benchmarks/gpu_lanes.sh) share these installs
+  flock 9
+  if [ -d .whl ] && [ ! -e /tmp/site/.cudagym-staged ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+      && touch /tmp/site/.cudagym-staged
+  fi
+  python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null 2>&1 || echo "editable install failed"
+} 9>/tmp/cudagym-setup.lock
+[ -d .whl ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1 CUDAGYM_OFFLINE=1 CUDAGYM_CACHE_DIR=${CUDAGYM_CACHE_DIR:-/tmp/cudagym-cache}
 summary=()
 run_step() {  # run_step NAME COMMAND...: one command under min(limit, time left), its log, one summary row
@@ -54,7 +58,7 @@ for s in $steps; do
     build)      run_step build      $pyt tests/test_build_extension.py tests/test_build_inline.py tests/test_runtime.py -m gpu ;;
     local)      run_step local      $pyt tests/test_local_judge.py tests/test_worker_faults_gpu.py -m gpu ;;
     bench_bld)  run_step bench_bld  $pyt benchmarks/bench_build.py --benchmark-only ;;
-    bench_eval) run_step bench_eval pyt benchmarks/bench_eval.py --benchmark-only ;;
+    bench_eval) run_step bench_eval $pyt benchmarks/bench_eval.py --benchmark-only ;;
     soak)       run_step soak       $base -m slow benchmarks/soak_judge.py ;;  # one long test: no per-test limit
     *)          summary+=("$s: unknown step") ;;
   esac
