@@ -134,6 +134,10 @@ def _judging(protocol: Protocol, hardware: Hardware, reward: RewardConfig) -> st
                      "other reduced precision (fp16, bf16) is a rule violation.")
     timer = {"cuda_events": "CUDA events around forward() with a device synchronize",
              "profiler": "the sum of the kernels' device time under the profiler"}[protocol.timing]
+    if protocol.timing == "cuda_events" and protocol.launch_cover_us:
+        timer += (f" (the GPU is kept busy {protocol.launch_cover_us:g} us before the start event, so the host's "
+                  f"latency in launching your first kernel is not timed; host work beyond that and every gap "
+                  f"between kernels is)")
     runs = (f"{protocol.min_runs} timed runs" if protocol.target_ci_pct == 0 else
             f"{protocol.min_runs}-{protocol.max_runs} timed runs, until the median's 95% CI is within "
             f"{protocol.target_ci_pct:g}%")

@@ -24,6 +24,7 @@ from cudagym.judge.baselines import (
     resolve_tasks,
 )
 from cudagym.judge.local import GpuProbe, LocalJudge
+from cudagym.judge.protocol import CUDAGYM_V0, KERNELBENCH
 from cudagym.judge.records import BuildResult, BuildStatus, Hardware, TimingStats
 from cudagym.judge.worker import PoolOptions
 from cudagym.task import content_hash
@@ -31,8 +32,8 @@ from cudagym.task import content_hash
 H200 = Hardware(gpu="NVIDIA H200", torch="2.11.0+cu130")
 
 
-def key(task_hash: str = "a" * 64, protocol_id: str = "cudagym-v0") -> BaselineKey:
-    return BaselineKey(task_hash, H200.gpu, H200.torch, protocol_id)
+def key(task_hash: str = "a" * 64, protocol_key: str = "cudagym-v0-0123456789") -> BaselineKey:
+    return BaselineKey(task_hash, H200.gpu, H200.torch, protocol_key)
 
 
 def stats(median_us: float) -> TimingStats:
@@ -40,10 +41,10 @@ def stats(median_us: float) -> TimingStats:
 
 
 def test_key_paths_are_safe_and_distinct():
-    assert key().relpath() == Path("cudagym-v0/NVIDIA_H200/torch-2.11.0+cu130") / f"{'a' * 64}.json"
+    assert key().relpath() == Path("cudagym-v0-0123456789/NVIDIA_H200/torch-2.11.0+cu130") / f"{'a' * 64}.json"
     weird = BaselineKey("b" * 64, "../../etc GPU", "2/11", "p")
     assert ".." not in weird.relpath().parts and len(weird.relpath().parts) == 4
-    assert key("c" * 64).relpath() != key().relpath() != key(protocol_id="kernelbench-v0.2").relpath()
+    assert key("c" * 64).relpath() != key().relpath() != key(protocol_key=KERNELBENCH.timing_key).relpath()
 
 
 def test_unknown_then_stored_then_merged(tmp_path):
@@ -160,8 +161,8 @@ def test_precompute_fills_the_cache_then_skips_what_it_holds(tmp_path, capsys):
     assert f"{len(tasks)}/{len(tasks)}" in err and f"done: {len(tasks)} timed, 0 failed" in err
     cache = BaselineCache(tmp_path / "baselines")
     fake = Hardware(gpu="Fake GPU 80GB", torch="9.9.9+fake")
-    files = {t.id: cache.path(BaselineKey.of(t, fake, "cudagym-v0")) for t in tasks}
-    assert all(cache.get(BaselineKey.of(t, fake, "cudagym-v0")).known for t in tasks)
+    files = {t.id: cache.path(BaselineKey.of(t, fake, CUDAGYM_V0)) for t in tasks}
+    assert all(cache.get(BaselineKey.of(t, fake, CUDAGYM_V0)).known for t in tasks)
     stamps = {tid: p.stat().st_mtime_ns for tid, p in files.items()}
     assert run() == 0
     assert f"{len(tasks)} already cached" in capsys.readouterr().err
@@ -180,7 +181,7 @@ def test_show_lists_cached_baselines(tmp_path, capsys):
     from cudagym.suites import load_tasks
 
     task = load_tasks("bundled")[0]
-    BaselineCache(tmp_path / "baselines").put(BaselineKey.of(task, H200, "cudagym-v0"), stats(123.4), stats(99.9),
+    BaselineCache(tmp_path / "baselines").put(BaselineKey.of(task, H200, CUDAGYM_V0), stats(123.4), stats(99.9),
                                               task_id=task.id)
     assert cli_main(["baselines", "show", "--cache-dir", str(tmp_path)]) == 0
     captured = capsys.readouterr()

@@ -156,7 +156,7 @@ def test_known_baselines_are_passed_to_jobs_and_new_ones_are_stored(tmp_path):
     with fake_gpu_judge(tmp_path, job_fn="jobs:fake_timing") as judge:
         first = judge.evaluate(task, candidate("good_relu"))
         assert first.message == "timed baselines"
-        stored = judge.baselines.get(local.BaselineKey.of(task, first.hardware, "cudagym-v0"))
+        stored = judge.baselines.get(local.BaselineKey.of(task, first.hardware, judge.protocol))
         assert stored.known and stored.eager == first.eager and stored.compiled == first.compiled
         second = judge.evaluate(task, candidate("segfault"))  # another solution of the same task
         assert second.message == "cached baselines" and second.eager == first.eager
@@ -225,7 +225,7 @@ def test_profile_on_a_gpu_stores_baselines_and_later_jobs_reuse_them(tmp_path, s
         assert first.status is EvalStatus.OK, first.message
         assert first.eager.measured and first.compiled.measured and first.candidate.measured
         assert first.hardware.gpu == hardware.gpu
-        cached = judge.baselines.get(local.BaselineKey.of(task, hardware, judge.protocol.id))
+        cached = judge.baselines.get(local.BaselineKey.of(task, hardware, judge.protocol))
         assert cached.known and cached.eager == first.eager
         second = judge.evaluate(task, solution, EvalMode.PROFILE)
         assert second.status is EvalStatus.OK, second.message
@@ -237,12 +237,13 @@ def test_profile_on_a_gpu_stores_baselines_and_later_jobs_reuse_them(tmp_path, s
 @pytest.mark.gpu
 def test_precompute_times_the_baselines_of_a_task_on_a_gpu(tmp_path, swish, capsys):
     from cudagym.judge.baselines import BaselineCache, BaselineKey, precompute
+    from cudagym.judge.protocol import CUDAGYM_V0
 
     task, _ = swish
     first_gpu = list(probe_gpus("auto").device_ids[:1])
     assert precompute([task], "cudagym", devices=first_gpu, cache_dir=tmp_path) == 0, capsys.readouterr().err
     hardware = probe_gpus(first_gpu).hardware
-    assert BaselineCache(tmp_path / "baselines").get(BaselineKey.of(task, hardware, "cudagym-v0")).known
+    assert BaselineCache(tmp_path / "baselines").get(BaselineKey.of(task, hardware, CUDAGYM_V0)).known
     assert precompute([task], "cudagym", devices=first_gpu, cache_dir=tmp_path) == 0
     assert "1 already cached" in capsys.readouterr().err
 

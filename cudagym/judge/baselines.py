@@ -3,7 +3,10 @@
 Timing the baselines costs more than timing a candidate (torch.compile compiles first), and they do not
 change between episodes, so a reset must never re-time a known task. Each key is one JSON file::
 
-    <cache>/baselines/<protocol id>/<gpu>/torch-<version>/<task content hash>.json
+    <cache>/baselines/<protocol timing key>/<gpu>/torch-<version>/<task content hash>.json
+
+where the timing key is the protocol id plus a digest of its timing fields (``Protocol.timing_key``), so two
+protocols that share an id but time differently never share baselines.
 
 under the user cache folder (``$CUDAGYM_CACHE_DIR``, else ``$XDG_CACHE_HOME/cudagym``, else
 ``~/.cache/cudagym``), written atomically under a file lock, so concurrent judges (vector envs, several
@@ -58,16 +61,16 @@ class BaselineKey:
     task_hash: str
     gpu: str
     torch: str
-    protocol_id: str
+    protocol_key: str  # Protocol.timing_key
 
     @classmethod
-    def of(cls, task: Task, hardware: Hardware, protocol_id: str) -> BaselineKey:
-        """The key of ``task`` timed on ``hardware`` under ``protocol_id``."""
-        return cls(task.content_hash, hardware.gpu, hardware.torch, protocol_id)
+    def of(cls, task: Task, hardware: Hardware, protocol: Protocol) -> BaselineKey:
+        """The key of ``task`` timed on ``hardware`` under ``protocol``."""
+        return cls(task.content_hash, hardware.gpu, hardware.torch, protocol.timing_key)
 
     def relpath(self) -> Path:
         """Where this key's file lies under the cache root."""
-        parts = (self.protocol_id, self.gpu, f"torch-{self.torch}")
+        parts = (self.protocol_key, self.gpu, f"torch-{self.torch}")
         return Path(*(_UNSAFE.sub("_", p).strip("._") or "unknown" for p in parts)) / f"{self.task_hash}.json"
 
 
@@ -316,16 +319,16 @@ def precompute(
             print("cudagym baselines precompute: no GPU found; baselines are timed on a GPU", file=sys.stderr)
             return 1
         hardware = judge.hardware()
-        todo = [t for t in tasks if force or not judge.baselines.get(BaselineKey.of(t, hardware, protocol.id)).known]
+        todo = [t for t in tasks if force or not judge.baselines.get(BaselineKey.of(t, hardware, protocol)).known]
         print(f"{len(tasks)} tasks, {len(tasks) - len(todo)} already cached on {hardware.gpu} "
               f"(torch {hardware.torch}, protocol {protocol.id}); timing {len(todo)}", file=sys.stderr)
         mode = EvalMode.SUBMIT if force else EvalMode.PROFILE  # SUBMIT always re-times the baselines
         futures = {judge.submit(t, reference_solution(t), mode,
                                 job_id=f"baselines:{protocol.id}:{t.content_hash[:16]}"): t for t in todo}
-        return _collect(futures, judge, hardware, protocol.id, replace=force)
+        return _collect(futures, judge, hardware, protocol, replace=force)
 
 
-def _collect(futures: dict[Any, Task], judge: Any, hardware: Hardware, protocol_id: str, *, replace: bool) -> int:
+def _collect(futures: dict[Any, Task], judge: Any, hardware: Hardware, protocol: Protocol, *, replace: bool) -> int:
     from concurrent.futures import as_completed
 
     progress = Progress(len(futures))
@@ -335,10 +338,10 @@ def _collect(futures: dict[Any, Task], judge: Any, hardware: Hardware, protocol_
         result: EvalResult = future.result()
         if result.eager.measured and result.compiled.measured:
             if replace:  # the judge keeps cached times; a forced run means the new ones
-                judge.baselines.put(BaselineKey.of(task, result.hardware, protocol_id), result.eager,
+                judge.baselines.put(BaselineKey.of(task, result.hardware, protocol), result.eager,
                                     result.compiled, task_id=task.id, replace=True)
             label = f"{task.id}: eager {result.eager.median_us:.1f} us, compile {result.compiled.median_us:.1f} us"
-        elif judge.baselines.get(BaselineKey.of(task, hardware, protocol_id)).known:
+        elif judge.baselines.get(BaselineKey.of(task, hardware, protocol)).known:
             label = f"{task.id}: cached"
         else:
             failed += 1
@@ -355,15 +358,16 @@ def _show(args: argparse.Namespace) -> int:
     from cudagym.judge.protocol import get_protocol
 
     cache = BaselineCache(Path(args.cache_dir) / "baselines" if args.cache_dir else None)
-    protocol_id = get_protocol(args.protocol).id
+    protocol = get_protocol(args.protocol)
     wanted = None
     if args.env or args.suite or args.tasks:
         wanted = {t.content_hash: t.id for t in resolve_tasks(args)}
     rows = [(k, tid, v) for k, tid, v in cache.entries()
-            if k.protocol_id == protocol_id and (wanted is None or k.task_hash in wanted)]
+            if k.protocol_key == protocol.timing_key and (wanted is None or k.task_hash in wanted)]
     for key, task_id, value in rows:
         name = (wanted or {}).get(key.task_hash) or task_id or key.task_hash[:12]
         print(f"{name:40s} {key.gpu:28s} torch {key.torch:16s} eager {value.eager.median_us:10.1f} us  "
               f"compile {value.compiled.median_us:10.1f} us")
-    print(f"{len(rows)} cached baselines under {cache.root} (protocol {protocol_id})", file=sys.stderr)
+    print(f"{len(rows)} cached baselines under {cache.root} (protocol {protocol.id}, "
+          f"timing key {protocol.timing_key})", file=sys.stderr)
     return 0

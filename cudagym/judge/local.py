@@ -430,7 +430,7 @@ class LocalJudge(Judge):
                 EvalStatus.NO_GPU, f"built, but not checked or timed: this judge has no GPU: {probe.message}",
                 build=build, protocol_id=self.protocol.id, hardware=probe.hardware))
             return
-        key = BaselineKey.of(request.task, probe.hardware, self.protocol.id)
+        key = BaselineKey.of(request.task, probe.hardware, self.protocol)
         known = self._backend.baselines.get(key)
         folder = f"{re.sub(r'[^A-Za-z0-9._-]+', '_', request.job_id)[:64]}-{uuid.uuid4().hex[:8]}"  # ids are free text
         workdir = prepare_workdir(self._backend.root / "jobs" / folder, request.solution)
@@ -446,7 +446,7 @@ class LocalJudge(Judge):
                 self._backend.known_hardware()
             result = dataclasses.replace(result, hardware=hardware, protocol_id=result.protocol_id or self.protocol.id)
             if not known.known and (result.eager.measured or result.compiled.measured):
-                self._backend.baselines.put(BaselineKey.of(job.task, hardware, self.protocol.id), result.eager,
+                self._backend.baselines.put(BaselineKey.of(job.task, hardware, self.protocol), result.eager,
                                             result.compiled, task_id=job.task.id)
             self._finish(request, result)
         return step

@@ -7,7 +7,9 @@ the statistic, the tier threshold, which guards run, and the timeouts. Every res
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from cudagym.errors import ConfigError
@@ -39,6 +41,11 @@ class Protocol:
             0 means run exactly ``min_runs``.
         timing: ``cuda_events`` around ``forward`` with device synchronisation, or ``profiler`` (sum of
             the kernels' device time, as the CUDA Agent scripts do).
+        launch_cover_us: With ``cuda_events``: the GPU is kept busy this long (a spin kernel) before the start
+            event, so the host's latency in launching the first kernel of ``forward`` (up to this long) is
+            not timed; host work beyond it, and every gap after the first kernel, is. 0 times from the
+            host's call on an idle GPU (KernelBench's way), where host jitter of a few microseconds enters
+            every sample.
         l2_flush: Overwrite a buffer twice the L2's size before each timed call.
         interleave: Time candidate, eager and compile round-robin in one process so drift cancels.
         statistic: ``median`` or ``mean`` of the timed calls.
@@ -61,6 +68,7 @@ class Protocol:
     max_runs: int = 1000
     target_ci_pct: float = 0.5
     timing: TimingMethod = "cuda_events"
+    launch_cover_us: float = 100.0
     l2_flush: bool = True
     interleave: bool = True
     statistic: Statistic = "median"
@@ -81,6 +89,10 @@ class Protocol:
             raise ConfigError(f"protocol {self.id}: expected 0 <= threshold < 1, got {self.threshold}")
         if not 0 <= self.warmup_ms <= 60_000:
             raise ConfigError(f"protocol {self.id}: expected 0 <= warmup_ms <= 60000, got {self.warmup_ms}")
+        if not 0 <= self.launch_cover_us <= 10_000:
+            raise ConfigError(
+                f"protocol {self.id}: expected 0 <= launch_cover_us <= 10000, got {self.launch_cover_us}"
+            )
         if self.timing not in ("cuda_events", "profiler"):
             raise ConfigError(f"protocol {self.id}: timing must be cuda_events or profiler, got {self.timing}")
         if self.statistic not in ("median", "mean"):
@@ -99,16 +111,34 @@ class Protocol:
         """Seeds of the correctness input sets."""
         return tuple(self.seed + i for i in range(self.num_inputs))
 
+    @property
+    def timing_key(self) -> str:
+        """The id plus a digest of every field that changes a baseline's time (the baseline cache's key).
+
+        Two protocols that share an id but time differently (``with_changes`` keeping the id) never share
+        cached baselines; guards, tolerances, thresholds and timeouts do not enter it.
+        """
+        fields = asdict(self)
+        timing = {k: fields[k] for k in _TIMING_FIELDS}
+        digest = hashlib.sha256(json.dumps(timing, sort_keys=True).encode()).hexdigest()[:10]
+        return f"{self.id}-{digest}"
+
     def with_changes(self, **changes: Any) -> Protocol:
         """A copy with fields changed; give it a new ``id`` so its results are not mixed with this one's."""
         return replace(self, **changes)
 
 
+# What a baseline's time depends on (Protocol.timing_key): the timed inputs' seeds, the precision and the timing.
+_TIMING_FIELDS = ("seed", "baseline_precision", "warmup_runs", "warmup_ms", "min_runs", "max_runs", "target_ci_pct",
+                  "timing", "launch_cover_us", "l2_flush", "interleave", "statistic")
+
+
 # Our default: stricter than both presets. Five inputs from distinct seeds, fp32 tolerance 1e-4 as
 # KernelBench v0.2 uses for fp32, plain fp32 baselines (TF32 off: a candidate must not win by precision
 # alone), CUDA events around forward() with a device-wide synchronize (side-stream work is counted),
-# L2 flushed between timed calls, at least 100 ms of warm-up (clocks settle), candidate/eager/compile
-# interleaved, median with its CI under 0.5%.
+# L2 flushed between timed calls, the first launch's host latency covered by 100 us of GPU work (host jitter
+# out of the samples), at least 100 ms of warm-up (clocks settle), candidate/eager/compile interleaved,
+# median with its CI under 0.5%.
 CUDAGYM_V0 = Protocol(
     id="cudagym-v0",
     description="5 seeded inputs, atol=rtol=1e-4, fp32 baselines, CUDA events + device sync, L2 flush, "
@@ -129,6 +159,7 @@ CUDA_AGENT = Protocol(
     max_runs=10,
     target_ci_pct=0.0,
     timing="profiler",
+    launch_cover_us=0.0,
     l2_flush=False,
     interleave=False,
     statistic="mean",
@@ -143,6 +174,7 @@ KERNELBENCH = Protocol(
     "3 warm-ups + 100 trials, mean",
     warmup_runs=3,
     warmup_ms=0.0,
+    launch_cover_us=0.0,
     min_runs=100,
     max_runs=100,
     target_ci_pct=0.0,

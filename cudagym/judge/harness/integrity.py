@@ -46,6 +46,7 @@ class _Pristine:
     event_elapsed_time: Any
     event_synchronize: Any
     current_stream: Any
+    spin: Any  # torch.cuda._sleep(cycles): a kernel that spins for that many clock cycles (None where absent)
 
     def sync(self, device: torch.device) -> None:
         """Wait until every stream of ``device`` is idle (no-op on the CPU)."""
@@ -66,6 +67,7 @@ PRISTINE = _Pristine(
     event_elapsed_time=torch.cuda.Event.elapsed_time,
     event_synchronize=torch.cuda.Event.synchronize,
     current_stream=torch.cuda.current_stream,
+    spin=getattr(torch.cuda, "_sleep", None),
 )
 
 

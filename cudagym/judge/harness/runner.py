@@ -190,7 +190,7 @@ def _timing(ctx: EvalContext) -> None:
     loop = TimingLoop(
         contenders=contenders,
         make_inputs=lambda r: ctx.make_inputs(protocol.seed + TIMING_SEED_OFFSET + r),
-        timer=make_timer(protocol.timing, ctx.device),
+        timer=make_timer(protocol.timing, ctx.device, protocol.launch_cover_us),
         flusher=L2Flusher(ctx.device, l2_cache_bytes(ctx.device), protocol.l2_flush),
         rule=StoppingRule(protocol.min_runs, protocol.max_runs, protocol.target_ci_pct, protocol.statistic),
         warmup_runs=protocol.warmup_runs,

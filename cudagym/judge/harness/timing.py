@@ -4,16 +4,22 @@ One timed call, with CUDA events (the default protocol)::
 
     flush L2                       # a buffer twice the L2's size is overwritten: no call starts warm
     synchronize the device         # nothing queued earlier is counted
-    host clock t0; record start on the current stream
+    host clock t0; record cover on the current stream
+    spin kernel for launch_cover_us # the GPU is busy while the host launches forward's first kernel
+    record start on the current stream
     outputs = forward(inputs)
     record end on the current stream; synchronize the DEVICE   # every stream: side-stream work included
     host clock t1
-    time = elapsed(start, end); wall = t1 - t0
+    time = elapsed(start, end); wall = t1 - t0 - elapsed(cover, start)
 
-The event time is the measurement. The host wall time brackets the same region and includes work that
-escaped the current stream (a side stream the candidate did not join, a kernel launched late): the
-``side_stream`` guard compares the two. The timer uses function references captured before any candidate
-code ran (:data:`~cudagym.judge.harness.integrity.PRISTINE`).
+The event time is the measurement. Without the cover (``launch_cover_us=0``, KernelBench's way) the start
+event fires on an idle GPU the moment it is recorded, so the host's latency until the first kernel is launched
+(Python, the module call, argument checks: a few to tens of microseconds that vary with the host's load) is
+timed as GPU time; with it, the first kernel is already queued when the start event fires. The host wall
+time brackets the same region and includes work that escaped the current stream (a side stream the
+candidate did not join, a kernel launched late): the ``side_stream`` guard compares the two. The timer
+uses function references captured before any candidate code ran
+(:data:`~cudagym.judge.harness.integrity.PRISTINE`).
 
 The loop draws a fresh input set for every round (inputs created on the GPU from a new seed), so no two
 timed calls see the same data: a cache keyed on pointers, shapes or contents cannot hit. Within a round
@@ -64,27 +70,53 @@ class Timer(abc.ABC):
 
 
 class CudaEventTimer(Timer):
-    """CUDA events on the current stream around the call, then a device-wide synchronize."""
+    """CUDA events on the current stream around the call, then a device-wide synchronize.
+
+    Args:
+        device: The GPU.
+        launch_cover_us: GPU spin before the start event (see the module docstring); 0 for none.
+    """
 
     name = "cuda_events"
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, launch_cover_us: float = 0.0) -> None:
         super().__init__(device)
         self._start = PRISTINE.event(enable_timing=True)
         self._end = PRISTINE.event(enable_timing=True)
+        self._cover = PRISTINE.event(enable_timing=True)
+        self.launch_cover_us = launch_cover_us if PRISTINE.spin is not None else 0.0
+        self._cover_cycles = self._calibrate(self.launch_cover_us) if self.launch_cover_us > 0 else 0
+
+    def _calibrate(self, cover_us: float) -> int:
+        """Spin cycles that take ``cover_us`` on this GPU at its present clock (measured, twice)."""
+        stream = PRISTINE.current_stream(self.device)
+        cycles = 1_000_000
+        per_us = 0.0
+        for _ in range(2):  # the first spin may run at an idle clock
+            PRISTINE.sync(self.device)
+            PRISTINE.event_record(self._start, stream)
+            PRISTINE.spin(cycles)
+            PRISTINE.event_record(self._end, stream)
+            PRISTINE.sync(self.device)
+            per_us = cycles / max(PRISTINE.event_elapsed_time(self._start, self._end) * 1000.0, 1e-3)
+        return max(1, int(cover_us * per_us))
 
     def measure(self, call: Callable[[], Any]) -> Measurement:
         """Time ``call`` with events; see the module docstring for the exact sequence."""
         stream = PRISTINE.current_stream(self.device)
         PRISTINE.sync(self.device)
         t0 = PRISTINE.perf_counter()
+        if self._cover_cycles:
+            PRISTINE.event_record(self._cover, stream)
+            PRISTINE.spin(self._cover_cycles)
         PRISTINE.event_record(self._start, stream)
         outputs = call()
         PRISTINE.event_record(self._end, stream)  # the stream captured before the call, whatever it set
         PRISTINE.sync(self.device)  # device-wide: work on every stream has finished
         t1 = PRISTINE.perf_counter()
         elapsed_ms = PRISTINE.event_elapsed_time(self._start, self._end)
-        return Measurement(outputs, elapsed_ms * 1000.0, (t1 - t0) * 1e6)
+        covered_ms = PRISTINE.event_elapsed_time(self._cover, self._start) if self._cover_cycles else 0.0
+        return Measurement(outputs, elapsed_ms * 1000.0, (t1 - t0) * 1e6 - covered_ms * 1000.0)
 
 
 class ProfilerTimer(Timer):
@@ -124,7 +156,7 @@ class HostTimer(Timer):
 TIMERS: dict[str, type[Timer]] = {t.name: t for t in (CudaEventTimer, ProfilerTimer, HostTimer)}
 
 
-def make_timer(method: str, device: torch.device) -> Timer:
+def make_timer(method: str, device: torch.device, launch_cover_us: float = 0.0) -> Timer:
     """The timer for a protocol's ``timing`` on ``device`` (the host clock on a CPU device).
 
     Raises:
@@ -132,7 +164,11 @@ def make_timer(method: str, device: torch.device) -> Timer:
     """
     if method not in TIMERS:
         raise ConfigError(f"unknown timing method {method!r}; expected one of {sorted(TIMERS)}")
-    return HostTimer(device) if device.type != "cuda" else TIMERS[method](device)
+    if device.type != "cuda":
+        return HostTimer(device)
+    if method == CudaEventTimer.name:
+        return CudaEventTimer(device, launch_cover_us)
+    return TIMERS[method](device)
 
 
 class L2Flusher:
