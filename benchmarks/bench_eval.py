@@ -3,8 +3,9 @@
 Targets (issue 4, on the H200 host): a full evaluation with the build and the baselines cached (the
 protocol's correctness inputs + profile) on bundled level-1 tasks, p50 <= 2 s; the same candidate evaluated 10
 times gives a speedup spread (max/min - 1) <= 1% for kernels >= 50 us, and the same tier every time when it is
->= 3% away from a threshold. The repeatability runs alternate the default protocol with the same protocol
-without its launch cover, so both spreads come from one run. Run on the GPU host::
+>= 3% away from a threshold. The repeatability runs alternate the default protocol with the same protocol plus
+a launch cover (``launch_cover_us``), so both spreads come from one run: 20 SUBMITs per task, minutes on
+the H200 (no per-test timeout). Run on the GPU host, with nothing else on it::
 
     pytest benchmarks/bench_eval.py --benchmark-only -s --benchmark-columns=min,median,max,rounds
 
@@ -56,21 +57,21 @@ def test_full_evaluation_latency_with_build_and_baselines_cached(benchmark, judg
                                 candidate_median_us=result.candidate.median_us)
 
 
-# The default protocol covers the first launch's host latency with GPU work (launch_cover_us); the same protocol
-# without it is timed alongside, alternating run by run, so the two spreads are measured side by side.
-NO_COVER = DEFAULT_PROTOCOL.with_changes(id="cudagym-v0-no-launch-cover", launch_cover_us=0.0)
+# The default protocol times from the host's call; the same protocol with the first launch's host latency covered
+# by GPU work (launch_cover_us) is timed alongside, alternating run by run, so the two spreads come from one run.
+COVERED = DEFAULT_PROTOCOL.with_changes(id="cudagym-v0-launch-cover", launch_cover_us=100.0)
 
 
 @pytest.fixture(scope="module")
-def judge_without_cover():
-    with LocalJudge(NO_COVER) as j:
+def judge_with_cover():
+    with LocalJudge(COVERED) as j:
         yield j
 
 
 @pytest.mark.parametrize("task_id", LEVEL1)
-def test_repeatability_of_speedup_and_tier(benchmark, judge, judge_without_cover, bundled, task_id):
+def test_repeatability_of_speedup_and_tier(benchmark, judge, judge_with_cover, bundled, task_id):
     task, solution = bundled.get(task_id), bundled.solution(task_id)
-    judges = {"cover": judge, "no cover": judge_without_cover}
+    judges = {"default": judge, "launch cover": judge_with_cover}
 
     def ten_submits_each():
         runs: dict[str, list] = {name: [] for name in judges}

@@ -103,9 +103,10 @@ def test_soak_every_job_gets_one_result_and_the_gpus_stay_healthy(tmp_path):
     kwargs, good, faults, weights = _gpu_workload() if on_gpu else _cpu_workload()
     protocol = CUDAGYM_V0.with_changes(id="cudagym-soak", guards=(), eval_timeout_s=TIMEOUT_S)
     rng = random.Random(1234)
+    faulty = set(rng.sample(range(jobs_n), round(jobs_n * FAULTY_FRACTION)))  # exactly a quarter, spread out
     plan = []  # (job id, fault name or "", task, solution)
     for i in range(jobs_n):
-        if rng.random() < FAULTY_FRACTION:
+        if i in faulty:
             name = rng.choices(list(weights), weights=list(weights.values()))[0]
             plan.append((f"soak-{i:05d}", name, *faults[name]))
         else:

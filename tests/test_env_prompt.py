@@ -57,6 +57,9 @@ def test_gpu_protocol_and_precision_are_stated() -> None:
     assert "kernels' device time under the profiler" in agent
     tf32 = prompt(protocol=get_protocol(None).with_changes(id="tf32", baseline_precision="tf32"))
     assert "TF32 is allowed" in tf32 and "TF32 off" not in tf32
+    assert "kept busy" not in text
+    covered = prompt(protocol=get_protocol(None).with_changes(id="covered", launch_cover_us=100.0))
+    assert "the GPU is kept busy 100 us before the start event" in covered
 
 
 def test_no_gpu_is_said_plainly() -> None:

@@ -87,9 +87,8 @@ def test_unmeasured_values_are_zero_with_a_flag_not_none():
     assert not math.isnan(result.speedup_vs_compile)
 
 
-def test_presets_keep_their_own_timing_and_ours_covers_the_first_launch():
-    assert CUDAGYM_V0.launch_cover_us == 100.0
-    assert KERNELBENCH.launch_cover_us == 0.0 and CUDA_AGENT.launch_cover_us == 0.0
+def test_no_preset_covers_the_first_launch():
+    assert CUDAGYM_V0.launch_cover_us == KERNELBENCH.launch_cover_us == CUDA_AGENT.launch_cover_us == 0.0
 
 
 @pytest.mark.parametrize("bad", [-1.0, 20_000.0])
@@ -101,7 +100,7 @@ def test_launch_cover_is_bounded(bad):
 def test_timing_key_changes_with_how_baselines_are_timed_only():
     key = CUDAGYM_V0.timing_key
     assert key.startswith("cudagym-v0-") and key == CUDAGYM_V0.with_changes().timing_key
-    for changes in ({"launch_cover_us": 0.0}, {"l2_flush": False}, {"baseline_precision": "tf32"},
+    for changes in ({"launch_cover_us": 100.0}, {"l2_flush": False}, {"baseline_precision": "tf32"},
                     {"statistic": "mean"}, {"seed": 7}, {"warmup_ms": 0.0}, {"target_ci_pct": 1.0}):
         assert CUDAGYM_V0.with_changes(**changes).timing_key != key, changes
     for changes in ({"guards": ()}, {"atol": 1e-2}, {"threshold": 0.1}, {"eval_timeout_s": 10.0},
