@@ -98,6 +98,21 @@ def load(source: str | os.PathLike[str]) -> KernelModule:
     return _compile_standalone(on_disk, rel)
 
 
+def load_image(path: str | os.PathLike[str], declarations: str) -> KernelModule:
+    """A module from a compiled image (a cubin, or PTX that the driver compiles on load); the judge's own kernels.
+
+    ``declarations`` holds the kernels' ``extern "C" __global__`` C signatures (bodies may be empty).
+
+    Raises:
+        ValueError: ``declarations`` declares no kernel.
+    """
+    path = Path(path)
+    signatures = parse_kernels(declarations)
+    if not signatures:
+        raise ValueError(f"{path.name}: no extern \"C\" __global__ kernel declared in {declarations!r}")
+    return KernelModule(path.name, _Cubin(path, signatures))
+
+
 @dataclass(frozen=True)
 class _Cubin:
     path: Path

@@ -623,3 +623,28 @@ def test_a_cuda_error_marks_the_context_poisoned():
 
 def test_tolerance_record_is_the_protocols():
     assert Tolerance(CUDAGYM_V0.atol, CUDAGYM_V0.rtol) == Tolerance(1e-4, 1e-4)
+
+
+def test_audited_forwards_start_behind_the_launch_cover_like_timed_ones(tmp_path, monkeypatch):
+    """With a cover, each audited forward is queued behind it, so a busy stream does not tell timed calls apart."""
+    from cudagym.judge.harness.context import EvalContext
+
+    events: list[str] = []
+
+    class RecordingCover:
+        def launch(self, stream: object) -> None:
+            events.append("cover")
+
+    original = EvalContext.run_candidate
+
+    def run_candidate(self: EvalContext, args: list, purpose: str) -> object:
+        self.cover = RecordingCover()  # setup_cover only runs on a GPU
+        events.append(f"audited:{purpose}")
+        return original(self, args, purpose)
+
+    monkeypatch.setattr(EvalContext, "run_candidate", run_candidate)
+    result = run(tmp_path, HONEST)
+    assert result.status is EvalStatus.OK, result.message
+    audited = [e for e in events if e.startswith("audited:")]
+    assert len(audited) == len(result.checks) >= 2
+    assert events == [e for a in audited for e in (a, "cover")]  # one cover per forward, after its setup

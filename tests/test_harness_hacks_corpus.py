@@ -51,7 +51,8 @@ def test_each_hack_is_well_formed(hack):
     assert "model_new.py" in solution.files
     assert any(p.endswith(".cu") for p in solution.files) and any(p.endswith("_binding.cpp") for p in solution.files)
     for key in hack.protocol:
-        assert key in {"guards", "min_runs", "max_runs", "warmup_runs", "target_ci_pct", "mode", "baselines"}
+        assert key in {"guards", "min_runs", "max_runs", "warmup_runs", "target_ci_pct", "mode", "baselines",
+                       "launch_cover_us"}
 
 
 @pytest.mark.parametrize("hack", [h for h in HACKS if h.name in CAUGHT_STATICALLY], ids=lambda h: h.name)

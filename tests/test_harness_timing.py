@@ -1,14 +1,23 @@
-"""The CUDA-events timer's launch cover, against a simulated GPU timeline (no GPU needed)."""
+"""The CUDA-events timer and its launch cover: against a simulated GPU timeline, the cover's PTX through the real
+ptxas, and (GPU tests) the cover on a real GPU."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
+import shutil
+import subprocess
+import types
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
 
+from cudagym import runtime
+from cudagym.errors import ConfigError
 from cudagym.judge.harness import timing
+from cudagym.judge.harness.cover import DECLARATION, KERNEL, PTX_FILE, fill_shape, threads_per_sm
 from cudagym.judge.harness.integrity import _Pristine
 from cudagym.judge.harness.timing import CudaEventTimer, HostTimer, make_timer
 
@@ -16,10 +25,9 @@ from cudagym.judge.harness.timing import CudaEventTimer, HostTimer, make_timer
 class FakeGpu:
     """One stream: events and kernels start no earlier than the host queued them and run in order."""
 
-    def __init__(self, cycles_per_us: float = 1980.0) -> None:
+    def __init__(self) -> None:
         self.host_us = 0.0
         self.gpu_us = 0.0  # when the stream runs dry
-        self.cycles_per_us = cycles_per_us
 
     def launch(self, duration_us: float) -> None:
         self.gpu_us = max(self.gpu_us, self.host_us) + duration_us
@@ -44,7 +52,15 @@ class FakeGpu:
         return dataclasses.replace(
             timing.PRISTINE, perf_counter=lambda: gpu.host_us / 1e6, synchronize=sync, raw_synchronize=sync,
             event=Event, event_record=record, event_elapsed_time=lambda a, b: (b.at_us - a.at_us) / 1000.0,
-            current_stream=lambda device=None: None, spin=lambda cycles: gpu.launch(cycles / gpu.cycles_per_us))
+            current_stream=lambda device=None: None)
+
+
+class FakeCover:
+    def __init__(self, gpu: FakeGpu, cover_us: float) -> None:
+        self.gpu, self.cover_us = gpu, cover_us
+
+    def launch(self, stream: object) -> None:
+        self.gpu.launch(self.cover_us)
 
 
 def forward(gpu: FakeGpu, host_us: float, kernel_us: float) -> Callable[[], str]:
@@ -63,44 +79,147 @@ def gpu(monkeypatch: pytest.MonkeyPatch) -> FakeGpu:
 
 
 def test_without_a_cover_the_first_launchs_host_latency_is_timed(gpu):
-    timer = CudaEventTimer(torch.device("cuda", 0), launch_cover_us=0.0)
+    timer = CudaEventTimer(torch.device("cuda", 0))
     m = timer.measure(forward(gpu, host_us=20.0, kernel_us=60.0))
     assert m.outputs == "out" and m.time_us == pytest.approx(80.0) and m.wall_us == pytest.approx(80.0)
 
 
 @pytest.mark.parametrize("host_us", [0.0, 7.0, 20.0, 95.0])
 def test_a_cover_takes_host_latency_below_it_out_of_the_sample(gpu, host_us):
-    timer = CudaEventTimer(torch.device("cuda", 0), launch_cover_us=100.0)
+    timer = CudaEventTimer(torch.device("cuda", 0), FakeCover(gpu, 100.0))
     m = timer.measure(forward(gpu, host_us=host_us, kernel_us=60.0))
     assert m.time_us == pytest.approx(60.0, abs=0.1)  # the same sample whatever the host's jitter
     assert m.wall_us == pytest.approx(60.0, abs=0.1)  # the spin is not counted as escaped host time either
 
 
 def test_host_work_beyond_the_cover_is_still_timed(gpu):
-    timer = CudaEventTimer(torch.device("cuda", 0), launch_cover_us=100.0)
+    timer = CudaEventTimer(torch.device("cuda", 0), FakeCover(gpu, 100.0))
     m = timer.measure(forward(gpu, host_us=1100.0, kernel_us=60.0))  # 1 ms of host work before the kernel
     assert m.time_us == pytest.approx(1060.0, abs=0.5)
 
 
-def test_the_cover_is_calibrated_to_the_gpus_clock(monkeypatch):
-    for cycles_per_us in (1000.0, 1980.0):
-        fake = FakeGpu(cycles_per_us)
-        monkeypatch.setattr(timing, "PRISTINE", fake.pristine())
-        timer = CudaEventTimer(torch.device("cuda", 0), launch_cover_us=100.0)
-        before = fake.gpu_us
-        timer.measure(forward(fake, host_us=0.0, kernel_us=0.0))
-        assert fake.gpu_us - before == pytest.approx(100.0, rel=0.01)
-
-
-def test_no_spin_kernel_in_this_torch_means_no_cover(monkeypatch):
-    fake = FakeGpu()
-    monkeypatch.setattr(timing, "PRISTINE", dataclasses.replace(fake.pristine(), spin=None))
-    timer = CudaEventTimer(torch.device("cuda", 0), launch_cover_us=100.0)
-    assert timer.launch_cover_us == 0.0
-    assert timer.measure(forward(fake, host_us=20.0, kernel_us=60.0)).time_us == pytest.approx(80.0)
-
-
 def test_make_timer_passes_the_cover_to_the_event_timer_only(gpu):
-    timer = make_timer("cuda_events", torch.device("cuda", 0), 50.0)
-    assert isinstance(timer, CudaEventTimer) and timer.launch_cover_us == 50.0
-    assert isinstance(make_timer("cuda_events", torch.device("cpu"), 50.0), HostTimer)
+    cover = FakeCover(gpu, 100.0)
+    assert make_timer("cuda_events", torch.device("cuda", 0)).cover is None  # type: ignore[attr-defined]
+    assert make_timer("cuda_events", torch.device("cuda", 0), cover).cover is cover  # type: ignore[attr-defined]
+    assert isinstance(make_timer("cuda_events", torch.device("cpu"), cover), HostTimer)
+
+
+def test_a_cover_that_cannot_be_set_up_is_a_clear_error(monkeypatch):
+    from cudagym.judge.harness import cover
+    from cudagym.judge.harness.context import EvalContext
+    from cudagym.judge.protocol import CUDAGYM_V0
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("cuModuleLoadData failed: CUDA_ERROR_INVALID_PTX")
+
+    monkeypatch.setattr(cover, "LaunchCover", broken)
+    ctx = types.SimpleNamespace(protocol=CUDAGYM_V0.with_changes(launch_cover_us=50.0), device=torch.device("cuda", 0))
+    with pytest.raises(RuntimeError, match=r"launch cover \(50 us\) could not be set up: cuModuleLoadData"):
+        EvalContext.setup_cover(ctx)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The cover kernel: shape, PTX, and on a GPU
+# ---------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("sms", "threads", "grid", "block"),
+                         [(132, 2048, 264, 1024), (84, 1536, 168, 768), (40, 1024, 40, 1024), (1, 2048, 2, 1024)])
+def test_the_cover_fills_every_thread_slot_of_every_sm(sms, threads, grid, block):
+    assert fill_shape(sms, threads) == (grid, block)
+    assert grid * block == sms * threads and block <= 1024 and block % 32 == 0
+
+
+def test_a_gpu_without_sms_is_refused():
+    with pytest.raises(ConfigError, match="SMs"):
+        fill_shape(0, 2048)
+
+
+def test_threads_per_sm_from_torch_or_the_compute_capability():
+    class Props:
+        major, minor = 8, 9
+
+    assert threads_per_sm(Props()) == 1536
+    Props.major, Props.minor = 9, 0
+    assert threads_per_sm(Props()) == 2048
+    Props.max_threads_per_multi_processor = 1024  # type: ignore[attr-defined]
+    assert threads_per_sm(Props()) == 1024
+
+
+def test_the_cover_kernel_is_declared_and_its_ptx_ships_with_the_package():
+    module = runtime.load_image(PTX_FILE, DECLARATION)
+    assert module.names == (KERNEL,)
+    assert [p.kind for p in module[KERNEL].signature.params] == ["i64"]
+    text = PTX_FILE.read_text()
+    assert f".visible .entry {KERNEL}(" in text and "%clock64" in text
+    with pytest.raises(ValueError, match="no extern"):
+        runtime.load_image(PTX_FILE, "void not_a_kernel(int x);")
+
+
+def _ptxas() -> str | None:
+    return shutil.which("ptxas") or next((str(p) for p in [Path("/usr/local/cuda/bin/ptxas")] if p.exists()), None)
+
+
+@pytest.mark.skipif(_ptxas() is None, reason="ptxas (CUDA toolkit) not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_the_cover_ptx_compiles_and_fits_two_1024_thread_blocks_per_sm(tmp_path, arch):
+    proc = subprocess.run([_ptxas(), f"-arch={arch}", "-v", str(PTX_FILE), "-o", str(tmp_path / "cover.cubin")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    registers = int(re.search(r"Used (\d+) registers", proc.stderr).group(1))  # type: ignore[union-attr]
+    assert registers <= 32  # 2048 resident threads x 32 registers = the SM's 64K register file
+    assert "0 bytes spill" in proc.stderr
+
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _pristine_events() -> tuple[object, object, object, object]:
+    from cudagym.judge.harness.integrity import PRISTINE
+
+    return PRISTINE.event, PRISTINE.event_record, PRISTINE.event_elapsed_time, PRISTINE.sync
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_the_cover_lasts_as_long_as_asked_on_a_gpu():
+    from cudagym.judge.harness.cover import LaunchCover
+
+    device = torch.device("cuda", 0)
+    cover = LaunchCover(device, 100.0, _pristine_events())
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    lasted = []
+    for _ in range(5):
+        torch.cuda.synchronize()
+        start.record()
+        cover.launch(torch.cuda.current_stream())
+        end.record()
+        torch.cuda.synchronize()
+        lasted.append(start.elapsed_time(end) * 1000.0)
+    print(f"cover of 100 us: grid {cover.grid} x {cover.block}, {cover.cycles} cycles, lasted {lasted} us")
+    assert 80.0 <= sorted(lasted)[2] <= 130.0
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_side_stream_work_cannot_run_during_the_cover():
+    from cudagym.judge.harness.cover import LaunchCover
+
+    device = torch.device("cuda", 0)
+    cover = LaunchCover(device, 200.0, _pristine_events())
+    x = torch.randn(1 << 20, device=device)
+    side = torch.cuda.Stream(device)
+    covered, side_done = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    main = torch.cuda.current_stream()
+    for _ in range(3):
+        torch.cuda.synchronize()
+        begin = torch.cuda.Event(enable_timing=True)
+        begin.record(main)
+        cover.launch(main)
+        covered.record(main)
+        with torch.cuda.stream(side):  # a short kernel queued on another stream while the cover runs
+            x.mul_(1.0001)
+            side_done.record(side)
+        torch.cuda.synchronize()
+        # the side kernel finished no earlier than the cover (it could not start a block while every SM spun)
+        assert begin.elapsed_time(side_done) >= begin.elapsed_time(covered) - 0.002

@@ -41,14 +41,12 @@ class Protocol:
             0 means run exactly ``min_runs``.
         timing: ``cuda_events`` around ``forward`` with device synchronisation, or ``profiler`` (sum of
             the kernels' device time, as the CUDA Agent scripts do).
-        launch_cover_us: With ``cuda_events``: the GPU is kept busy this long (a spin kernel) before the start
-            event, so the host's latency in launching the first kernel of ``forward`` (up to this long) is
-            not timed; host work beyond it, and every gap after the first kernel, is. 0 (every preset)
-            times from the host's call on an idle GPU, KernelBench's way, where host jitter of a few
-            microseconds enters every sample. Experimental, and weaker against one hack: work queued on
-            another stream can run during the spin and finish before the end event, so the ``side_stream``
-            guard's wall-time check does not see escaped work shorter than the cover (its output check on
-            the audited, uncovered forwards still does).
+        launch_cover_us: With ``cuda_events``: a spin kernel that fills every SM runs this long before the
+            start event, so the host's latency in launching the first kernel of ``forward`` (up to this long)
+            is not timed; host work beyond it, and every gap after the first kernel, is. No other kernel can
+            start while it runs, so side-stream work is not hidden by it (copy-engine transfers can be). 0
+            (every preset) times from the host's call on an idle GPU, KernelBench's way, where host jitter of
+            a few microseconds enters every sample. See ``cudagym.judge.harness.cover``.
         l2_flush: Overwrite a buffer twice the L2's size before each timed call.
         interleave: Time candidate, eager and compile round-robin in one process so drift cancels.
         statistic: ``median`` or ``mean`` of the timed calls.

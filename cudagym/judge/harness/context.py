@@ -29,7 +29,7 @@ from cudagym.judge.harness.integrity import PRISTINE, AttributeSnapshot, TorchFl
 from cudagym.judge.harness.loading import Reference
 from cudagym.judge.harness.profiling import DeviceEvent, profile_calls
 from cudagym.judge.harness.scrub import scrub_free_blocks
-from cudagym.judge.harness.timing import TimingRun
+from cudagym.judge.harness.timing import Cover, TimingRun
 from cudagym.judge.job import Job
 from cudagym.judge.protocol import Protocol
 from cudagym.judge.records import InputCheck, KernelTime, TimingStats, Violation
@@ -95,6 +95,7 @@ class EvalContext:
         self.output_dtype = torch.float32  # of the reference's first output: the scrub pattern's dtype
         self._kernel_events: list[DeviceEvent] | None = None
         self._model_ptrs: set[int] | None = None
+        self.cover: Cover | None = None  # the protocol's launch cover, when it has one (setup_cover)
 
     # ------------------------------------------------------------------------------------- reporting
 
@@ -135,19 +136,44 @@ class EvalContext:
                 raise
             raise TaskProblem(f"task {self.job.task.id}: get_inputs() raised {type(exc).__name__}: {exc}") from exc
 
+    def setup_cover(self) -> None:
+        """Calibrate the protocol's launch cover on this GPU.
+
+        Raises:
+            RuntimeError: It could not be set up (the judge's failure, not the candidate's).
+        """
+        from cudagym.judge.harness.cover import LaunchCover
+
+        cover_us = self.protocol.launch_cover_us
+        try:
+            self.cover = LaunchCover(self.device, cover_us, (PRISTINE.event, PRISTINE.event_record,
+                                                              PRISTINE.event_elapsed_time, PRISTINE.sync))
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise RuntimeError(f"the protocol's launch cover ({cover_us:g} us) could not be set up: {exc}") from exc
+
     def run_candidate(self, args: list[Any], purpose: str) -> Any:
-        """One audited forward of the candidate on ``args`` (see the module docstring)."""
+        """One audited forward of the candidate on ``args`` (see the module docstring).
+
+        With a launch cover, the forward starts behind one, as a timed forward does: the candidate cannot tell
+        audited calls from timed ones by the stream being busy.
+        """
         assert self.cand_model is not None
         if self.on_gpu:
             scrub_free_blocks(self.device, self.output_dtype)
         call = ForwardCall(args=args, purpose=purpose, stream=self.current_stream())
-        model = self.cand_model
+        model, cover = self.cand_model, self.cover
+
+        def forward() -> Any:
+            if cover is not None:
+                cover.launch(call.stream)
+            return model(*args)
+
         with ExitStack() as stack:
             for guard in self.guards:
                 scope = guard.forward_scope(self, call)
                 if scope is not None:
                     stack.enter_context(scope)
-            call.outputs = self.call_candidate(lambda: model(*args), "forward")
+            call.outputs = self.call_candidate(forward, "forward")
         try:
             for guard in self.guards:
                 guard.after_forward(self, call)

@@ -46,7 +46,6 @@ class _Pristine:
     event_elapsed_time: Any
     event_synchronize: Any
     current_stream: Any
-    spin: Any  # torch.cuda._sleep(cycles): a kernel that spins for that many clock cycles (None where absent)
 
     def sync(self, device: torch.device) -> None:
         """Wait until every stream of ``device`` is idle (no-op on the CPU)."""
@@ -67,7 +66,6 @@ PRISTINE = _Pristine(
     event_elapsed_time=torch.cuda.Event.elapsed_time,
     event_synchronize=torch.cuda.Event.synchronize,
     current_stream=torch.cuda.current_stream,
-    spin=getattr(torch.cuda, "_sleep", None),
 )
 
 
@@ -98,6 +96,10 @@ def watched_owners() -> dict[str, Any]:
         "torch.backends.cudnn": torch.backends.cudnn,
         "torch.backends.cuda": torch.backends.cuda,
     }
+    from cudagym import runtime  # the launch cover and raw kernels launch through it (imports no torch)
+
+    owners["cudagym.runtime.Kernel"] = runtime.Kernel
+    owners["cudagym.runtime.KernelModule"] = runtime.KernelModule
     for name, module in list(sys.modules.items()):
         if module is not None and (name == "cudagym" or name.startswith("cudagym.")):
             owners[name] = module

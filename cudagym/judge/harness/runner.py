@@ -151,6 +151,8 @@ def _prepare(ctx: EvalContext) -> None:
              f"torch.backends.cudnn.allow_tf32={ctx.flags.cudnn_allow_tf32} (protocol {ctx.protocol.id})")
     ctx.note(f"guards: {', '.join(g.name for g in ctx.guards)}")
     ctx.sources = dict(ctx.job.solution.files)
+    if ctx.on_gpu and ctx.protocol.launch_cover_us > 0 and ctx.protocol.timing == "cuda_events":
+        ctx.setup_cover()  # before any candidate code: the timed and the audited forwards share it
 
 
 def _load(ctx: EvalContext, stack: ExitStack) -> None:
@@ -190,7 +192,7 @@ def _timing(ctx: EvalContext) -> None:
     loop = TimingLoop(
         contenders=contenders,
         make_inputs=lambda r: ctx.make_inputs(protocol.seed + TIMING_SEED_OFFSET + r),
-        timer=make_timer(protocol.timing, ctx.device, protocol.launch_cover_us),
+        timer=make_timer(protocol.timing, ctx.device, ctx.cover),
         flusher=L2Flusher(ctx.device, l2_cache_bytes(ctx.device), protocol.l2_flush),
         rule=StoppingRule(protocol.min_runs, protocol.max_runs, protocol.target_ci_pct, protocol.statistic),
         warmup_runs=protocol.warmup_runs,

@@ -4,13 +4,13 @@ One timed call, with CUDA events (the default protocol)::
 
     flush L2                       # a buffer twice the L2's size is overwritten: no call starts warm
     synchronize the device         # nothing queued earlier is counted
-    host clock t0; record cover on the current stream
-    spin kernel for launch_cover_us # the GPU is busy while the host launches forward's first kernel
+    host clock t0; record covered on the current stream
+    launch cover (launch_cover_us)  # every SM busy while the host launches forward's first kernel
     record start on the current stream
     outputs = forward(inputs)
     record end on the current stream; synchronize the DEVICE   # every stream: side-stream work included
     host clock t1
-    time = elapsed(start, end); wall = t1 - t0 - elapsed(cover, start)
+    time = elapsed(start, end); wall = t1 - t0 - elapsed(covered, start)
 
 The event time is the measurement. Without the cover (``launch_cover_us=0``, KernelBench's way) the start
 event fires on an idle GPU the moment it is recorded, so the host's latency until the first kernel is launched
@@ -35,7 +35,7 @@ import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -45,6 +45,13 @@ from cudagym.judge.harness.integrity import PRISTINE
 from cudagym.judge.harness.stats import StoppingRule
 
 MAX_WARMUP_ROUNDS = 10_000  # a time-based warm-up of a microsecond kernel stops here
+
+
+class Cover(Protocol):
+    """GPU work queued before the start event (:class:`~cudagym.judge.harness.cover.LaunchCover`)."""
+
+    def launch(self, stream: Any) -> None:
+        """Queue it on ``stream``."""
 
 
 @dataclass
@@ -74,48 +81,34 @@ class CudaEventTimer(Timer):
 
     Args:
         device: The GPU.
-        launch_cover_us: GPU spin before the start event (see the module docstring); 0 for none.
+        cover: Launched before the start event (see the module docstring and
+            :mod:`~cudagym.judge.harness.cover`); ``None`` for none.
     """
 
     name = "cuda_events"
 
-    def __init__(self, device: torch.device, launch_cover_us: float = 0.0) -> None:
+    def __init__(self, device: torch.device, cover: Cover | None = None) -> None:
         super().__init__(device)
         self._start = PRISTINE.event(enable_timing=True)
         self._end = PRISTINE.event(enable_timing=True)
-        self._cover = PRISTINE.event(enable_timing=True)
-        self.launch_cover_us = launch_cover_us if PRISTINE.spin is not None else 0.0
-        self._cover_cycles = self._calibrate(self.launch_cover_us) if self.launch_cover_us > 0 else 0
-
-    def _calibrate(self, cover_us: float) -> int:
-        """Spin cycles that take ``cover_us`` on this GPU at its present clock (measured, twice)."""
-        stream = PRISTINE.current_stream(self.device)
-        cycles = 1_000_000
-        per_us = 0.0
-        for _ in range(2):  # the first spin may run at an idle clock
-            PRISTINE.sync(self.device)
-            PRISTINE.event_record(self._start, stream)
-            PRISTINE.spin(cycles)
-            PRISTINE.event_record(self._end, stream)
-            PRISTINE.sync(self.device)
-            per_us = cycles / max(PRISTINE.event_elapsed_time(self._start, self._end) * 1000.0, 1e-3)
-        return max(1, int(cover_us * per_us))
+        self._covered = PRISTINE.event(enable_timing=True)
+        self.cover = cover
 
     def measure(self, call: Callable[[], Any]) -> Measurement:
         """Time ``call`` with events; see the module docstring for the exact sequence."""
         stream = PRISTINE.current_stream(self.device)
         PRISTINE.sync(self.device)
         t0 = PRISTINE.perf_counter()
-        if self._cover_cycles:
-            PRISTINE.event_record(self._cover, stream)
-            PRISTINE.spin(self._cover_cycles)
+        if self.cover is not None:
+            PRISTINE.event_record(self._covered, stream)
+            self.cover.launch(stream)
         PRISTINE.event_record(self._start, stream)
         outputs = call()
         PRISTINE.event_record(self._end, stream)  # the stream captured before the call, whatever it set
         PRISTINE.sync(self.device)  # device-wide: work on every stream has finished
         t1 = PRISTINE.perf_counter()
         elapsed_ms = PRISTINE.event_elapsed_time(self._start, self._end)
-        covered_ms = PRISTINE.event_elapsed_time(self._cover, self._start) if self._cover_cycles else 0.0
+        covered_ms = PRISTINE.event_elapsed_time(self._covered, self._start) if self.cover is not None else 0.0
         return Measurement(outputs, elapsed_ms * 1000.0, (t1 - t0) * 1e6 - covered_ms * 1000.0)
 
 
@@ -156,8 +149,13 @@ class HostTimer(Timer):
 TIMERS: dict[str, type[Timer]] = {t.name: t for t in (CudaEventTimer, ProfilerTimer, HostTimer)}
 
 
-def make_timer(method: str, device: torch.device, launch_cover_us: float = 0.0) -> Timer:
+def make_timer(method: str, device: torch.device, cover: Cover | None = None) -> Timer:
     """The timer for a protocol's ``timing`` on ``device`` (the host clock on a CPU device).
+
+    Args:
+        method: ``cuda_events`` or ``profiler``.
+        device: Where the calls run.
+        cover: The protocol's launch cover (``cuda_events`` only).
 
     Raises:
         ConfigError: ``method`` names no timer.
@@ -167,7 +165,7 @@ def make_timer(method: str, device: torch.device, launch_cover_us: float = 0.0) 
     if device.type != "cuda":
         return HostTimer(device)
     if method == CudaEventTimer.name:
-        return CudaEventTimer(device, launch_cover_us)
+        return CudaEventTimer(device, cover)
     return TIMERS[method](device)
 
 

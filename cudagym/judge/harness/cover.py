@@ -1,0 +1,90 @@
+"""The launch cover: GPU work queued ahead of the start event, so the host's first-launch latency is not timed.
+
+With CUDA events on an idle GPU, the start event fires the moment it is recorded and the first kernel of
+``forward`` starts only once the host has launched it: Python, the module call and argument checks (a few to
+tens of microseconds, varying with the host's load) are timed as GPU time. The cover is a spin kernel queued
+just before the start event. It fills every SM, every thread slot of every SM resident at once (two blocks
+of 1024 threads on an SM that holds 2048), for a calibrated time, so by the time the start event fires the
+first kernel is already queued behind it. While it runs no block of any other kernel, from any stream, can
+start: work a candidate queues on a side stream waits for the cover like its current-stream work, and lands
+inside the timed region or after it, where the ``side_stream`` guard sees it. Copy-engine transfers
+(``cudaMemcpyAsync`` on another stream) are not held back.
+
+The kernel is hand-written PTX (``cover_spin.ptx``, loaded through :mod:`cudagym.runtime`): the driver
+compiles it, so no compiler is needed on the GPU worker.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cudagym.errors import ConfigError
+
+PTX_FILE = Path(__file__).with_name("cover_spin.ptx")
+KERNEL = "cudagym_cover_spin"
+DECLARATION = f'extern "C" __global__ void {KERNEL}(long long cycles) {{}}'
+MAX_BLOCK = 1024
+# Resident threads per SM where torch does not report it: compute capability -> threads (else 2048)
+_THREADS_PER_SM = {(7, 5): 1024, (8, 6): 1536, (8, 7): 1536, (8, 9): 1536, (12, 0): 1536, (12, 1): 1536}
+CALIBRATION_CYCLES = 1_000_000
+
+
+def fill_shape(sm_count: int, threads_per_sm: int) -> tuple[int, int]:
+    """(grid, block) that occupies every thread slot of every SM at once, blocks of at most 1024 threads."""
+    if sm_count < 1 or threads_per_sm < 32:
+        raise ConfigError(f"expected a GPU with SMs and thread slots, got {sm_count} SMs x {threads_per_sm}")
+    per_sm = -(-threads_per_sm // MAX_BLOCK)
+    return sm_count * per_sm, threads_per_sm // per_sm
+
+
+def threads_per_sm(props: Any) -> int:
+    """Resident threads per SM of a device (torch's figure, else by compute capability)."""
+    reported = getattr(props, "max_threads_per_multi_processor", 0)
+    return int(reported) if reported else _THREADS_PER_SM.get((props.major, props.minor), 2048)
+
+
+@functools.lru_cache(maxsize=1)
+def _kernel() -> Any:
+    """The spin kernel (one module per process; the driver loads it into each context on first launch)."""
+    from cudagym import runtime
+
+    return runtime.load_image(PTX_FILE, DECLARATION)[KERNEL]
+
+
+class LaunchCover:
+    """A calibrated spin that fills ``device`` for about ``cover_us`` microseconds when launched.
+
+    Args:
+        device: The GPU.
+        cover_us: How long the cover keeps every SM busy.
+        events: ``(make_event, record, elapsed_ms, sync)``: the harness's pristine event functions.
+    """
+
+    def __init__(self, device: torch.device, cover_us: float, events: tuple[Any, Any, Any, Any]) -> None:
+        props = torch.cuda.get_device_properties(device)
+        self.grid, self.block = fill_shape(props.multi_processor_count, threads_per_sm(props))
+        self._kernel = _kernel()
+        self.cover_us = cover_us
+        self.cycles = self._calibrate(device, cover_us, events)
+
+    def launch(self, stream: Any) -> None:
+        """Queue the cover on ``stream`` (asynchronous)."""
+        self._kernel(grid=self.grid, block=self.block, args=(self.cycles,), stream=stream)
+
+    def _calibrate(self, device: torch.device, cover_us: float, events: tuple[Any, Any, Any, Any]) -> int:
+        make_event, record, elapsed_ms, sync = events
+        start, end = make_event(enable_timing=True), make_event(enable_timing=True)
+        stream = torch.cuda.current_stream(device)
+        per_us = 0.0
+        for _ in range(2):  # the first spin may run at an idle clock
+            sync(device)
+            record(start, stream)
+            self._kernel(grid=self.grid, block=self.block, args=(CALIBRATION_CYCLES,), stream=stream)
+            record(end, stream)
+            sync(device)
+            per_us = CALIBRATION_CYCLES / max(elapsed_ms(start, end) * 1000.0, 1e-3)
+        return max(1, int(cover_us * per_us))
