@@ -4,13 +4,14 @@ One timed call, with CUDA events (the default protocol)::
 
     flush L2                       # a buffer twice the L2's size is overwritten: no call starts warm
     synchronize the device         # nothing queued earlier is counted
-    host clock t0; record covered on the current stream
-    launch cover (launch_cover_us)  # every SM busy while the host launches forward's first kernel
+    host clock t0
+    [record covered; launch cover]  # launch_cover_us > 0 only: every SM busy while forward's first kernel
+                                    # is launched
     record start on the current stream
     outputs = forward(inputs)
     record end on the current stream; synchronize the DEVICE   # every stream: side-stream work included
     host clock t1
-    time = elapsed(start, end); wall = t1 - t0 - elapsed(covered, start)
+    time = elapsed(start, end); wall = t1 - t0 [- elapsed(covered, start)]
 
 The event time is the measurement. Without the cover (``launch_cover_us=0``, KernelBench's way) the start
 event fires on an idle GPU the moment it is recorded, so the host's latency until the first kernel is launched
