@@ -100,7 +100,8 @@ def _report(benchmark, task_id: str, name: str, results: list, threshold: float)
           f"(candidate alone {max(cand) / min(cand) - 1:.2%}), tiers {tiers}")
     for i, r in enumerate(results):  # which side moved, if the spread is large: the candidate or a baseline
         print(f"  run {i}: candidate {r.candidate.median_us:.1f} us (CI {r.candidate.ci95_halfwidth_pct:.2f}%, "
-              f"{r.candidate.runs} runs), eager {r.eager.median_us:.1f} us, compile {r.compiled.median_us:.1f} us, "
+              f"{r.candidate.runs} runs), eager {r.eager.median_us:.1f} us (CI {r.eager.ci95_halfwidth_pct:.2f}%), "
+              f"compile {r.compiled.median_us:.1f} us, "
               f"{r.speedup_vs_eager:.3f}x / {r.speedup_vs_compile:.3f}x")
     # a tier that moves between runs is a correctness property of the reward, not a timing target: it must not
     # move when every run is >= 3% away from a threshold
