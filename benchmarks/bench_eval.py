@@ -15,6 +15,7 @@ The spread and tiers go to ``benchmark.extra_info`` (``--benchmark-json`` keeps 
 
 from __future__ import annotations
 
+import re
 import statistics
 
 import pytest
@@ -33,6 +34,7 @@ from cudagym.sources.bundled import BundledSource  # noqa: E402
 
 LEVEL1 = ["bundled/L1/01_Swish", "bundled/L1/05_Softmax", "bundled/L1/09_DiagMatmul"]
 REPEATS = 10
+PAIRED = re.compile(r"paired speedup vs eager \(median of \d+ per-round ratios\): ([0-9.]+)x")
 
 
 @pytest.fixture(scope="module")
@@ -92,12 +94,16 @@ def _report(benchmark, task_id: str, name: str, results: list, threshold: float)
                      threshold_vs_eager=threshold, threshold_vs_compile=threshold) for r in results]
     spread = max(speedups) / min(speedups) - 1
     cand = [r.candidate.median_us for r in results]
+    paired = [float(m.group(1)) for r in results if (m := PAIRED.search(r.log))]
+    paired_spread = max(paired) / min(paired) - 1 if len(paired) == len(results) else float("nan")
     benchmark.extra_info[name] = {
         "task": task_id, "spread": spread, "tiers": tiers, "speedup_median": statistics.median(speedups),
         "candidate_median_us": statistics.median(cand), "candidate_spread": max(cand) / min(cand) - 1,
+        "paired_spread": paired_spread,
     }
     print(f"\n{task_id} [{name}]: speedup vs eager median {statistics.median(speedups):.3f}x, spread {spread:.2%} "
-          f"(candidate alone {max(cand) / min(cand) - 1:.2%}), tiers {tiers}")
+          f"(candidate alone {max(cand) / min(cand) - 1:.2%}; paired per-round estimate {paired_spread:.2%}), "
+          f"tiers {tiers}")
     for i, r in enumerate(results):  # which side moved, if the spread is large: the candidate or a baseline
         print(f"  run {i}: candidate {r.candidate.median_us:.1f} us (CI {r.candidate.ci95_halfwidth_pct:.2f}%, "
               f"{r.candidate.runs} runs), eager {r.eager.median_us:.1f} us (CI {r.eager.ci95_halfwidth_pct:.2f}%), "

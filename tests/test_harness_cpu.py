@@ -246,6 +246,18 @@ def test_submit_times_candidate_and_baselines_interleaved_or_one_after_another(t
     assert result.status is EvalStatus.OK, result.message
     assert result.candidate.runs == result.eager.runs == result.compiled.runs == 5
     assert ("interleaved" if interleave else "sequential") in result.log
+    # the paired estimate needs rounds where candidate and eager ran side by side
+    assert ("paired speedup vs eager (median of 5 per-round ratios)" in result.log) is interleave
+
+
+def test_paired_speedup_is_the_median_of_per_round_ratios():
+    from cudagym.judge.harness.runner import paired_speedup
+    from cudagym.judge.harness.timing import Samples
+
+    samples = {"candidate": Samples([10.0, 10.0, 20.0]), "eager": Samples([20.0, 30.0, 20.0])}
+    assert paired_speedup(samples, "eager") == (2.0, 3)
+    assert paired_speedup(samples, "compiled") is None
+    assert paired_speedup({"candidate": Samples([1.0]), "eager": Samples([1.0, 2.0])}, "eager") is None
 
 
 def test_warm_up_runs_for_the_protocols_minimum_time_as_well_as_its_count(tmp_path):

@@ -31,8 +31,8 @@ from cudagym.judge.harness.inputs import clone_tree, poison_tree_, tensors_in, t
 from cudagym.judge.harness.integrity import AttributeSnapshot, TorchFlags
 from cudagym.judge.harness.loading import build_models, candidate_module, load_reference, unload_reference
 from cudagym.judge.harness.profiling import breakdown
-from cudagym.judge.harness.stats import StoppingRule, speedup, summarize
-from cudagym.judge.harness.timing import Contender, L2Flusher, TimingLoop, make_timer
+from cudagym.judge.harness.stats import StoppingRule, median, speedup, summarize
+from cudagym.judge.harness.timing import Contender, L2Flusher, Samples, TimingLoop, make_timer
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import Job
 from cudagym.judge.records import EvalResult, EvalStatus, Hardware, TimingStats
@@ -213,6 +213,21 @@ def _timing(ctx: EvalContext) -> None:
     ctx.note(f"timing: {ctx.timing.rounds} rounds ({ctx.timing.stop_reason}), timer {loop.timer.name}, "
              f"L2 flush {'on' if loop.flusher.enabled else 'off'}, "
              f"{'interleaved' if protocol.interleave else 'sequential'}, statistic {protocol.statistic}")
+    paired = paired_speedup(ctx.timing.samples, "eager") if retime and protocol.interleave else None
+    if paired is not None:  # a diagnostic beside the reward's ratio of medians: drift between rounds cancels here
+        ctx.note(f"{PAIRED_NOTE} (median of {paired[1]} per-round ratios): {paired[0]:.4f}x")
+
+
+PAIRED_NOTE = "paired speedup vs eager"
+
+
+def paired_speedup(samples: dict[str, Samples], baseline: str) -> tuple[float, int] | None:
+    """Median over interleaved rounds of ``baseline`` time / candidate time, and how many rounds; None if untimed."""
+    base, cand = samples.get(baseline), samples.get("candidate")
+    if base is None or cand is None or not base.time_us or len(base.time_us) != len(cand.time_us):
+        return None
+    ratios = [b / c for b, c in zip(base.time_us, cand.time_us, strict=True) if c > 0]
+    return (median(ratios), len(ratios)) if ratios else None
 
 
 def _candidate_contender(ctx: EvalContext) -> Contender:
