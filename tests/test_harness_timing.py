@@ -174,19 +174,13 @@ def test_the_cover_ptx_compiles_and_fits_two_1024_thread_blocks_per_sm(tmp_path,
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
-def _pristine_events() -> tuple[object, object, object, object]:
-    from cudagym.judge.harness.integrity import PRISTINE
-
-    return PRISTINE.event, PRISTINE.event_record, PRISTINE.event_elapsed_time, PRISTINE.sync
-
-
 @pytest.mark.gpu
 @needs_gpu
 def test_the_cover_lasts_as_long_as_asked_on_a_gpu():
     from cudagym.judge.harness.cover import LaunchCover
 
     device = torch.device("cuda", 0)
-    cover = LaunchCover(device, 100.0, _pristine_events())
+    cover = LaunchCover(device, 100.0)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     lasted = []
     for _ in range(5):
@@ -206,7 +200,7 @@ def test_side_stream_work_cannot_run_during_the_cover():
     from cudagym.judge.harness.cover import LaunchCover
 
     device = torch.device("cuda", 0)
-    cover = LaunchCover(device, 200.0, _pristine_events())
+    cover = LaunchCover(device, 200.0)
     x = torch.randn(1 << 20, device=device)
     side = torch.cuda.Stream(device)
     covered, side_done = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -146,8 +146,7 @@ class EvalContext:
 
         cover_us = self.protocol.launch_cover_us
         try:
-            self.cover = LaunchCover(self.device, cover_us, (PRISTINE.event, PRISTINE.event_record,
-                                                              PRISTINE.event_elapsed_time, PRISTINE.sync))
+            self.cover = LaunchCover(self.device, cover_us)
         except (OSError, RuntimeError, ValueError) as exc:
             raise RuntimeError(f"the protocol's launch cover ({cover_us:g} us) could not be set up: {exc}") from exc
 

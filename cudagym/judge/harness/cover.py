@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from cudagym.errors import ConfigError
+from cudagym.judge.harness.integrity import PRISTINE
 
 PTX_FILE = Path(__file__).with_name("cover_spin.ptx")
 KERNEL = "cudagym_cover_spin"
@@ -58,33 +59,28 @@ def _kernel() -> Any:
 class LaunchCover:
     """A calibrated spin that fills ``device`` for about ``cover_us`` microseconds when launched.
 
-    Args:
-        device: The GPU.
-        cover_us: How long the cover keeps every SM busy.
-        events: ``(make_event, record, elapsed_ms, sync)``: the harness's pristine event functions.
+    Calibration and launches use the harness's pristine event and synchronize functions.
     """
 
-    def __init__(self, device: torch.device, cover_us: float, events: tuple[Any, Any, Any, Any]) -> None:
+    def __init__(self, device: torch.device, cover_us: float) -> None:
         props = torch.cuda.get_device_properties(device)
         self.grid, self.block = fill_shape(props.multi_processor_count, threads_per_sm(props))
         self._kernel = _kernel()
-        self.cover_us = cover_us
-        self.cycles = self._calibrate(device, cover_us, events)
+        self.cycles = self._calibrate(device, cover_us)
 
     def launch(self, stream: Any) -> None:
         """Queue the cover on ``stream`` (asynchronous)."""
         self._kernel(grid=self.grid, block=self.block, args=(self.cycles,), stream=stream)
 
-    def _calibrate(self, device: torch.device, cover_us: float, events: tuple[Any, Any, Any, Any]) -> int:
-        make_event, record, elapsed_ms, sync = events
-        start, end = make_event(enable_timing=True), make_event(enable_timing=True)
-        stream = torch.cuda.current_stream(device)
+    def _calibrate(self, device: torch.device, cover_us: float) -> int:
+        start, end = PRISTINE.event(enable_timing=True), PRISTINE.event(enable_timing=True)
+        stream = PRISTINE.current_stream(device)
         per_us = 0.0
         for _ in range(2):  # the first spin may run at an idle clock
-            sync(device)
-            record(start, stream)
+            PRISTINE.sync(device)
+            PRISTINE.event_record(start, stream)
             self._kernel(grid=self.grid, block=self.block, args=(CALIBRATION_CYCLES,), stream=stream)
-            record(end, stream)
-            sync(device)
-            per_us = CALIBRATION_CYCLES / max(elapsed_ms(start, end) * 1000.0, 1e-3)
+            PRISTINE.event_record(end, stream)
+            PRISTINE.sync(device)
+            per_us = CALIBRATION_CYCLES / max(PRISTINE.event_elapsed_time(start, end) * 1000.0, 1e-3)
         return max(1, int(cover_us * per_us))
