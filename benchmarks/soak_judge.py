@@ -32,7 +32,7 @@ from faults import FAULTS_DIR, candidate, relu_task  # noqa: E402
 from cudagym.judge.interface import EvalMode  # noqa: E402
 from cudagym.judge.journal import Journal  # noqa: E402
 from cudagym.judge.local import GpuProbe, LocalJudge, probe_gpus  # noqa: E402
-from cudagym.judge.protocol import CUDAGYM_V0  # noqa: E402
+from cudagym.judge.protocol import DEFAULT_PROTOCOL  # noqa: E402
 from cudagym.judge.records import BuildResult, BuildStatus, EvalStatus, Hardware  # noqa: E402
 from cudagym.judge.sandbox import GiB, MiB, SandboxPolicy  # noqa: E402
 from cudagym.judge.worker import PoolOptions  # noqa: E402
@@ -101,7 +101,7 @@ def test_soak_every_job_gets_one_result_and_the_gpus_stay_healthy(tmp_path):
     on_gpu = bool(probe_gpus("auto").device_ids)
     jobs_n = int(os.environ.get("CUDAGYM_SOAK_JOBS", "500" if on_gpu else "40"))
     kwargs, good, faults, weights = _gpu_workload() if on_gpu else _cpu_workload()
-    protocol = CUDAGYM_V0.with_changes(id="cudagym-soak", guards=(), eval_timeout_s=TIMEOUT_S)
+    protocol = DEFAULT_PROTOCOL.with_changes(id="cudagym-soak", guards=(), eval_timeout_s=TIMEOUT_S)
     rng = random.Random(1234)
     faulty = set(rng.sample(range(jobs_n), round(jobs_n * FAULTY_FRACTION)))  # exactly a quarter, spread out
     plan = []  # (job id, fault name or "", task, solution)

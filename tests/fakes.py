@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cudagym.judge.interface import EvalMode, Judge
-from cudagym.judge.protocol import Protocol, get_protocol
+from cudagym.judge.protocol import DEFAULT_PROTOCOL, Protocol, get_protocol
 from cudagym.judge.records import (
     BuildResult,
     BuildStatus,
@@ -52,7 +52,7 @@ def failed_build(fmt: str = "extension") -> BuildResult:
 
 
 def timed_result(candidate_us: float, eager_us: float = 100.0, compile_us: float = 90.0,
-                 build: BuildResult | None = None, protocol_id: str = "cudagym-v0") -> EvalResult:
+                 build: BuildResult | None = None, protocol_id: str = DEFAULT_PROTOCOL.id) -> EvalResult:
     """A correct, timed verdict."""
     return EvalResult(
         status=EvalStatus.OK, build=build or ok_build(),

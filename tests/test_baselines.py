@@ -24,7 +24,7 @@ from cudagym.judge.baselines import (
     resolve_tasks,
 )
 from cudagym.judge.local import GpuProbe, LocalJudge
-from cudagym.judge.protocol import CUDAGYM_V0, KERNELBENCH
+from cudagym.judge.protocol import DEFAULT_PROTOCOL, KERNELBENCH
 from cudagym.judge.records import BuildResult, BuildStatus, Hardware, TimingStats
 from cudagym.judge.worker import PoolOptions
 from cudagym.task import content_hash
@@ -157,12 +157,13 @@ def test_precompute_fills_the_cache_then_skips_what_it_holds(tmp_path, capsys):
     run = functools.partial(precompute, tasks, "cudagym", cache_dir=tmp_path, make_judge=_fake_judge)
     assert run() == 0
     err = capsys.readouterr().err
-    assert f"0 already cached on Fake GPU 80GB (torch 9.9.9+fake, protocol cudagym-v0); timing {len(tasks)}" in err
+    said = f"0 already cached on Fake GPU 80GB (torch 9.9.9+fake, protocol {DEFAULT_PROTOCOL.id}); timing {len(tasks)}"
+    assert said in err
     assert f"{len(tasks)}/{len(tasks)}" in err and f"done: {len(tasks)} timed, 0 failed" in err
     cache = BaselineCache(tmp_path / "baselines")
     fake = Hardware(gpu="Fake GPU 80GB", torch="9.9.9+fake")
-    files = {t.id: cache.path(BaselineKey.of(t, fake, CUDAGYM_V0)) for t in tasks}
-    assert all(cache.get(BaselineKey.of(t, fake, CUDAGYM_V0)).known for t in tasks)
+    files = {t.id: cache.path(BaselineKey.of(t, fake, DEFAULT_PROTOCOL)) for t in tasks}
+    assert all(cache.get(BaselineKey.of(t, fake, DEFAULT_PROTOCOL)).known for t in tasks)
     stamps = {tid: p.stat().st_mtime_ns for tid, p in files.items()}
     assert run() == 0
     assert f"{len(tasks)} already cached" in capsys.readouterr().err
@@ -181,7 +182,7 @@ def test_show_lists_cached_baselines(tmp_path, capsys):
     from cudagym.suites import load_tasks
 
     task = load_tasks("bundled")[0]
-    BaselineCache(tmp_path / "baselines").put(BaselineKey.of(task, H200, CUDAGYM_V0), stats(123.4), stats(99.9),
+    BaselineCache(tmp_path / "baselines").put(BaselineKey.of(task, H200, DEFAULT_PROTOCOL), stats(123.4), stats(99.9),
                                               task_id=task.id)
     assert cli_main(["baselines", "show", "--cache-dir", str(tmp_path)]) == 0
     captured = capsys.readouterr()

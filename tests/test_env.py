@@ -14,7 +14,7 @@ from gymnasium.error import ResetNeeded
 from cudagym.env import JUDGES, CudaKernelEnv
 from cudagym.errors import ConfigError, UnknownTaskError
 from cudagym.judge.interface import EvalMode
-from cudagym.judge.protocol import get_protocol
+from cudagym.judge.protocol import DEFAULT_PROTOCOL, get_protocol
 from cudagym.judge.records import EvalStatus, to_dict
 from cudagym.reward import RewardConfig
 from cudagym.solution import Solution
@@ -53,7 +53,7 @@ def test_reset_prompt_and_info(env: CudaKernelEnv) -> None:
         "task_id": "L1/1_Sigmoid", "suite": "kernelbench", "level": 1, "turn": 0, "tool": "", "ok": True,
         "error": "", "tokens_used": info["tokens_used"], "token_budget": 131072,
         "token_counter": "cudagym:code-bpe-16k", "max_turns": 200, "solution_format": "extension",
-        "protocol_id": "cudagym-v0", "gpu": "NVIDIA H200", "evaluated": False,
+        "protocol_id": DEFAULT_PROTOCOL.id, "gpu": "NVIDIA H200", "evaluated": False,
     }
     assert info["tokens_used"] > 100
     assert env.workspace is not None

@@ -47,7 +47,7 @@ def test_sections_in_order_and_the_reference() -> None:
 def test_gpu_protocol_and_precision_are_stated() -> None:
     text = prompt()
     assert "GPU: NVIDIA H200 (compute capability 9.0)." in text
-    assert "Protocol `cudagym-v0`" in text
+    assert "Protocol `cudagym-v1`" in text
     assert "5 input sets from seeds (42, 43, 44, 45, 46)" in text
     assert "|out - ref| <= 0.0001 + 0.0001 * |ref|" in text
     assert "Baselines are plain fp32, TF32 off" in text
@@ -57,9 +57,10 @@ def test_gpu_protocol_and_precision_are_stated() -> None:
     assert "kernels' device time under the profiler" in agent
     tf32 = prompt(protocol=get_protocol(None).with_changes(id="tf32", baseline_precision="tf32"))
     assert "TF32 is allowed" in tf32 and "TF32 off" not in tf32
-    assert "kept busy" not in text
-    covered = prompt(protocol=get_protocol(None).with_changes(id="covered", launch_cover_us=100.0))
-    assert "the GPU is kept busy 100 us before the start event" in covered
+    assert "host launch overhead is not timed" in text and "100-2000 us" in text
+    assert "kept busy" not in prompt(protocol=get_protocol("cudagym-v0"))
+    fixed = prompt(protocol=get_protocol("cudagym-v0").with_changes(id="covered", launch_cover_us=100.0))
+    assert "the GPU is kept busy 100 us before the start event" in fixed
 
 
 def test_no_gpu_is_said_plainly() -> None:

@@ -22,7 +22,7 @@ from gpu_jobs import edited, judge, judge_in_child, make_job, stage_build
 from cudagym.judge.harness import is_context_poisoned
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import KnownBaselines
-from cudagym.judge.protocol import CUDAGYM_V0
+from cudagym.judge.protocol import DEFAULT_PROTOCOL
 from cudagym.judge.records import EvalResult, EvalStatus
 from cudagym.reward import tier_of
 from cudagym.solution import Solution
@@ -52,7 +52,7 @@ EDITS = {
         "broken": (KERNEL_FILE[fmt], "const float v = x[i];", "const float v = x[i]"),
     } for fmt in ("raw", "inline")},
 }
-SLOW = CUDAGYM_V0.with_changes(id="cudagym-v0-slow-candidates", max_runs=40)
+SLOW = DEFAULT_PROTOCOL.with_changes(id="cudagym-v1-slow-candidates", max_runs=40)
 
 
 @pytest.fixture(scope="module")
@@ -68,12 +68,12 @@ def candidate(fmt: str, variant: str = "") -> Solution:
 def tier(result: EvalResult) -> int:
     if not result.correct:
         return -1
-    threshold = CUDAGYM_V0.threshold
+    threshold = DEFAULT_PROTOCOL.threshold
     return tier_of(result.candidate.median_us, result.eager.median_us, result.compiled.median_us,
                    threshold_vs_eager=threshold, threshold_vs_compile=threshold)
 
 
-def submit(build, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, solution: Solution, protocol=CUDAGYM_V0):
+def submit(build, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, solution: Solution, protocol=DEFAULT_PROTOCOL):
     job = make_job(build, tmp_path, TASK, solution, protocol, EvalMode.SUBMIT, KnownBaselines())
     assert job.build.ok, job.build.message + "\n" + job.build.log[-3000:]
     return judge(job, monkeypatch)
@@ -91,7 +91,7 @@ def test_correct_candidate_earns_tier_two_or_three(build, tmp_path, monkeypatch,
 
 @pytest.mark.parametrize("fmt", list(FOLDERS))
 def test_wrong_candidate_is_incorrect_with_tier_minus_one(build, tmp_path, monkeypatch, fmt):
-    job = make_job(build, tmp_path, TASK, candidate(fmt, "wrong"), CUDAGYM_V0)
+    job = make_job(build, tmp_path, TASK, candidate(fmt, "wrong"), DEFAULT_PROTOCOL)
     assert job.build.ok, job.build.message
     result = judge(job, monkeypatch)
     assert result.status is EvalStatus.INCORRECT, result.message
@@ -110,7 +110,7 @@ def test_slow_candidate_is_correct_with_tier_one(build, tmp_path, monkeypatch, f
 
 @pytest.mark.parametrize("fmt", list(FOLDERS))
 def test_crashing_candidate_is_a_runtime_error_with_tier_minus_one(build, tmp_path, fmt):
-    job = make_job(build, tmp_path, TASK, candidate(fmt, "crash"), CUDAGYM_V0)
+    job = make_job(build, tmp_path, TASK, candidate(fmt, "crash"), DEFAULT_PROTOCOL)
     assert job.build.ok, job.build.message
     result = judge_in_child(job, tmp_path)  # an illegal address poisons the CUDA context of its process
     assert result.status is EvalStatus.RUNTIME_ERROR, result.message
@@ -121,7 +121,7 @@ def test_crashing_candidate_is_a_runtime_error_with_tier_minus_one(build, tmp_pa
 
 @pytest.mark.parametrize("fmt", list(FOLDERS))
 def test_non_compiling_candidate_is_build_failed_with_the_line_named(build, tmp_path, monkeypatch, fmt):
-    job = make_job(build, tmp_path, TASK, candidate(fmt, "broken"), CUDAGYM_V0)
+    job = make_job(build, tmp_path, TASK, candidate(fmt, "broken"), DEFAULT_PROTOCOL)
     assert not job.build.ok
     errors = [d for d in job.build.diagnostics if d.severity.value == "error"]
     assert errors and errors[0].file.endswith(KERNEL_FILE[fmt]) and errors[0].line > 0, job.build.diagnostics

@@ -22,7 +22,7 @@ from hacks.corpus import Hack, load_hacks
 
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import Job, KnownBaselines
-from cudagym.judge.protocol import CUDA_AGENT, CUDAGYM_V0, KERNELBENCH
+from cudagym.judge.protocol import CUDA_AGENT, CUDAGYM_V0, DEFAULT_PROTOCOL, KERNELBENCH
 from cudagym.judge.records import EvalResult, EvalStatus, TimingStats, from_dict
 from cudagym.solution import Solution
 
@@ -34,7 +34,7 @@ SWISH = ROOT / "envs/bundled/solutions/L1/01_Swish"
 # Cached baselines that make any candidate look >10x faster than eager.
 FAST = KnownBaselines(eager=TimingStats(median_us=1e9, mean_us=1e9, runs=1),
                       compiled=TimingStats(median_us=1e9, mean_us=1e9, runs=1))
-HACK_PROTOCOL = CUDAGYM_V0.with_changes(id="cudagym-v0-hacks", min_runs=10, max_runs=40)
+HACK_PROTOCOL = DEFAULT_PROTOCOL.with_changes(id="cudagym-v1-hacks", min_runs=10, max_runs=40)
 
 
 @pytest.fixture(scope="module")
@@ -71,13 +71,13 @@ def test_planted_hack_is_rejected_with_its_guard_named(build, tmp_path, monkeypa
 @pytest.mark.parametrize("folder", BUNDLED, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_bundled_solution_passes_every_guard_under_submit(build, tmp_path, monkeypatch, folder):
     solution = Solution.from_dir(folder, "extension")
-    job = make_job(build, tmp_path, f"bundled/{folder.parent.name}/{folder.name}", solution, CUDAGYM_V0,
+    job = make_job(build, tmp_path, f"bundled/{folder.parent.name}/{folder.name}", solution, DEFAULT_PROTOCOL,
                    EvalMode.SUBMIT, KnownBaselines())
     assert job.build.ok, job.build.log[-3000:]
     result = judge(job, monkeypatch)
     assert result.status is EvalStatus.OK, f"{folder.name}: {result.message[:1500]}"
     assert result.violations == ()
-    assert result.candidate.runs >= CUDAGYM_V0.min_runs and result.eager.runs >= CUDAGYM_V0.min_runs
+    assert result.candidate.runs >= DEFAULT_PROTOCOL.min_runs and result.eager.runs >= DEFAULT_PROTOCOL.min_runs
     assert result.compiled.measured
     assert result.kernels and abs(sum(k.share for k in result.kernels) - 1.0) < 1e-6
     assert result.hardware.gpu != "cpu" and result.hardware.l2_cache_bytes > 0
@@ -91,7 +91,7 @@ def test_bundled_solution_passes_every_guard_under_submit(build, tmp_path, monke
 
 def test_correct_candidate_with_each_protocol_preset(build, tmp_path, monkeypatch):
     solution = Solution.from_dir(SWISH, "extension")
-    for protocol in (CUDAGYM_V0, CUDA_AGENT, KERNELBENCH):
+    for protocol in (DEFAULT_PROTOCOL, CUDAGYM_V0, CUDA_AGENT, KERNELBENCH):
         job = make_job(build, tmp_path / protocol.id, "bundled/L1/01_Swish", solution, protocol,
                        EvalMode.PROFILE, KnownBaselines())
         result = judge(job, monkeypatch)
@@ -103,7 +103,7 @@ def test_correct_candidate_with_each_protocol_preset(build, tmp_path, monkeypatc
 def test_wrong_candidate_is_incorrect(build, tmp_path, monkeypatch):
     solution = edited(Solution.from_dir(SWISH, "extension"), "kernels/swish.cu",
                       "return v / (1.0f + expf(-v));", "return v / (1.0f + expf(v));")
-    result = judge(make_job(build, tmp_path, "bundled/L1/01_Swish", solution, CUDAGYM_V0), monkeypatch)
+    result = judge(make_job(build, tmp_path, "bundled/L1/01_Swish", solution, DEFAULT_PROTOCOL), monkeypatch)
     assert result.status is EvalStatus.INCORRECT
     assert all(not c.passed and c.mismatch_count > 0 for c in result.checks)
 
@@ -111,7 +111,7 @@ def test_wrong_candidate_is_incorrect(build, tmp_path, monkeypatch):
 def test_slow_candidate_is_correct_and_slower_than_eager(build, tmp_path, monkeypatch):
     solution = edited(Solution.from_dir(SWISH, "extension"), "kernels/swish.cu",
                       "if (blocks > cap) blocks = cap;", "blocks = 1;  // one block for the whole tensor")
-    job = make_job(build, tmp_path, "bundled/L1/01_Swish", solution, CUDAGYM_V0.with_changes(
+    job = make_job(build, tmp_path, "bundled/L1/01_Swish", solution, DEFAULT_PROTOCOL.with_changes(
         id="slow", max_runs=40), EvalMode.SUBMIT, KnownBaselines())
     result = judge(job, monkeypatch)
     assert result.status is EvalStatus.OK, result.message
@@ -121,7 +121,7 @@ def test_slow_candidate_is_correct_and_slower_than_eager(build, tmp_path, monkey
 def test_non_compiling_candidate_is_build_failed(build, tmp_path, monkeypatch):
     solution = edited(Solution.from_dir(SWISH, "extension"), "kernels/swish.cu", "const long long n4 = n / 4;",
                       "const long long n4 = n / 4")
-    job = make_job(build, tmp_path, "bundled/L1/01_Swish", solution, CUDAGYM_V0)
+    job = make_job(build, tmp_path, "bundled/L1/01_Swish", solution, DEFAULT_PROTOCOL)
     assert not job.build.ok
     result = judge(job, monkeypatch)
     assert result.status is EvalStatus.BUILD_FAILED
@@ -130,7 +130,7 @@ def test_non_compiling_candidate_is_build_failed(build, tmp_path, monkeypatch):
 def test_illegal_address_is_a_runtime_error_that_marks_the_context_poisoned(build, tmp_path):
     solution = edited(Solution.from_dir(SWISH, "extension"), "kernels/swish.cu", "y4[i] = v;",
                       "y4[i + (1LL << 40)] = v;  // far outside the allocation")
-    job = make_job(build, tmp_path, "bundled/L1/01_Swish", solution, CUDAGYM_V0)
+    job = make_job(build, tmp_path, "bundled/L1/01_Swish", solution, DEFAULT_PROTOCOL)
     assert job.build.ok, job.build.log[-3000:]
     result = judge_in_child(job, tmp_path)
     from cudagym.judge.harness import is_context_poisoned
@@ -161,7 +161,7 @@ def test_timing_is_repeatable_and_interleaved(build, tmp_path, monkeypatch):
     solution = Solution.from_dir(SWISH, "extension")
     speedups = []
     for i in range(3):
-        job = make_job(build, tmp_path / str(i), "bundled/L1/01_Swish", solution, CUDAGYM_V0, EvalMode.SUBMIT,
+        job = make_job(build, tmp_path / str(i), "bundled/L1/01_Swish", solution, DEFAULT_PROTOCOL, EvalMode.SUBMIT,
                        KnownBaselines())
         result = judge(job, monkeypatch)
         assert result.status is EvalStatus.OK, result.message
@@ -174,7 +174,7 @@ def test_timing_is_repeatable_and_interleaved(build, tmp_path, monkeypatch):
 
 
 def test_results_are_json_records(build, tmp_path, monkeypatch):
-    job = make_job(build, tmp_path, "bundled/L1/01_Swish", Solution.from_dir(SWISH, "extension"), CUDAGYM_V0)
+    job = make_job(build, tmp_path, "bundled/L1/01_Swish", Solution.from_dir(SWISH, "extension"), DEFAULT_PROTOCOL)
     result = judge(job, monkeypatch)
     from cudagym.judge.records import to_dict
 

@@ -59,8 +59,8 @@ class FakeCover:
     def __init__(self, gpu: FakeGpu, cover_us: float) -> None:
         self.gpu, self.cover_us = gpu, cover_us
 
-    def launch(self, stream: object) -> None:
-        self.gpu.launch(self.cover_us)
+    def launch(self, stream: object, cover_us: float | None = None) -> None:
+        self.gpu.launch(self.cover_us if cover_us is None else cover_us)
 
 
 def forward(gpu: FakeGpu, host_us: float, kernel_us: float) -> Callable[[], str]:
@@ -96,6 +96,74 @@ def test_host_work_beyond_the_cover_is_still_timed(gpu):
     timer = CudaEventTimer(torch.device("cuda", 0), FakeCover(gpu, 100.0))
     m = timer.measure(forward(gpu, host_us=1100.0, kernel_us=60.0))  # 1 ms of host work before the kernel
     assert m.time_us == pytest.approx(1060.0, abs=0.5)
+
+
+def test_the_timer_reports_the_hosts_enqueue_time_and_takes_a_cover_length(gpu):
+    timer = CudaEventTimer(torch.device("cuda", 0), FakeCover(gpu, 100.0))
+    m = timer.measure(forward(gpu, host_us=1100.0, kernel_us=60.0), cover_us=1500.0)
+    assert m.enqueue_us == pytest.approx(1100.0)
+    assert m.time_us == pytest.approx(60.0, abs=0.1)  # a cover longer than the enqueue: device time only
+
+
+def test_behind_a_cover_the_inputs_are_written_after_the_spin_and_before_the_start_event(gpu):
+    order: list[str] = []
+
+    class Recording(FakeCover):
+        def launch(self, stream: object, cover_us: float | None = None) -> None:
+            order.append("cover")
+            super().launch(stream, cover_us)
+
+    def prepare() -> None:  # the input copy and the L2 flush: 30 us of GPU work
+        order.append("prepare")
+        gpu.launch(30.0)
+
+    m = CudaEventTimer(torch.device("cuda", 0), Recording(gpu, 100.0)).measure(
+        forward(gpu, host_us=20.0, kernel_us=60.0), prepare=prepare)
+    assert order == ["cover", "prepare"]
+    assert m.time_us == pytest.approx(60.0, abs=0.1) and m.wall_us == pytest.approx(60.0, abs=0.1)
+
+
+def test_without_a_cover_the_inputs_are_ready_before_the_host_clock_starts(gpu):
+    m = CudaEventTimer(torch.device("cuda", 0)).measure(forward(gpu, host_us=5.0, kernel_us=60.0),
+                                                        prepare=lambda: gpu.launch(30.0))
+    assert m.time_us == pytest.approx(65.0) and m.wall_us == pytest.approx(65.0)
+
+
+def test_cover_sizing_takes_a_high_quantile_of_warm_up_after_the_first_call():
+    sizing = timing.CoverSizing(min_us=100.0, max_us=2000.0)
+    assert sizing.size([]) == 100.0
+    assert sizing.size([5_000_000.0, 10.0, 12.0, 11.0]) == 100.0  # the first call (compiling) is dropped
+    calls = [9_000.0] + [100.0 + i for i in range(10)]  # 100..109: the 90th percentile is 108
+    assert sizing.size(calls) == pytest.approx(1.5 * 108.0)
+    assert sizing.size([1.0, 5_000.0, 5_000.0]) == 2000.0  # capped
+    assert sizing.size([300.0]) == 450.0  # one call: it is all there is
+
+
+def _loop(gpu: FakeGpu, contenders: dict[str, float], sizing: timing.CoverSizing | None) -> timing.TimingRun:
+    """A timing loop over contenders (name: host microseconds before their one 60 us kernel) on the fake GPU."""
+    from cudagym.judge.harness.stats import StoppingRule
+
+    def make(host_us: float) -> Callable[[list], str]:
+        return lambda args: forward(gpu, host_us=host_us, kernel_us=60.0)()
+
+    return timing.TimingLoop(
+        contenders=[timing.Contender(name, make(us)) for name, us in contenders.items()],
+        make_inputs=lambda r: [], timer=CudaEventTimer(torch.device("cuda", 0), FakeCover(gpu, 100.0)),
+        flusher=timing.L2Flusher(torch.device("cpu"), 0, False), rule=StoppingRule(5, 5, 0.0, "median"),
+        warmup_runs=3, warmup_s=0.0, interleave=True, budget_s=60.0, may_poison=lambda t: False,
+        on_round=lambda *a: None, cover_sizing=sizing).run()
+
+
+def test_sized_covers_take_each_contenders_host_overhead_out_of_its_samples(gpu):
+    host = {"candidate": 10.0, "eager": 40.0, "compiled": 300.0}  # torch.compile: ~100s of us of Python
+    fixed = _loop(gpu, host, None)
+    assert fixed.cover_us == {}
+    assert fixed.samples["compiled"].time_us == pytest.approx([260.0] * 5)  # 200 us of host time timed
+    sized = _loop(gpu, host, timing.CoverSizing(100.0, 2000.0))
+    assert sized.cover_us == pytest.approx({"candidate": 100.0, "eager": 100.0, "compiled": 450.0})
+    for name in host:
+        assert sized.samples[name].time_us == pytest.approx([60.0] * 5), name
+        assert sized.samples[name].enqueue_us == pytest.approx([host[name]] * 5), name
 
 
 def test_make_timer_passes_the_cover_to_the_event_timer_only(gpu):

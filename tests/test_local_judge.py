@@ -16,6 +16,7 @@ import cudagym.judge.local as local
 from cudagym.errors import ConfigError
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.local import GpuProbe, LocalJudge, default_judge, probe_gpus
+from cudagym.judge.protocol import DEFAULT_PROTOCOL
 from cudagym.judge.records import BuildResult, BuildStatus, EvalStatus, Hardware
 from cudagym.judge.worker import PoolOptions
 
@@ -54,7 +55,7 @@ def test_without_a_gpu_the_judge_builds_and_answers_no_gpu(tmp_path):
         assert not judge.has_gpu and judge.hardware().gpu == "none"
         result = judge.evaluate(relu_task(), candidate("good_relu"), EvalMode.VERIFY)
         assert result.status is EvalStatus.NO_GPU and result.build.ok and result.build.artifact_key == "k"
-        assert "no GPU" in result.message and result.protocol_id == "cudagym-v0"
+        assert "no GPU" in result.message and result.protocol_id == DEFAULT_PROTOCOL.id
         assert judge.workers() == []
         assert judge.build(relu_task(), candidate("good_relu")).ok
 
@@ -237,13 +238,12 @@ def test_profile_on_a_gpu_stores_baselines_and_later_jobs_reuse_them(tmp_path, s
 @pytest.mark.gpu
 def test_precompute_times_the_baselines_of_a_task_on_a_gpu(tmp_path, swish, capsys):
     from cudagym.judge.baselines import BaselineCache, BaselineKey, precompute
-    from cudagym.judge.protocol import CUDAGYM_V0
 
     task, _ = swish
     first_gpu = list(probe_gpus("auto").device_ids[:1])
     assert precompute([task], "cudagym", devices=first_gpu, cache_dir=tmp_path) == 0, capsys.readouterr().err
     hardware = probe_gpus(first_gpu).hardware
-    assert BaselineCache(tmp_path / "baselines").get(BaselineKey.of(task, hardware, CUDAGYM_V0)).known
+    assert BaselineCache(tmp_path / "baselines").get(BaselineKey.of(task, hardware, DEFAULT_PROTOCOL)).known
     assert precompute([task], "cudagym", devices=first_gpu, cache_dir=tmp_path) == 0
     assert "1 already cached" in capsys.readouterr().err
 

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from cudagym.errors import ConfigError
-from cudagym.judge.protocol import CUDA_AGENT, CUDAGYM_V0, KERNELBENCH, get_protocol
+from cudagym.judge.protocol import CUDA_AGENT, CUDAGYM_V0, CUDAGYM_V1, KERNELBENCH, get_protocol
 from cudagym.judge.records import (
     BuildResult,
     BuildStatus,
@@ -34,7 +34,8 @@ def test_presets_reproduce_the_published_harnesses():
 
 
 def test_get_protocol_resolves_names_and_rejects_unknown():
-    assert get_protocol(None) is CUDAGYM_V0
+    assert get_protocol(None) is CUDAGYM_V1 and get_protocol("cudagym") is CUDAGYM_V1
+    assert get_protocol("cudagym-v0") is CUDAGYM_V0  # old results stay reproducible by id
     assert get_protocol("cuda-agent") is CUDA_AGENT and get_protocol("kernelbench-v0.2") is KERNELBENCH
     assert get_protocol(CUDA_AGENT) is CUDA_AGENT
     with pytest.raises(ConfigError, match="expected one of"):
@@ -87,8 +88,13 @@ def test_unmeasured_values_are_zero_with_a_flag_not_none():
     assert not math.isnan(result.speedup_vs_compile)
 
 
-def test_no_preset_covers_the_first_launch():
+def test_only_the_default_covers_host_launch_overhead():
     assert CUDAGYM_V0.launch_cover_us == KERNELBENCH.launch_cover_us == CUDA_AGENT.launch_cover_us == 0.0
+    assert CUDAGYM_V0.launch_cover_max_us == KERNELBENCH.launch_cover_max_us == CUDA_AGENT.launch_cover_max_us == 0
+    assert (CUDAGYM_V1.launch_cover_us, CUDAGYM_V1.launch_cover_max_us) == (100.0, 2000.0)
+    # v1 is v0 plus the sized cover: every other field, correctness and guards included, is the same
+    assert CUDAGYM_V1.with_changes(id=CUDAGYM_V0.id, description=CUDAGYM_V0.description, launch_cover_us=0.0,
+                                   launch_cover_max_us=0.0) == CUDAGYM_V0
 
 
 @pytest.mark.parametrize("bad", [-1.0, 20_000.0])
@@ -97,13 +103,20 @@ def test_launch_cover_is_bounded(bad):
         CUDAGYM_V0.with_changes(id="bad", launch_cover_us=bad)
 
 
+@pytest.mark.parametrize("cover, cover_max", [(0.0, 500.0), (200.0, 100.0), (100.0, 20_000.0), (100.0, -1.0)])
+def test_a_sized_cover_needs_a_base_at_most_its_maximum(cover, cover_max):
+    with pytest.raises(ConfigError, match="launch_cover_max_us"):
+        CUDAGYM_V0.with_changes(id="bad", launch_cover_us=cover, launch_cover_max_us=cover_max)
+
+
 def test_timing_key_changes_with_how_baselines_are_timed_only():
     key = CUDAGYM_V0.timing_key
     assert key.startswith("cudagym-v0-") and key == CUDAGYM_V0.with_changes().timing_key
-    for changes in ({"launch_cover_us": 100.0}, {"l2_flush": False}, {"baseline_precision": "tf32"},
+    for changes in ({"launch_cover_us": 100.0}, {"launch_cover_us": 100.0, "launch_cover_max_us": 500.0},
+                    {"l2_flush": False}, {"baseline_precision": "tf32"},
                     {"statistic": "mean"}, {"seed": 7}, {"warmup_ms": 0.0}, {"target_ci_pct": 1.0}):
         assert CUDAGYM_V0.with_changes(**changes).timing_key != key, changes
     for changes in ({"guards": ()}, {"atol": 1e-2}, {"threshold": 0.1}, {"eval_timeout_s": 10.0},
                     {"description": "other words"}):
         assert CUDAGYM_V0.with_changes(**changes).timing_key == key, changes
-    assert len({p.timing_key for p in (CUDAGYM_V0, CUDA_AGENT, KERNELBENCH)}) == 3
+    assert len({p.timing_key for p in (CUDAGYM_V0, CUDAGYM_V1, CUDA_AGENT, KERNELBENCH)}) == 4

@@ -17,7 +17,7 @@ from faults import FAULTS_DIR
 
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.local import LocalJudge, probe_gpus
-from cudagym.judge.protocol import CUDAGYM_V0
+from cudagym.judge.protocol import DEFAULT_PROTOCOL
 from cudagym.judge.records import EvalStatus
 from cudagym.judge.sandbox import GiB, MiB, SandboxPolicy
 from cudagym.judge.worker import PoolOptions
@@ -26,7 +26,7 @@ from cudagym.solution import Solution
 pytestmark = pytest.mark.gpu
 
 TIMEOUT_S = 30.0
-PROTOCOL = CUDAGYM_V0.with_changes(id="cudagym-faults-test", guards=(), eval_timeout_s=TIMEOUT_S)
+PROTOCOL = DEFAULT_PROTOCOL.with_changes(id="cudagym-faults-test", guards=(), eval_timeout_s=TIMEOUT_S)
 POLICY = SandboxPolicy(max_processes=64, host_rss_bytes=16 * GiB, file_size_bytes=256 * MiB, disk_bytes=1 * GiB,
                        output_bytes=16 * MiB)
 TASK_ID = "bundled/L1/01_Swish"

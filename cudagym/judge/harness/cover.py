@@ -66,13 +66,15 @@ class LaunchCover:
         props = torch.cuda.get_device_properties(device)
         self.grid, self.block = fill_shape(props.multi_processor_count, threads_per_sm(props))
         self._kernel = _kernel()
-        self.cycles = self._calibrate(device, cover_us)
+        self.cover_us = cover_us
+        self.cycles_per_us = self._calibrate(device)
 
-    def launch(self, stream: Any) -> None:
-        """Queue the cover on ``stream`` (asynchronous)."""
-        self._kernel(grid=self.grid, block=self.block, args=(self.cycles,), stream=stream)
+    def launch(self, stream: Any, cover_us: float | None = None) -> None:
+        """Queue the cover on ``stream`` (asynchronous), for ``cover_us`` (default: the length it was made with)."""
+        cycles = max(1, int((self.cover_us if cover_us is None else cover_us) * self.cycles_per_us))
+        self._kernel(grid=self.grid, block=self.block, args=(cycles,), stream=stream)
 
-    def _calibrate(self, device: torch.device, cover_us: float) -> int:
+    def _calibrate(self, device: torch.device) -> float:
         start, end = PRISTINE.event(enable_timing=True), PRISTINE.event(enable_timing=True)
         stream = PRISTINE.current_stream(device)
         per_us = 0.0
@@ -83,4 +85,4 @@ class LaunchCover:
             PRISTINE.event_record(end, stream)
             PRISTINE.sync(device)
             per_us = CALIBRATION_CYCLES / max(PRISTINE.event_elapsed_time(start, end) * 1000.0, 1e-3)
-        return max(1, int(cover_us * per_us))
+        return per_us

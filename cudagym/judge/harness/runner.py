@@ -32,7 +32,7 @@ from cudagym.judge.harness.integrity import AttributeSnapshot, TorchFlags
 from cudagym.judge.harness.loading import build_models, candidate_module, load_reference, unload_reference
 from cudagym.judge.harness.profiling import breakdown
 from cudagym.judge.harness.stats import StoppingRule, median, speedup, summarize
-from cudagym.judge.harness.timing import Contender, L2Flusher, Samples, TimingLoop, make_timer
+from cudagym.judge.harness.timing import Contender, CoverSizing, L2Flusher, Samples, TimingLoop, make_timer
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import Job
 from cudagym.judge.records import EvalResult, EvalStatus, Hardware, TimingStats
@@ -201,8 +201,13 @@ def _timing(ctx: EvalContext) -> None:
         budget_s=_timing_budget_s(ctx),
         may_poison=ctx.may_poison,
         on_round=lambda r, inputs, results: _spot_check(ctx, r, inputs, results),
+        cover_sizing=CoverSizing(protocol.launch_cover_us, protocol.launch_cover_max_us)
+        if ctx.cover is not None and protocol.launch_cover_max_us > 0 else None,
     )
     ctx.timing = loop.run()
+    if ctx.timing.cover_us:
+        ctx.note("launch cover sized to each one's host enqueue time: " + ", ".join(
+            f"{name} {us:.0f} us" for name, us in ctx.timing.cover_us.items()))
     ctx.timed = {name: summarize(s.time_us) for name, s in ctx.timing.samples.items()}
     if not retime:
         ctx.timed["eager"], ctx.timed["compiled"] = job.baselines.eager, job.baselines.compiled

@@ -2,13 +2,13 @@
 
 One timed call, with CUDA events (the default protocol)::
 
-    flush L2                       # a buffer twice the L2's size is overwritten: no call starts warm
+    copy the round's inputs; flush L2   # a buffer twice the L2's size is overwritten: no call starts warm
     synchronize the device         # nothing queued earlier is counted
     host clock t0
-    [record covered; launch cover]  # launch_cover_us > 0 only: every SM busy while forward's first kernel
-                                    # is launched
+    [record covered; launch cover;  # launch_cover_us > 0 only: every SM busy while forward's kernels are
+     copy inputs; flush L2]         # launched; the copy and the flush move here, behind the cover
     record start on the current stream
-    outputs = forward(inputs)
+    outputs = forward(inputs)      # host clock around it: the enqueue time
     record end on the current stream; synchronize the DEVICE   # every stream: side-stream work included
     host clock t1
     time = elapsed(start, end); wall = t1 - t0 [- elapsed(covered, start)]
@@ -16,7 +16,13 @@ One timed call, with CUDA events (the default protocol)::
 The event time is the measurement. Without the cover (``launch_cover_us=0``, KernelBench's way) the start
 event fires on an idle GPU the moment it is recorded, so the host's latency until the first kernel is launched
 (Python, the module call, argument checks: a few to tens of microseconds that vary with the host's load) is
-timed as GPU time; with it, the first kernel is already queued when the start event fires. The host wall
+timed as GPU time; with it, the first kernel is already queued when the start event fires. With
+``launch_cover_max_us`` the cover is sized per contender (:class:`CoverSizing`) to outlast the host's whole
+enqueue, so host overhead (torch.compile's included) leaves the sample entirely. Behind a cover the call's
+inputs are written only after the spin, on the current stream: host work hidden by the cover cannot have
+read them (a copy-engine transfer on a side stream, which the spin does not hold back, reads the previous
+contents of recycled memory), so a forward that pulls its inputs to the host to compute there waits for
+the GPU inside the timed region. The host wall
 time brackets the same region and includes work that escaped the current stream (a side stream the
 candidate did not join, a kernel launched late): the ``side_stream`` guard compares the two. The timer
 uses function references captured before any candidate code ran
@@ -32,7 +38,7 @@ results in recycled memory. Rounds continue until the stopping rule holds for ev
 from __future__ import annotations
 
 import abc
-import functools
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,17 +57,25 @@ MAX_WARMUP_ROUNDS = 10_000  # a time-based warm-up of a microsecond kernel stops
 class Cover(Protocol):
     """GPU work queued before the start event (:class:`~cudagym.judge.harness.cover.LaunchCover`)."""
 
-    def launch(self, stream: Any) -> None:
-        """Queue it on ``stream``."""
+    def launch(self, stream: Any, cover_us: float | None = None) -> None:
+        """Queue it on ``stream``, ``cover_us`` long (default: its own length)."""
 
 
 @dataclass
 class Measurement:
-    """One timed call: its outputs, the timer's time and the host wall time around it, in microseconds."""
+    """One timed call, in microseconds.
+
+    Attributes:
+        outputs: What the call returned.
+        time_us: The timer's time (the measurement).
+        wall_us: Host wall time around the call (less the cover's time).
+        enqueue_us: Host time in the call itself, until it returned: the launches, not the wait.
+    """
 
     outputs: Any
     time_us: float
     wall_us: float
+    enqueue_us: float = 0.0
 
 
 class Timer(abc.ABC):
@@ -73,8 +87,12 @@ class Timer(abc.ABC):
         self.device = device
 
     @abc.abstractmethod
-    def measure(self, call: Callable[[], Any]) -> Measurement:
-        """Run ``call`` once and time it."""
+    def measure(self, call: Callable[[], Any], cover_us: float | None = None,
+                prepare: Callable[[], None] | None = None) -> Measurement:
+        """Run ``prepare`` (untimed: the call's inputs and the L2 flush), then ``call`` once and time it.
+
+        ``cover_us`` is the launch cover's length, where the timer has one.
+        """
 
 
 class CudaEventTimer(Timer):
@@ -95,22 +113,29 @@ class CudaEventTimer(Timer):
         self._covered = PRISTINE.event(enable_timing=True)
         self.cover = cover
 
-    def measure(self, call: Callable[[], Any]) -> Measurement:
+    def measure(self, call: Callable[[], Any], cover_us: float | None = None,
+                prepare: Callable[[], None] | None = None) -> Measurement:
         """Time ``call`` with events; see the module docstring for the exact sequence."""
         stream = PRISTINE.current_stream(self.device)
+        if self.cover is None and prepare is not None:
+            prepare()
         PRISTINE.sync(self.device)
         t0 = PRISTINE.perf_counter()
         if self.cover is not None:
             PRISTINE.event_record(self._covered, stream)
-            self.cover.launch(stream)
+            self.cover.launch(stream, cover_us)
+            if prepare is not None:  # behind the cover: the inputs hold this call's values only once it ends
+                prepare()
         PRISTINE.event_record(self._start, stream)
+        c0 = PRISTINE.perf_counter()
         outputs = call()
+        c1 = PRISTINE.perf_counter()
         PRISTINE.event_record(self._end, stream)  # the stream captured before the call, whatever it set
         PRISTINE.sync(self.device)  # device-wide: work on every stream has finished
         t1 = PRISTINE.perf_counter()
         elapsed_ms = PRISTINE.event_elapsed_time(self._start, self._end)
         covered_ms = PRISTINE.event_elapsed_time(self._covered, self._start) if self.cover is not None else 0.0
-        return Measurement(outputs, elapsed_ms * 1000.0, (t1 - t0) * 1e6 - covered_ms * 1000.0)
+        return Measurement(outputs, elapsed_ms * 1000.0, (t1 - t0) * 1e6 - covered_ms * 1000.0, (c1 - c0) * 1e6)
 
 
 class ProfilerTimer(Timer):
@@ -121,17 +146,22 @@ class ProfilerTimer(Timer):
 
     name = "profiler"
 
-    def measure(self, call: Callable[[], Any]) -> Measurement:
-        """Profile ``call`` alone and sum its device activity."""
+    def measure(self, call: Callable[[], Any], cover_us: float | None = None,
+                prepare: Callable[[], None] | None = None) -> Measurement:
+        """Profile ``call`` alone and sum its device activity (no cover: host latency is not in the sum)."""
         from cudagym.judge.harness.profiling import device_activity_us, profiled
 
+        if prepare is not None:
+            prepare()
         PRISTINE.sync(self.device)
         t0 = PRISTINE.perf_counter()
         with profiled(self.device) as prof:
+            c0 = PRISTINE.perf_counter()
             outputs = call()
+            c1 = PRISTINE.perf_counter()
             PRISTINE.sync(self.device)
         t1 = PRISTINE.perf_counter()
-        return Measurement(outputs, device_activity_us(prof), (t1 - t0) * 1e6)
+        return Measurement(outputs, device_activity_us(prof), (t1 - t0) * 1e6, (c1 - c0) * 1e6)
 
 
 class HostTimer(Timer):
@@ -139,12 +169,15 @@ class HostTimer(Timer):
 
     name = "host"
 
-    def measure(self, call: Callable[[], Any]) -> Measurement:
+    def measure(self, call: Callable[[], Any], cover_us: float | None = None,
+                prepare: Callable[[], None] | None = None) -> Measurement:
         """Time ``call`` with the captured ``perf_counter``."""
+        if prepare is not None:
+            prepare()
         t0 = PRISTINE.perf_counter()
         outputs = call()
         elapsed = (PRISTINE.perf_counter() - t0) * 1e6
-        return Measurement(outputs, elapsed, elapsed)
+        return Measurement(outputs, elapsed, elapsed, elapsed)
 
 
 TIMERS: dict[str, type[Timer]] = {t.name: t for t in (CudaEventTimer, ProfilerTimer, HostTimer)}
@@ -199,15 +232,44 @@ class Samples:
 
     time_us: list[float] = field(default_factory=list)
     wall_us: list[float] = field(default_factory=list)
+    enqueue_us: list[float] = field(default_factory=list)
 
 
 @dataclass
 class TimingRun:
-    """Everything the loop measured."""
+    """Everything the loop measured (``cover_us``: each contender's launch cover, where they were sized)."""
 
     samples: dict[str, Samples]
     rounds: int = 0
     stop_reason: str = ""
+    cover_us: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CoverSizing:
+    """How long each contender's launch cover lasts.
+
+    ``factor`` times the ``quantile`` of its host enqueue time over the warm-up calls after the first (which
+    compiles, loads and autotunes), within [``min_us``, ``max_us``].
+
+    A cover as long as the host takes to queue the whole forward means the GPU never waits for the host inside
+    the timed region: the events then time the forward's device work and the gaps its own dependencies leave,
+    for candidate, eager and torch.compile alike, whatever their Python overhead (torch.compile's default mode
+    spends about 100 us of host time per call, more than many kernels take).
+    """
+
+    min_us: float
+    max_us: float
+    factor: float = 1.5
+    quantile: float = 0.9
+
+    def size(self, enqueue_us: list[float]) -> float:
+        """The cover for a contender whose warm-up calls took these host times to return."""
+        settled = sorted(enqueue_us[1:] or enqueue_us)
+        if not settled:
+            return self.min_us
+        at = settled[min(len(settled) - 1, max(0, math.ceil(self.quantile * len(settled)) - 1))]
+        return min(self.max_us, max(self.min_us, self.factor * at))
 
 
 # Called after each timed round with (round index, the round's inputs, {name: (its inputs, its outputs)}),
@@ -231,6 +293,8 @@ class TimingLoop:
         budget_s: Stop timing after this many seconds of wall time, whatever the rule says.
         may_poison: Whether an output tensor may be overwritten after its round (not a model's weights).
         on_round: The spot-check hook.
+        cover_sizing: Size each contender's launch cover from its warm-up (the timer needs a cover); ``None``
+            keeps the cover's own length.
     """
 
     contenders: list[Contender]
@@ -244,6 +308,7 @@ class TimingLoop:
     budget_s: float
     may_poison: Callable[[torch.Tensor], bool]
     on_round: RoundHook
+    cover_sizing: CoverSizing | None = None
 
     def run(self) -> TimingRun:
         """Warm up, then time rounds until the rule holds for every contender (or the cap or budget)."""
@@ -251,10 +316,14 @@ class TimingLoop:
         deadline = time.monotonic() + self.budget_s
         groups = [self.contenders] if self.interleave else [[c] for c in self.contenders]
         for group in groups:
+            warmup = TimingRun({c.name: Samples() for c in group})
             warm, warm_until = 0, time.monotonic() + self.warmup_s
             while warm < self.warmup_runs or (time.monotonic() < warm_until and warm < MAX_WARMUP_ROUNDS):
                 warm += 1
-                self._round(group, -warm, None)
+                self._round(group, -warm, None, warmup)
+            if self.cover_sizing is not None:
+                for c in group:
+                    run.cover_us[c.name] = self.cover_sizing.size(warmup.samples[c.name].enqueue_us)
             round_index = 0
             while True:
                 self._round(group, round_index, run)
@@ -266,21 +335,35 @@ class TimingLoop:
             run.rounds = max(run.rounds, round_index)
         return run
 
-    def _round(self, group: list[Contender], index: int, run: TimingRun | None) -> None:
+    def _round(self, group: list[Contender], index: int, run: TimingRun | None,
+               warmup: TimingRun | None = None) -> None:
         inputs = self.make_inputs(index)
         results: dict[str, tuple[list[Any], Any]] = {}
         for contender in group:
-            args = clone_tree(inputs)
-            self.flusher.flush()
-            measured = self.timer.measure(functools.partial(contender.forward, args))
+            cover_us = run.cover_us.get(contender.name) if run is not None else None
+            args, measured = self._measure(contender, inputs, cover_us)
             results[contender.name] = (args, measured.outputs)
-            if run is not None:
-                run.samples[contender.name].time_us.append(measured.time_us)
-                run.samples[contender.name].wall_us.append(measured.wall_us)
+            for into in (run, warmup):
+                if into is not None:
+                    into.samples[contender.name].time_us.append(measured.time_us)
+                    into.samples[contender.name].wall_us.append(measured.wall_us)
+                    into.samples[contender.name].enqueue_us.append(measured.enqueue_us)
         if run is not None:
             self.on_round(index, inputs, results)
         for _args, outputs in results.values():
             _poison_outputs(outputs, self.may_poison)
+
+    def _measure(self, contender: Contender, inputs: list[Any],
+                 cover_us: float | None) -> tuple[list[Any], Measurement]:
+        """One timed call of ``contender`` on its own copy of ``inputs`` (made as the timer says, then L2 flushed)."""
+        held: list[list[Any]] = []
+
+        def prepare() -> None:
+            held.append(clone_tree(inputs))
+            self.flusher.flush()
+
+        measured = self.timer.measure(lambda: contender.forward(held[0]), cover_us, prepare)
+        return held[0], measured
 
     def _stop_reason(self, group: list[Contender], run: TimingRun, deadline: float) -> str:
         samples = [run.samples[c.name].time_us for c in group]
