@@ -135,10 +135,11 @@ def _judging(protocol: Protocol, hardware: Hardware, reward: RewardConfig) -> st
     timer = {"cuda_events": "CUDA events around forward() with a device synchronize",
              "profiler": "the sum of the kernels' device time under the profiler"}[protocol.timing]
     if protocol.timing == "cuda_events" and protocol.launch_cover_max_us:
-        timer += (f" (the GPU is kept busy before the start event for as long as the host takes to launch "
-                  f"forward()'s work, {protocol.launch_cover_us:g}-{protocol.launch_cover_max_us:g} us, the same "
-                  f"for your code, eager and torch.compile: host launch overhead is not timed, device work and "
-                  f"every wait for the GPU inside forward() is)")
+        timer += (f" behind a launch cover: the GPU is kept busy before the start event, so launch latency is not "
+                  f"timed. Eager and torch.compile get a cover as long as their host code takes (up to "
+                  f"{protocol.launch_cover_max_us:g} us), so they are timed at their device work. Yours is "
+                  f"{protocol.launch_cover_us:g} us: host time in your forward() beyond that leaves the GPU idle "
+                  f"and is timed, so work done on the host, host waits and heavy Python count")
     elif protocol.timing == "cuda_events" and protocol.launch_cover_us:
         timer += (f" (the GPU is kept busy {protocol.launch_cover_us:g} us before the start event, so the host's "
                   f"latency in launching your first kernel is not timed; host work beyond that and every gap "

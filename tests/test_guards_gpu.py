@@ -31,6 +31,7 @@ pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = sorted((ROOT / "envs/bundled/solutions").glob("L*/*"))
 SWISH = ROOT / "envs/bundled/solutions/L1/01_Swish"
+HOST_COMPUTE = ROOT / "tests/timing_cases/host_compute"
 # Cached baselines that make any candidate look >10x faster than eager.
 FAST = KnownBaselines(eager=TimingStats(median_us=1e9, mean_us=1e9, runs=1),
                       compiled=TimingStats(median_us=1e9, mean_us=1e9, runs=1))
@@ -84,6 +85,19 @@ def test_bundled_solution_passes_every_guard_under_submit(build, tmp_path, monke
     print(f"{folder.name}: {result.candidate.median_us:.1f} us, {result.speedup_vs_eager:.2f}x eager, "
           f"{result.speedup_vs_compile:.2f}x compile, CI {result.candidate.ci95_halfwidth_pct:.2f}%")
     assert result.speedup_vs_eager > 1.05, "a bundled solution must earn tier 2 or 3"
+
+
+def test_work_moved_to_the_host_behind_the_launch_cover_is_timed(build, tmp_path, monkeypatch):
+    """Swish computed on the host while the cover spins: correct, and timed at its host work, so never faster."""
+    assert DEFAULT_PROTOCOL.launch_cover_us > 0
+    job = make_job(build, tmp_path, "bundled/L1/01_Swish", Solution.from_dir(HOST_COMPUTE, "extension"),
+                   HACK_PROTOCOL, EvalMode.PROFILE, KnownBaselines())
+    assert job.build.ok, job.build.log[-3000:]
+    result = judge(job, monkeypatch)
+    print(f"host compute: {result.status.value}, candidate {result.candidate.median_us:.0f} us, "
+          f"eager {result.eager.median_us:.0f} us")
+    assert result.status is EvalStatus.OK, result.message[:1500]
+    assert result.speedup_vs_eager < 1.0, result.message[:1500]
 
 
 # ----------------------------------------------------------------------------------------- statuses

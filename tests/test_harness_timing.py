@@ -105,30 +105,6 @@ def test_the_timer_reports_the_hosts_enqueue_time_and_takes_a_cover_length(gpu):
     assert m.time_us == pytest.approx(60.0, abs=0.1)  # a cover longer than the enqueue: device time only
 
 
-def test_behind_a_cover_the_inputs_are_written_after_the_spin_and_before_the_start_event(gpu):
-    order: list[str] = []
-
-    class Recording(FakeCover):
-        def launch(self, stream: object, cover_us: float | None = None) -> None:
-            order.append("cover")
-            super().launch(stream, cover_us)
-
-    def prepare() -> None:  # the input copy and the L2 flush: 30 us of GPU work
-        order.append("prepare")
-        gpu.launch(30.0)
-
-    m = CudaEventTimer(torch.device("cuda", 0), Recording(gpu, 100.0)).measure(
-        forward(gpu, host_us=20.0, kernel_us=60.0), prepare=prepare)
-    assert order == ["cover", "prepare"]
-    assert m.time_us == pytest.approx(60.0, abs=0.1) and m.wall_us == pytest.approx(60.0, abs=0.1)
-
-
-def test_without_a_cover_the_inputs_are_ready_before_the_host_clock_starts(gpu):
-    m = CudaEventTimer(torch.device("cuda", 0)).measure(forward(gpu, host_us=5.0, kernel_us=60.0),
-                                                        prepare=lambda: gpu.launch(30.0))
-    assert m.time_us == pytest.approx(65.0) and m.wall_us == pytest.approx(65.0)
-
-
 def test_cover_sizing_takes_a_high_quantile_of_warm_up_after_the_first_call():
     sizing = timing.CoverSizing(min_us=100.0, max_us=2000.0)
     assert sizing.size([]) == 100.0
@@ -139,31 +115,40 @@ def test_cover_sizing_takes_a_high_quantile_of_warm_up_after_the_first_call():
     assert sizing.size([300.0]) == 450.0  # one call: it is all there is
 
 
-def _loop(gpu: FakeGpu, contenders: dict[str, float], sizing: timing.CoverSizing | None) -> timing.TimingRun:
-    """A timing loop over contenders (name: host microseconds before their one 60 us kernel) on the fake GPU."""
+def _loop(gpu: FakeGpu, host: dict[str, float], sized: bool) -> timing.TimingRun:
+    """A timing loop over contenders (name: host microseconds before their one 60 us kernel) on the fake GPU;
+    every name but ``candidate`` is a baseline."""
     from cudagym.judge.harness.stats import StoppingRule
 
     def make(host_us: float) -> Callable[[list], str]:
         return lambda args: forward(gpu, host_us=host_us, kernel_us=60.0)()
 
     return timing.TimingLoop(
-        contenders=[timing.Contender(name, make(us)) for name, us in contenders.items()],
+        contenders=[timing.Contender(name, make(us), baseline=name != "candidate") for name, us in host.items()],
         make_inputs=lambda r: [], timer=CudaEventTimer(torch.device("cuda", 0), FakeCover(gpu, 100.0)),
         flusher=timing.L2Flusher(torch.device("cpu"), 0, False), rule=StoppingRule(5, 5, 0.0, "median"),
         warmup_runs=3, warmup_s=0.0, interleave=True, budget_s=60.0, may_poison=lambda t: False,
-        on_round=lambda *a: None, cover_sizing=sizing).run()
+        on_round=lambda *a: None, cover_sizing=timing.CoverSizing(100.0, 2000.0) if sized else None).run()
 
 
-def test_sized_covers_take_each_contenders_host_overhead_out_of_its_samples(gpu):
+def test_sized_covers_take_the_baselines_host_overhead_out_of_their_samples(gpu):
     host = {"candidate": 10.0, "eager": 40.0, "compiled": 300.0}  # torch.compile: ~100s of us of Python
-    fixed = _loop(gpu, host, None)
+    fixed = _loop(gpu, host, sized=False)
     assert fixed.cover_us == {}
     assert fixed.samples["compiled"].time_us == pytest.approx([260.0] * 5)  # 200 us of host time timed
-    sized = _loop(gpu, host, timing.CoverSizing(100.0, 2000.0))
-    assert sized.cover_us == pytest.approx({"candidate": 100.0, "eager": 100.0, "compiled": 450.0})
+    sized = _loop(gpu, host, sized=True)
+    assert sized.cover_us == pytest.approx({"eager": 100.0, "compiled": 450.0})  # the candidate's is not sized
     for name in host:
         assert sized.samples[name].time_us == pytest.approx([60.0] * 5), name
         assert sized.samples[name].enqueue_us == pytest.approx([host[name]] * 5), name
+
+
+@pytest.mark.parametrize("host_us, expected", [(50.0, 60.0), (150.0, 110.0), (1_000.0, 960.0)])
+def test_the_candidates_host_time_beyond_its_cover_is_timed(gpu, host_us, expected):
+    """A baseline's cover grows with its host time; the candidate's does not: work it does on the host counts."""
+    run = _loop(gpu, {"candidate": host_us, "eager": host_us}, sized=True)
+    assert run.samples["candidate"].time_us == pytest.approx([expected] * 5)
+    assert run.samples["eager"].time_us == pytest.approx([60.0] * 5)  # a baseline is timed at its device work
 
 
 def test_make_timer_passes_the_cover_to_the_event_timer_only(gpu):
@@ -250,16 +235,19 @@ def test_the_cover_lasts_as_long_as_asked_on_a_gpu():
     device = torch.device("cuda", 0)
     cover = LaunchCover(device, 100.0)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    lasted = []
-    for _ in range(5):
-        torch.cuda.synchronize()
-        start.record()
-        cover.launch(torch.cuda.current_stream())
-        end.record()
-        torch.cuda.synchronize()
-        lasted.append(start.elapsed_time(end) * 1000.0)
-    print(f"cover of 100 us: grid {cover.grid} x {cover.block}, {cover.cycles} cycles, lasted {lasted} us")
-    assert 80.0 <= sorted(lasted)[2] <= 130.0
+    for asked in (None, 500.0, 2000.0):  # its own length, then lengths a sized cover asks for
+        lasted = []
+        for _ in range(5):
+            torch.cuda.synchronize()
+            start.record()
+            cover.launch(torch.cuda.current_stream(), asked)
+            end.record()
+            torch.cuda.synchronize()
+            lasted.append(start.elapsed_time(end) * 1000.0)
+        want = asked or 100.0
+        print(f"cover of {want:g} us: grid {cover.grid} x {cover.block}, {cover.cycles_per_us:.0f} cycles/us, "
+              f"lasted {lasted} us")
+        assert 0.8 * want <= sorted(lasted)[2] <= 1.3 * want
 
 
 @pytest.mark.gpu

@@ -189,6 +189,7 @@ def _timing(ctx: EvalContext) -> None:
     contenders = [_candidate_contender(ctx)]
     if retime:
         contenders.extend(_baseline_contenders(ctx))
+    sized = ctx.cover is not None and protocol.launch_cover_max_us > 0
     loop = TimingLoop(
         contenders=contenders,
         make_inputs=lambda r: ctx.make_inputs(protocol.seed + TIMING_SEED_OFFSET + r),
@@ -201,13 +202,12 @@ def _timing(ctx: EvalContext) -> None:
         budget_s=_timing_budget_s(ctx),
         may_poison=ctx.may_poison,
         on_round=lambda r, inputs, results: _spot_check(ctx, r, inputs, results),
-        cover_sizing=CoverSizing(protocol.launch_cover_us, protocol.launch_cover_max_us)
-        if ctx.cover is not None and protocol.launch_cover_max_us > 0 else None,
+        cover_sizing=CoverSizing(protocol.launch_cover_us, protocol.launch_cover_max_us) if sized else None,
     )
     ctx.timing = loop.run()
-    if ctx.timing.cover_us:
-        ctx.note("launch cover sized to each one's host enqueue time: " + ", ".join(
-            f"{name} {us:.0f} us" for name, us in ctx.timing.cover_us.items()))
+    if sized:
+        covers = "".join(f", {name} {us:.0f} us" for name, us in ctx.timing.cover_us.items())
+        ctx.note(f"{COVER_NOTE}: candidate {protocol.launch_cover_us:g} us{covers}")
     ctx.timed = {name: summarize(s.time_us) for name, s in ctx.timing.samples.items()}
     if not retime:
         ctx.timed["eager"], ctx.timed["compiled"] = job.baselines.eager, job.baselines.compiled
@@ -224,6 +224,7 @@ def _timing(ctx: EvalContext) -> None:
 
 
 PAIRED_NOTE = "paired speedup vs eager"
+COVER_NOTE = "launch covers (baselines' sized to their host enqueue time)"
 
 
 def paired_speedup(samples: dict[str, Samples], baseline: str) -> tuple[float, int] | None:
@@ -244,7 +245,7 @@ def _candidate_contender(ctx: EvalContext) -> Contender:
 def _baseline_contenders(ctx: EvalContext) -> list[Contender]:
     ref = ctx.ref_model
     assert ref is not None
-    found = [Contender("eager", lambda args: ref(*args))]
+    found = [Contender("eager", lambda args: ref(*args), baseline=True)]
     compiled = torch.compile(ref)  # default mode; compiles on its first call, below
     try:
         with warnings.catch_warnings():  # fp32 baselines are the protocol's choice, not a missed speed-up
@@ -257,7 +258,7 @@ def _baseline_contenders(ctx: EvalContext) -> list[Contender]:
         ctx.note(f"torch.compile baseline failed, not timed: {ctx.compile_error}\n"
                  f"{traceback.format_exc()[-3000:]}")
         return found
-    found.append(Contender("compiled", lambda args: compiled(*args)))
+    found.append(Contender("compiled", lambda args: compiled(*args), baseline=True))
     return found
 
 

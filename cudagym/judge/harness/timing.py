@@ -5,8 +5,8 @@ One timed call, with CUDA events (the default protocol)::
     copy the round's inputs; flush L2   # a buffer twice the L2's size is overwritten: no call starts warm
     synchronize the device         # nothing queued earlier is counted
     host clock t0
-    [record covered; launch cover;  # launch_cover_us > 0 only: every SM busy while forward's kernels are
-     copy inputs; flush L2]         # launched; the copy and the flush move here, behind the cover
+    [record covered; launch cover]  # launch_cover_us > 0 only: every SM busy while forward's kernels are
+                                    # launched
     record start on the current stream
     outputs = forward(inputs)      # host clock around it: the enqueue time
     record end on the current stream; synchronize the DEVICE   # every stream: side-stream work included
@@ -17,12 +17,12 @@ The event time is the measurement. Without the cover (``launch_cover_us=0``, Ker
 event fires on an idle GPU the moment it is recorded, so the host's latency until the first kernel is launched
 (Python, the module call, argument checks: a few to tens of microseconds that vary with the host's load) is
 timed as GPU time; with it, the first kernel is already queued when the start event fires. With
-``launch_cover_max_us`` the cover is sized per contender (:class:`CoverSizing`) to outlast the host's whole
-enqueue, so host overhead (torch.compile's included) leaves the sample entirely. Behind a cover the call's
-inputs are written only after the spin, on the current stream: host work hidden by the cover cannot have
-read them (a copy-engine transfer on a side stream, which the spin does not hold back, reads the previous
-contents of recycled memory), so a forward that pulls its inputs to the host to compute there waits for
-the GPU inside the timed region. The host wall
+``launch_cover_max_us`` the baselines' covers are sized (:class:`CoverSizing`) to outlast their host's whole
+enqueue, so eager's and torch.compile's Python overhead leaves their samples: they are timed at their device
+work. The candidate's cover stays ``launch_cover_us``: host work of its own beyond that leaves the GPU idle
+inside the timed region and is timed. (A cover sized to the candidate would hide host work of the candidate's
+choosing: the inputs are readable during the spin, since a copy-engine transfer on a side stream is not held
+back by it, so the candidate could pull them to the host and compute there unseen.) The host wall
 time brackets the same region and includes work that escaped the current stream (a side stream the
 candidate did not join, a kernel launched late): the ``side_stream`` guard compares the two. The timer
 uses function references captured before any candidate code ran
@@ -38,6 +38,7 @@ results in recycled memory. Rounds continue until the stopping rule holds for ev
 from __future__ import annotations
 
 import abc
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -87,12 +88,8 @@ class Timer(abc.ABC):
         self.device = device
 
     @abc.abstractmethod
-    def measure(self, call: Callable[[], Any], cover_us: float | None = None,
-                prepare: Callable[[], None] | None = None) -> Measurement:
-        """Run ``prepare`` (untimed: the call's inputs and the L2 flush), then ``call`` once and time it.
-
-        ``cover_us`` is the launch cover's length, where the timer has one.
-        """
+    def measure(self, call: Callable[[], Any], cover_us: float | None = None) -> Measurement:
+        """Run ``call`` once and time it (``cover_us``: the launch cover's length, where the timer has one)."""
 
 
 class CudaEventTimer(Timer):
@@ -113,19 +110,14 @@ class CudaEventTimer(Timer):
         self._covered = PRISTINE.event(enable_timing=True)
         self.cover = cover
 
-    def measure(self, call: Callable[[], Any], cover_us: float | None = None,
-                prepare: Callable[[], None] | None = None) -> Measurement:
+    def measure(self, call: Callable[[], Any], cover_us: float | None = None) -> Measurement:
         """Time ``call`` with events; see the module docstring for the exact sequence."""
         stream = PRISTINE.current_stream(self.device)
-        if self.cover is None and prepare is not None:
-            prepare()
         PRISTINE.sync(self.device)
         t0 = PRISTINE.perf_counter()
         if self.cover is not None:
             PRISTINE.event_record(self._covered, stream)
             self.cover.launch(stream, cover_us)
-            if prepare is not None:  # behind the cover: the inputs hold this call's values only once it ends
-                prepare()
         PRISTINE.event_record(self._start, stream)
         c0 = PRISTINE.perf_counter()
         outputs = call()
@@ -146,13 +138,10 @@ class ProfilerTimer(Timer):
 
     name = "profiler"
 
-    def measure(self, call: Callable[[], Any], cover_us: float | None = None,
-                prepare: Callable[[], None] | None = None) -> Measurement:
+    def measure(self, call: Callable[[], Any], cover_us: float | None = None) -> Measurement:
         """Profile ``call`` alone and sum its device activity (no cover: host latency is not in the sum)."""
         from cudagym.judge.harness.profiling import device_activity_us, profiled
 
-        if prepare is not None:
-            prepare()
         PRISTINE.sync(self.device)
         t0 = PRISTINE.perf_counter()
         with profiled(self.device) as prof:
@@ -169,11 +158,8 @@ class HostTimer(Timer):
 
     name = "host"
 
-    def measure(self, call: Callable[[], Any], cover_us: float | None = None,
-                prepare: Callable[[], None] | None = None) -> Measurement:
+    def measure(self, call: Callable[[], Any], cover_us: float | None = None) -> Measurement:
         """Time ``call`` with the captured ``perf_counter``."""
-        if prepare is not None:
-            prepare()
         t0 = PRISTINE.perf_counter()
         outputs = call()
         elapsed = (PRISTINE.perf_counter() - t0) * 1e6
@@ -220,10 +206,14 @@ class L2Flusher:
 
 @dataclass(frozen=True)
 class Contender:
-    """One implementation being timed: ``candidate``, ``eager`` or ``compiled``."""
+    """One implementation being timed: ``candidate``, or a baseline (``eager``, ``compiled``).
+
+    Baselines are trusted code: their launch covers may be sized to hide all of their host overhead.
+    """
 
     name: str
     forward: Callable[[list[Any]], Any]
+    baseline: bool = False
 
 
 @dataclass
@@ -237,7 +227,14 @@ class Samples:
 
 @dataclass
 class TimingRun:
-    """Everything the loop measured (``cover_us``: each contender's launch cover, where they were sized)."""
+    """Everything the loop measured.
+
+    Attributes:
+        samples: Each contender's timed calls.
+        rounds: Timed rounds.
+        stop_reason: Why timing stopped.
+        cover_us: The baselines' sized launch covers.
+    """
 
     samples: dict[str, Samples]
     rounds: int = 0
@@ -293,7 +290,7 @@ class TimingLoop:
         budget_s: Stop timing after this many seconds of wall time, whatever the rule says.
         may_poison: Whether an output tensor may be overwritten after its round (not a model's weights).
         on_round: The spot-check hook.
-        cover_sizing: Size each contender's launch cover from its warm-up (the timer needs a cover); ``None``
+        cover_sizing: Size each baseline's launch cover from its warm-up (the timer needs a cover); ``None``
             keeps the cover's own length.
     """
 
@@ -323,7 +320,8 @@ class TimingLoop:
                 self._round(group, -warm, None, warmup)
             if self.cover_sizing is not None:
                 for c in group:
-                    run.cover_us[c.name] = self.cover_sizing.size(warmup.samples[c.name].enqueue_us)
+                    if c.baseline:
+                        run.cover_us[c.name] = self.cover_sizing.size(warmup.samples[c.name].enqueue_us)
             round_index = 0
             while True:
                 self._round(group, round_index, run)
@@ -340,8 +338,10 @@ class TimingLoop:
         inputs = self.make_inputs(index)
         results: dict[str, tuple[list[Any], Any]] = {}
         for contender in group:
+            args = clone_tree(inputs)
+            self.flusher.flush()
             cover_us = run.cover_us.get(contender.name) if run is not None else None
-            args, measured = self._measure(contender, inputs, cover_us)
+            measured = self.timer.measure(functools.partial(contender.forward, args), cover_us)
             results[contender.name] = (args, measured.outputs)
             for into in (run, warmup):
                 if into is not None:
@@ -352,18 +352,6 @@ class TimingLoop:
             self.on_round(index, inputs, results)
         for _args, outputs in results.values():
             _poison_outputs(outputs, self.may_poison)
-
-    def _measure(self, contender: Contender, inputs: list[Any],
-                 cover_us: float | None) -> tuple[list[Any], Measurement]:
-        """One timed call of ``contender`` on its own copy of ``inputs`` (made as the timer says, then L2 flushed)."""
-        held: list[list[Any]] = []
-
-        def prepare() -> None:
-            held.append(clone_tree(inputs))
-            self.flusher.flush()
-
-        measured = self.timer.measure(lambda: contender.forward(held[0]), cover_us, prepare)
-        return held[0], measured
 
     def _stop_reason(self, group: list[Contender], run: TimingRun, deadline: float) -> str:
         samples = [run.samples[c.name].time_us for c in group]
