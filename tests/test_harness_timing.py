@@ -247,7 +247,9 @@ def test_the_cover_lasts_as_long_as_asked_on_a_gpu():
         want = asked or 100.0
         print(f"cover of {want:g} us: grid {cover.grid} x {cover.block}, {cover.cycles_per_us:.0f} cycles/us, "
               f"lasted {lasted} us")
-        assert 0.8 * want <= sorted(lasted)[2] <= 1.3 * want
+        # at least about as long as asked (shorter would time launch latency again); longer only costs GPU time
+        # (the SM clock can sit below the calibration's between launches: 100 us lasted 137 us on an H200)
+        assert 0.8 * want <= sorted(lasted)[2] <= 1.5 * want + 20.0
 
 
 @pytest.mark.gpu
