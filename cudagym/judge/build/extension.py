@@ -97,14 +97,11 @@ def build_extension(task: Task, solution: Solution, protocol: Protocol, cache: B
     # the judge's own units (torch PCH, binding module) are built once per toolchain, on their own clock
     infra = Deadline(max(limits.timeout_s, INFRA_TIMEOUT_S))
     tc = make_toolchain(cache, cuda_tools(), torch_tools(), target_arch())
-    with cache.staging() as stage, ThreadPoolExecutor(max_workers=2) as pool:
+    with cache.staging() as stage, ThreadPoolExecutor(max_workers=1) as pool:
         stage_solution(solution, stage, patterns=(*SOURCES, *HEADERS))
         paths = PathMap(prefixes=(str(stage),))
-        # phase 1: the .cu files while the torch PCH and the protected binding module are looked up (or built,
-        # side by side, once per toolchain)
+        # phase 1: the .cu files while the torch PCH is looked up (or built, once)
         pch_future = pool.submit(ensure_pch, tc, cache, stage / "pch", infra, limits)
-        binding_future = pool.submit(compile_unit, binding_unit(tc, stage / "protected"), cache=cache,
-                                     cwd=stage, deadline=infra, limits=limits)
         cu_units = [_cu_unit(tc, rel, text, files) for rel, text in select(files, "kernels/*.cu").items()]
         cu_results = compile_units(cu_units, cache=cache, cwd=stage, deadline=deadline, limits=limits)
         waited = time.monotonic()
@@ -112,7 +109,9 @@ def build_extension(task: Task, solution: Solution, protocol: Protocol, cache: B
         deadline.extend(time.monotonic() - waited)
         if pch is None:
             return infra_failure(pch_future.result(), "extension")
-        # phase 2: host files against the precompiled torch headers
+        # phase 2: host files against the precompiled torch headers, and the protected binding module
+        binding_future = pool.submit(compile_unit, binding_unit(tc, pch, stage / "protected"), cache=cache,
+                                     cwd=stage, deadline=infra, limits=limits)
         cpp_units = [_cpp_unit(tc, rel, text, files, pch) for rel, text in select(files, "kernels/*.cpp").items()]
         cpp_results = compile_units(cpp_units, cache=cache, cwd=stage, deadline=deadline, limits=limits)
         binding = binding_future.result()

@@ -151,18 +151,15 @@ def pch_flags(pch_header: Path | None) -> tuple[str, ...]:
     return ("-include", str(pch_header), "-Winvalid-pch") if pch_header else ()
 
 
-def binding_unit(tc: ExtToolchain, scratch: Path) -> CompileUnit:
-    """The package's protected ``binding.cpp`` (the pybind11 module), compiled once per toolchain.
-
-    It does not use the torch PCH, so a cold toolchain compiles it while the PCH is being built.
-    """
+def binding_unit(tc: ExtToolchain, pch: Path | None, scratch: Path) -> CompileUnit:
+    """The package's protected ``binding.cpp`` (the pybind11 module), compiled once per toolchain."""
     templates = get_format("extension").template_files()
     for rel, text in templates.items():
         write_atomic(scratch / rel, text.encode())
     flags = (*tc.host_flags(), f"-DTORCH_EXTENSION_NAME={BINDING_IMPL}")
-    key = content_key("binding-obj", tc.fingerprint(), flags, tc.key_includes(), templates, False)
+    key = content_key("binding-obj", tc.fingerprint(), flags, tc.key_includes(), templates, bool(pch))
     return CompileUnit(source="binding.cpp", kind="obj", key=key, tool="c++", artifact="binding.o", trusted=True,
-                       argv=(tc.tools.cxx, *flags, f"-I{scratch}", *tc.host_includes(),
+                       argv=(tc.tools.cxx, *flags, *pch_flags(pch), f"-I{scratch}", *tc.host_includes(),
                              "-c", str(scratch / "binding.cpp"), "-o", OUT_TOKEN))
 
 
