@@ -10,6 +10,9 @@ start: work a candidate queues on a side stream waits for the cover like its cur
 inside the timed region or after it, where the ``side_stream`` guard sees it. Copy-engine transfers
 (``cudaMemcpyAsync`` on another stream) are not held back.
 
+Its length is the protocol's ``launch_cover_us``, or for a baseline under ``launch_cover_max_us`` a length
+sized to that baseline's host time (:class:`~cudagym.judge.harness.timing.CoverSizing`), passed per launch.
+
 The kernel is hand-written PTX (``cover_spin.ptx``, loaded through :mod:`cudagym.runtime`): the driver
 compiles it, so no compiler is needed on the GPU worker.
 """
