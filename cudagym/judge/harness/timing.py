@@ -244,15 +244,15 @@ class TimingRun:
 
 @dataclass(frozen=True)
 class CoverSizing:
-    """How long each contender's launch cover lasts.
+    """How long a baseline's launch cover lasts.
 
     ``factor`` times the ``quantile`` of its host enqueue time over the warm-up calls after the first (which
     compiles, loads and autotunes), within [``min_us``, ``max_us``].
 
     A cover as long as the host takes to queue the whole forward means the GPU never waits for the host inside
     the timed region: the events then time the forward's device work and the gaps its own dependencies leave,
-    for candidate, eager and torch.compile alike, whatever their Python overhead (torch.compile's default mode
-    spends about 100 us of host time per call, more than many kernels take).
+    whatever its Python overhead (torch.compile's default mode spends 100-300 us of host time per call, more
+    than many kernels take). Only baselines get one: see the module docstring.
     """
 
     min_us: float
