@@ -1,15 +1,16 @@
 """Build-stage latency: the edit-compile loop of an episode.
 
 Targets (issue 4, on the H200 host): raw compile feedback p50 <= 0.3 s and >= 100x faster than
-``load_inline`` of the same kernel; extension rebuild after editing one ``.cu`` p50 <= 2 s; a new
-solution's cold build <= 30 s. Run::
+``load_inline`` of the same kernel; extension rebuild after editing one ``.cu`` p50 <= 2 s; the first
+build on a fresh host (empty cache) <= 30 s. Run::
 
     pytest benchmarks/bench_build.py --benchmark-only --benchmark-columns=min,median,max,rounds
 
 Every round builds a source no cache has seen (a round counter is written into a comment), so a round
 measures a real compile, never a cache hit. The judge's once-per-toolchain work (torch PCH, binding
 module) is warmed first (``CUDAGYM_BENCH_CACHE=DIR`` reuses a cache where it is already built); set
-``CUDAGYM_BENCH_COLD_TOOLCHAIN=1`` to also time it from an empty cache.
+``CUDAGYM_BENCH_COLD_TOOLCHAIN=1`` to also time the first build from an empty cache (it returns before
+the torch PCH it starts in the background is done; ``extra_info`` records when that finished).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from cudagym.judge.build import BuildCache, build, nvrtc
+from cudagym.judge.build.torch_ext import wait_for_pch
 from cudagym.judge.protocol import DEFAULT_PROTOCOL
 from cudagym.solution import Solution, get_format
 from cudagym.templates import example_task
@@ -71,6 +73,7 @@ def warm_extension(cache: BuildCache) -> float:
     start = time.monotonic()
     result = build(TASK, Solution("extension", EXT), PROTOCOL, cache)
     assert result.ok, result.message + result.log[-2000:]
+    assert wait_for_pch(cache).ok  # "PCH warm" below means built, not being built
     return time.monotonic() - start
 
 
@@ -96,12 +99,29 @@ def test_extension_new_solution_cold_build(benchmark, cache: BuildCache, warm_ex
 
 @pytest.mark.skipif(os.environ.get("CUDAGYM_BENCH_COLD_TOOLCHAIN") != "1", reason="set CUDAGYM_BENCH_COLD_TOOLCHAIN=1")
 def test_extension_cold_toolchain(benchmark, tmp_path: Path) -> None:
-    """Everything from an empty cache: torch PCH + binding module + the solution (once per host)."""
-    def cold() -> None:
-        result = build(TASK, Solution("extension", EXT), PROTOCOL, BuildCache(tmp_path / f"c{next(COUNTER)}"))
-        assert result.ok, result.message
+    """The first build from an empty cache (once per host): binding module and solution, the torch PCH beside."""
+    caches: list[BuildCache] = []
+    pch_after_s: list[float] = []
 
-    benchmark.pedantic(cold, rounds=1, iterations=1)
+    def settle_then_empty_cache() -> tuple[tuple[BuildCache], dict[str, object]]:
+        # the previous round's background PCH finishes first, so it does not share this round's cores
+        if caches:
+            done = time.monotonic()
+            assert wait_for_pch(caches[-1]).ok
+            pch_after_s.append(round(time.monotonic() - done, 2))
+        caches.append(BuildCache(tmp_path / f"c{next(COUNTER)}"))
+        return (caches[-1],), {}
+
+    def cold(empty: BuildCache) -> None:
+        result = build(TASK, Solution("extension", EXT), PROTOCOL, empty)
+        assert result.ok and "objects: 3 compiled, 0 cached" in result.message, result.message
+
+    benchmark.pedantic(cold, setup=settle_then_empty_cache, rounds=3, iterations=1)
+    start = time.monotonic()
+    assert wait_for_pch(caches[-1]).ok
+    pch_after_s.append(round(time.monotonic() - start, 2))
+    # seconds the torch PCH was still building after each round's build had returned
+    benchmark.extra_info["torch_pch_busy_s_after_build"] = pch_after_s
 
 
 def test_load_inline_same_kernel_for_the_ratio(benchmark, cache: BuildCache) -> None:

@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from cudagym.judge.build import BuildCache, build
+from cudagym.judge.build import BuildCache, build, torch_ext
+from cudagym.judge.build import extension as extension_builder
 from cudagym.judge.build.extension import load_extension
+from cudagym.judge.build.toolchain import cuda_tools, target_arch, torch_tools
 from cudagym.judge.protocol import DEFAULT_PROTOCOL
 from cudagym.judge.records import BuildResult, BuildStatus, Severity, from_dict, to_dict
 from cudagym.solution import Solution, get_format
@@ -72,6 +74,10 @@ def example_build(cache: BuildCache) -> BuildResult:
                  cache)
 
 
+def toolchain(cache: BuildCache) -> torch_ext.ExtToolchain:
+    return torch_ext.make_toolchain(cache, cuda_tools(), torch_tools(), target_arch())
+
+
 def ext(**files: str) -> Solution:
     return Solution("extension", {"model_new.py": EXAMPLE["model_new.py"], **files})
 
@@ -119,6 +125,38 @@ def test_editing_one_cu_recompiles_one_object(example_build: BuildResult, cache:
     assert "objects: 1 compiled, 3 cached" in second.message  # scale.cu; relu.cu, relu_binding.cpp, binding.cpp
     assert cache.stats("obj").misses == 1
     assert second.artifact_path != first.artifact_path and Path(second.artifact_path).is_file()
+
+
+def test_without_a_pch_a_build_parses_torch_itself_and_starts_the_pch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[BuildCache] = []
+    monkeypatch.setattr(torch_ext, "pch_in_background", lambda tc, cache: started.append(cache))
+    empty = BuildCache(tmp_path / "empty")
+    prelude = torch_ext.torch_prelude(toolchain(empty), empty, tmp_path / "scratch")
+    assert not prelude.precompiled and started == [empty]
+    assert prelude.header.read_text() == torch_ext.PCH_TEXT and not prelude.header.with_suffix(".h.gch").exists()
+    assert prelude.flags() == ("-include", str(prelude.header))
+
+
+def test_objects_compiled_before_the_pch_are_reused_after_it(
+        example_build: BuildResult, cache: BuildCache, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert torch_ext.wait_for_pch(cache).ok
+    warm = torch_ext.torch_prelude(toolchain(cache), cache, tmp_path / "scratch")
+    assert warm.precompiled and "-Winvalid-pch" in warm.flags()
+    binding = EXAMPLE["kernels/relu_binding.cpp"] + "\n// compiled while the PCH was still being built\n"
+    files = {**EXAMPLE, "kernels/relu_binding.cpp": binding}
+
+    def still_building(tc: torch_ext.ExtToolchain, cache: BuildCache, scratch: Path) -> torch_ext.Prelude:
+        scratch.mkdir(parents=True)
+        (scratch / torch_ext.PCH_HEADER).write_text(torch_ext.PCH_TEXT)
+        return torch_ext.Prelude(scratch / torch_ext.PCH_HEADER, precompiled=False)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(extension_builder, "torch_prelude", still_building)
+        cold = build(TASK, Solution("extension", files), DEFAULT_PROTOCOL, cache)
+    assert cold.ok and "objects: 1 compiled, 2 cached" in cold.message, cold.message + cold.log[-2000:]
+    again = build(TASK, Solution("extension", files), DEFAULT_PROTOCOL, cache)
+    assert again.cached and again.artifact_path == cold.artifact_path
 
 
 def test_header_edit_recompiles_every_object(example_build: BuildResult, cache: BuildCache) -> None:

@@ -91,17 +91,26 @@ def build(
 def warm_up(
     cache: BuildCache | None = None, formats: tuple[str, ...] = ("extension", "raw"),
 ) -> dict[str, BuildResult]:
-    """Build each format's worked example (call at worker start).
+    """Build each format's worked example and the torch PCH (call at worker start).
 
     The once-per-toolchain work (the torch PCH, the protected binding module, tool discovery) is then
-    done before the first agent's build.
+    done before the first agent's build, which a build alone does not promise: it leaves the PCH to a
+    background thread.
     """
+    from cudagym.judge.build.torch_ext import wait_for_pch
     from cudagym.solution import get_format
     from cudagym.templates import example_task
 
+    cache = cache or default_cache()
     task = example_task()
     protocol = get_protocol(None).with_changes(id="cudagym-warm-up", build_timeout_s=3600)
-    return {fmt: build(task, Solution(fmt, get_format(fmt).example_files()), protocol, cache) for fmt in formats}
+    results = {fmt: build(task, Solution(fmt, get_format(fmt).example_files()), protocol, cache) for fmt in formats}
+    if any(fmt in ("extension", "inline") for fmt in formats):
+        try:
+            wait_for_pch(cache)
+        except BuildToolError as exc:  # no toolchain: the example builds above already say so
+            logger.warning("torch PCH not built: %s", exc)
+    return results
 
 
 def _with_wall_time(result: BuildResult, wall_s: float) -> BuildResult:

@@ -8,12 +8,12 @@ Layout (see :mod:`cudagym.solution`)::
     kernels/*.cuh, *.h        headers (part of every object's cache key)
     binding.cpp, binding_registry.h   protected: the judge compiles its own copies
 
-Compile commands (``.cu`` by nvcc for the target arch only; ``.cpp`` by the host compiler with torch's
-headers precompiled)::
+Compile commands (``.cu`` by nvcc for the target arch only; ``.cpp`` by the host compiler with
+``<torch/extension.h>`` force-included, precompiled once it is built: see :func:`torch_prelude`)::
 
     nvcc -O3 -std=c++17 -Xptxas -v -Xcompiler -fPIC -lineinfo -arch=sm_90 -ccbin c++ -Ikernels -I. -c kernels/relu.cu
     c++ -std=<torch's> -O1 -fPIC -fvisibility=hidden -D_GLIBCXX_USE_CXX11_ABI=<torch's>
-        -DTORCH_API_INCLUDE_EXTENSION_H -DTORCH_EXTENSION_NAME=cuda_extension -include <pch>/torch_ext.h
+        -DTORCH_API_INCLUDE_EXTENSION_H -DTORCH_EXTENSION_NAME=cuda_extension -include <prelude>/torch_ext.h
         -I. -Ikernels -I<torch> -I<python> -I<cuda> -c kernels/relu_binding.cpp
 
 The agent's ``.cpp`` files see ``TORCH_EXTENSION_NAME=cuda_extension`` (a fixed name keeps their objects
@@ -28,7 +28,6 @@ torch, CUDA and arch it was built for.
 from __future__ import annotations
 
 import json
-import time
 import types
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -42,16 +41,16 @@ from cudagym.judge.build.torch_ext import (
     BINDING_IMPL,
     INFRA_TIMEOUT_S,
     MANIFEST,
+    PCH_TEXT,
     ExtToolchain,
     LinkResult,
+    Prelude,
     binding_unit,
-    ensure_pch,
     infra_failure,
     link_extension,
     load_torch_module,
     make_toolchain,
-    pch_flags,
-    pch_header,
+    torch_prelude,
 )
 from cudagym.judge.build.units import OUT_TOKEN, CompileUnit, UnitResult, compile_unit, compile_units, failure
 from cudagym.judge.protocol import Protocol
@@ -94,30 +93,27 @@ def build_extension(task: Task, solution: Solution, protocol: Protocol, cache: B
         return BuildResult(BuildStatus.INVALID, "extension", message=problem)
     limits = BuildLimits.from_protocol(protocol)
     deadline = Deadline(limits.timeout_s)
-    # the judge's own units (torch PCH, binding module) are built once per toolchain, on their own clock
+    # the judge's protected binding module is built once per toolchain, on its own clock
     infra = Deadline(max(limits.timeout_s, INFRA_TIMEOUT_S))
     tc = make_toolchain(cache, cuda_tools(), torch_tools(), target_arch())
     with cache.staging() as stage, ThreadPoolExecutor(max_workers=1) as pool:
         stage_solution(solution, stage, patterns=(*SOURCES, *HEADERS))
         paths = PathMap(prefixes=(str(stage),))
-        # phase 1: the .cu files while the torch PCH is looked up (or built, once)
-        pch_future = pool.submit(ensure_pch, tc, cache, stage / "pch", infra, limits)
+        # every unit at once: the protected module init needs no torch headers, and the solution's host
+        # files use the torch PCH if it is built, else parse torch themselves while it builds elsewhere
+        prelude = torch_prelude(tc, cache, stage / "prelude")
+        binding_future = pool.submit(compile_unit, binding_unit(tc, stage / "protected"), cache=cache, cwd=stage,
+                                     deadline=infra, limits=limits)
         cu_units = [_cu_unit(tc, rel, text, files) for rel, text in select(files, "kernels/*.cu").items()]
-        cu_results = compile_units(cu_units, cache=cache, cwd=stage, deadline=deadline, limits=limits)
-        waited = time.monotonic()
-        pch = pch_header(pch_future.result())
-        deadline.extend(time.monotonic() - waited)
-        if pch is None:
-            return infra_failure(pch_future.result(), "extension")
-        # phase 2: host files against the precompiled torch headers, and the protected binding module
-        binding_future = pool.submit(compile_unit, binding_unit(tc, pch, stage / "protected"), cache=cache,
-                                     cwd=stage, deadline=infra, limits=limits)
-        cpp_units = [_cpp_unit(tc, rel, text, files, pch) for rel, text in select(files, "kernels/*.cpp").items()]
-        cpp_results = compile_units(cpp_units, cache=cache, cwd=stage, deadline=deadline, limits=limits)
+        cpp_units = [_cpp_unit(tc, rel, text, files, prelude)
+                     for rel, text in select(files, "kernels/*.cpp").items()]
+        unit_results = compile_units([*cu_units, *cpp_units], cache=cache, cwd=stage, deadline=deadline,
+                                     limits=limits)
+        cu_results = unit_results[: len(cu_units)]
         binding = binding_future.result()
         if not binding.ok:
             return infra_failure(binding, "extension")
-        results = [*cu_results, *cpp_results, binding]
+        results = [*unit_results, binding]
         log = paths.scrub("".join(r.output for r in results))
     diagnostics = tuple(d for r in results for d in parse_diagnostics(r.output, tool=r.unit.tool, paths=paths))
     kernels = tuple(k for r in cu_results for k in parse_ptxas_resources(r.output, cxxfilt=tc.tools.cxxfilt))
@@ -160,12 +156,13 @@ def _cu_unit(tc: ExtToolchain, rel: str, text: str, files: dict[str, str]) -> Co
                        argv=(tc.tools.nvcc, *flags, "-c", rel, "-o", OUT_TOKEN))
 
 
-def _cpp_unit(tc: ExtToolchain, rel: str, text: str, files: dict[str, str], pch: Path | None) -> CompileUnit:
+def _cpp_unit(tc: ExtToolchain, rel: str, text: str, files: dict[str, str], prelude: Prelude) -> CompileUnit:
     flags = (*tc.host_flags(), f"-DTORCH_EXTENSION_NAME={AGENT_MODULE}")
     protected = {**select(files, *HEADERS), "<protected>": _protected_text()}
-    key = content_key("ext-cpp", tc.fingerprint(), flags, tc.key_includes(), rel, text, protected, bool(pch))
+    # the prelude's text, not whether it was precompiled: the object is the same either way
+    key = content_key("ext-cpp", tc.fingerprint(), flags, tc.key_includes(), rel, text, protected, PCH_TEXT)
     return CompileUnit(source=rel, kind="obj", key=key, tool="c++", artifact=Path(rel).stem + ".o",
-                       argv=(tc.tools.cxx, *flags, *pch_flags(pch), "-I.", "-Ikernels", *tc.host_includes(),
+                       argv=(tc.tools.cxx, *flags, *prelude.flags(), "-I.", "-Ikernels", *tc.host_includes(),
                              "-c", rel, "-o", OUT_TOKEN))
 
 

@@ -11,7 +11,7 @@ Build (CPU worker):
    + ``cpp_sources`` + a ``PYBIND11_MODULE`` with one ``m.def`` per entry of ``functions``; ``cuda.cu``
    = torch/cuda headers + ``cuda_sources``.
 3. Compile and link them with the extension pipeline (:mod:`cudagym.judge.build.torch_ext`): target arch
-   only, torch headers precompiled, objects cached by content. Compiler messages are mapped back to
+   only, torch headers precompiled (once built), objects cached by content. Compiler messages are mapped back to
    model_new.py lines when a source string appears verbatim in it.
 
 Load (GPU worker): :func:`install_inline_loader` replaces ``load_inline`` with a function that returns
@@ -31,7 +31,6 @@ import inspect
 import json
 import os
 import sys
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -43,15 +42,13 @@ from cudagym.judge.build.extension import link_result
 from cudagym.judge.build.process import BuildLimits, Deadline, RunOutcome, ToolRun, run_sandboxed_tool
 from cudagym.judge.build.toolchain import TORCH_NVCC_DEFINES, cuda_tools, target_arch, torch_tools
 from cudagym.judge.build.torch_ext import (
-    INFRA_TIMEOUT_S,
+    PCH_TEXT,
     ExtToolchain,
-    ensure_pch,
-    infra_failure,
+    Prelude,
     link_extension,
     load_torch_module,
     make_toolchain,
-    pch_flags,
-    pch_header,
+    torch_prelude,
 )
 from cudagym.judge.build.units import OUT_TOKEN, CompileUnit, UnitResult, compile_unit, compile_units, failure
 from cudagym.judge.protocol import Protocol
@@ -120,14 +117,9 @@ def build_inline(task: Task, solution: Solution, protocol: Protocol, cache: Buil
     log = ""
     with cache.staging() as stage:
         paths = PathMap(prefixes=(str(stage),))
-        waited = time.monotonic()
-        pch_unit = ensure_pch(tc, cache, stage / "pch", Deadline(max(limits.timeout_s, INFRA_TIMEOUT_S)), limits)
-        deadline.extend(time.monotonic() - waited)
-        pch = pch_header(pch_unit)
-        if pch is None:
-            return infra_failure(pch_unit, "inline")
+        prelude = torch_prelude(tc, cache, stage / "prelude")
         for index, call in enumerate(calls):
-            units, generated = _call_units(tc, call, index, source, stage, pch)
+            units, generated = _call_units(tc, call, index, source, stage, prelude)
             paths = PathMap(prefixes=paths.prefixes, generated={**paths.generated, **generated})
             done = compile_units(units, cache=cache, cwd=stage, deadline=deadline, limits=limits)
             results += done
@@ -201,7 +193,7 @@ def _run_recorder(unit: CompileUnit, out: Path, cwd: Path, deadline: Deadline, l
 
 
 def _call_units(tc: ExtToolchain, call: dict[str, Any], index: int, model_src: str, stage: Path,
-                pch: Path | None) -> tuple[list[CompileUnit], dict[str, tuple[Segment, ...]]]:
+                prelude: Prelude) -> tuple[list[CompileUnit], dict[str, tuple[Segment, ...]]]:
     folder = f"inline/{index}_{call['name']}"
     (stage / folder).mkdir(parents=True, exist_ok=True)
     generated: dict[str, tuple[Segment, ...]] = {}
@@ -212,12 +204,14 @@ def _call_units(tc: ExtToolchain, call: dict[str, Any], index: int, model_src: s
     includes = tuple(f"-I{p}" for p in call["extra_include_paths"])
     user_c = tuple(call["extra_cflags"])  # after the judge's flags: a user -std= or -O wins, as in g++
     flags = (*tc.host_flags(user_c), f"-DTORCH_EXTENSION_NAME={INLINE_IMPL}")
-    use_pch = pch if not user_c and not call["no_implicit_headers"] else None
+    # torch's headers come first anyway unless the call opted out of them or changed the flags a PCH needs
+    prelude_flags = prelude.flags() if not user_c and not call["no_implicit_headers"] else ()
     rel = f"{folder}/main.cpp"
     text = (stage / rel).read_text()
-    key = content_key("inl-cpp", tc.fingerprint(), flags, includes, tc.key_includes(), text, bool(use_pch))
+    key = content_key("inl-cpp", tc.fingerprint(), flags, includes, tc.key_includes(), text,
+                      PCH_TEXT if prelude_flags else "")
     units = [CompileUnit(source=rel, kind="obj", key=key, tool="c++", artifact="main.o",
-                         argv=(tc.tools.cxx, *flags, *pch_flags(use_pch), *includes, *tc.host_includes(),
+                         argv=(tc.tools.cxx, *flags, *prelude_flags, *includes, *tc.host_includes(),
                                "-c", rel, "-o", OUT_TOKEN))]
     if call["cuda_sources"]:
         cu_parts = ([] if call["no_implicit_headers"] else

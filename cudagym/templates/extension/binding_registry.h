@@ -5,7 +5,11 @@
 // operator never touches a shared file.
 #pragma once
 
+#ifdef CUDAGYM_REGISTRY_ONLY
+#include <pybind11/pybind11.h>  // binding.cpp: the module init uses no torch type
+#else
 #include <torch/extension.h>
+#endif
 
 #include <functional>
 #include <string>
