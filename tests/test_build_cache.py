@@ -173,3 +173,46 @@ def test_extension_keys_do_not_depend_on_where_the_cache_lives() -> None:
     there = ExtToolchain(tools, torch_, "sm_90", compat_include="/cache-b/build/compat/ab/abc", compat_key="abc")
     assert "-I/cache-a/build/compat/ab/abc" in here.host_includes()
     assert here.key_includes() == there.key_includes() and here.fingerprint() == there.fingerprint()
+
+
+def _fake_toolchain(arch: str = "sm_90"):
+    from cudagym.judge.build.toolchain import CudaTools, TorchTools
+    from cudagym.judge.build.torch_ext import ExtToolchain
+
+    tools = CudaTools("/cuda/bin/nvcc", "/cuda", "13.0.88", "/usr/bin/c++", "g++ 12", "")
+    return ExtToolchain(tools, TorchTools("2.13.0", ("/t/include",), "/t/lib", "/py/include", True, "c++20", ()),
+                        arch)
+
+
+def test_the_background_pch_is_built_once_and_again_only_when_worth_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cudagym.judge.build import torch_ext
+    from cudagym.judge.build.units import CompileUnit, UnitResult
+
+    release = threading.Event()
+    outcomes: list[object] = []  # what each build_pch call ends with, in order
+    calls: list[str] = []
+
+    def fake_build_pch(tc, cache):
+        calls.append(tc.arch)
+        release.wait(10)
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        unit = CompileUnit("<pch>", "pch", "k", (), "c++", "torch_ext.h.gch")
+        return UnitResult(unit, RunOutcome.EXITED, 0 if outcome else 1, "", tmp_path if outcome else None, False)
+
+    monkeypatch.setattr(torch_ext, "build_pch", fake_build_pch)
+    cache, tc = BuildCache(tmp_path / "c"), _fake_toolchain("sm_42")  # an arch no other test's slot uses
+    outcomes += [True, OSError("cache removed"), False, True]
+    first = torch_ext.pch_in_background(tc, cache)
+    assert torch_ext.pch_in_background(tc, cache) is first  # still building: the same job
+    release.set()
+    assert first.result(5).ok and calls == ["sm_42"]
+    # built, then asked for again (pruned since): another job
+    second = torch_ext.pch_in_background(tc, cache)
+    assert second is not first and isinstance(second.exception(5), OSError)
+    third = torch_ext.pch_in_background(tc, cache)  # an exception is worth another try
+    assert third is not second and not third.result(5).ok
+    assert torch_ext.pch_in_background(tc, cache) is third  # the compiler failed: it would fail again
+    assert len(calls) == 3 and outcomes == [True]

@@ -175,8 +175,9 @@ def pch_in_background(tc: ExtToolchain, cache: BuildCache) -> Future[UnitResult]
     slot = (str(cache.root), pch_key(tc))
     with _pending_lock:
         future = _pending.get(slot)
-        # a PCH built earlier and asked for again was pruned from the cache since; a failed one is not retried
-        if future is None or (future.done() and future.exception() is None and future.result().ok):
+        # asked for again after it was built: pruned from the cache since; after an exception (the cache
+        # directory removed under it): worth another try; after the compiler failed: it would fail again
+        if future is None or (future.done() and (future.exception() is not None or future.result().ok)):
             future = _pending[slot] = _background.submit(build_pch, tc, cache)
         return future
 
