@@ -224,6 +224,12 @@ class Samples:
     wall_us: list[float] = field(default_factory=list)
     enqueue_us: list[float] = field(default_factory=list)
 
+    def add(self, measured: Measurement) -> None:
+        """Record one timed call."""
+        self.time_us.append(measured.time_us)
+        self.wall_us.append(measured.wall_us)
+        self.enqueue_us.append(measured.enqueue_us)
+
 
 @dataclass
 class TimingRun:
@@ -317,14 +323,14 @@ class TimingLoop:
             warm, warm_until = 0, time.monotonic() + self.warmup_s
             while warm < self.warmup_runs or (time.monotonic() < warm_until and warm < MAX_WARMUP_ROUNDS):
                 warm += 1
-                self._round(group, -warm, None, warmup)
+                self._round(group, -warm, warmup, timed=False)
             if self.cover_sizing is not None:
                 for c in group:
                     if c.baseline:
                         run.cover_us[c.name] = self.cover_sizing.size(warmup.samples[c.name].enqueue_us)
             round_index = 0
             while True:
-                self._round(group, round_index, run)
+                self._round(group, round_index, run, timed=True)
                 round_index += 1
                 reason = self._stop_reason(group, run, deadline)
                 if reason:
@@ -333,22 +339,17 @@ class TimingLoop:
             run.rounds = max(run.rounds, round_index)
         return run
 
-    def _round(self, group: list[Contender], index: int, run: TimingRun | None,
-               warmup: TimingRun | None = None) -> None:
+    def _round(self, group: list[Contender], index: int, into: TimingRun, *, timed: bool) -> None:
+        """One call per contender on one input set, recorded in ``into`` (a warm-up's run has no sized covers)."""
         inputs = self.make_inputs(index)
         results: dict[str, tuple[list[Any], Any]] = {}
         for contender in group:
             args = clone_tree(inputs)
             self.flusher.flush()
-            cover_us = run.cover_us.get(contender.name) if run is not None else None
-            measured = self.timer.measure(functools.partial(contender.forward, args), cover_us)
+            measured = self.timer.measure(functools.partial(contender.forward, args), into.cover_us.get(contender.name))
             results[contender.name] = (args, measured.outputs)
-            for into in (run, warmup):
-                if into is not None:
-                    into.samples[contender.name].time_us.append(measured.time_us)
-                    into.samples[contender.name].wall_us.append(measured.wall_us)
-                    into.samples[contender.name].enqueue_us.append(measured.enqueue_us)
-        if run is not None:
+            into.samples[contender.name].add(measured)
+        if timed:
             self.on_round(index, inputs, results)
         for _args, outputs in results.values():
             _poison_outputs(outputs, self.may_poison)
