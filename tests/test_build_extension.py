@@ -19,7 +19,6 @@ import torch
 from cudagym.judge.build import BuildCache, build, torch_ext
 from cudagym.judge.build import extension as extension_builder
 from cudagym.judge.build.extension import load_extension
-from cudagym.judge.build.toolchain import cuda_tools, target_arch, torch_tools
 from cudagym.judge.protocol import DEFAULT_PROTOCOL
 from cudagym.judge.records import BuildResult, BuildStatus, Severity, from_dict, to_dict
 from cudagym.solution import Solution, get_format
@@ -75,7 +74,7 @@ def example_build(cache: BuildCache) -> BuildResult:
 
 
 def toolchain(cache: BuildCache) -> torch_ext.ExtToolchain:
-    return torch_ext.make_toolchain(cache, cuda_tools(), torch_tools(), target_arch())
+    return torch_ext.host_toolchain(cache)
 
 
 def ext(**files: str) -> Solution:

@@ -293,9 +293,7 @@ def test_warm_up_builds_the_examples_of_the_default_build_stage(tmp_path):
         assert set(warmed) == {"extension", "raw"} and warmed["raw"].ok, warmed["raw"].message
     # a build leaves the torch PCH to a background thread; a warm-up waits for it
     from cudagym.judge.build import BuildCache
-    from cudagym.judge.build.toolchain import cuda_tools, target_arch, torch_tools
-    from cudagym.judge.build.torch_ext import make_toolchain, torch_prelude
+    from cudagym.judge.build.torch_ext import host_toolchain, torch_prelude
 
     cache = BuildCache(tmp_path)
-    assert torch_prelude(make_toolchain(cache, cuda_tools(), torch_tools(), target_arch()), cache,
-                         tmp_path / "scratch").precompiled
+    assert torch_prelude(host_toolchain(cache), cache, tmp_path / "scratch").precompiled

@@ -36,7 +36,7 @@ from cudagym.judge.build.cache import BuildCache, content_key
 from cudagym.judge.build.diagnostics import PathMap, has_errors, parse_diagnostics, parse_ptxas_resources
 from cudagym.judge.build.process import BuildLimits, Deadline, RunOutcome
 from cudagym.judge.build.staging import select, stage_solution
-from cudagym.judge.build.toolchain import NVCC_FLAGS, cuda_tools, target_arch, torch_tools
+from cudagym.judge.build.toolchain import NVCC_FLAGS
 from cudagym.judge.build.torch_ext import (
     BINDING_IMPL,
     INFRA_TIMEOUT_S,
@@ -46,10 +46,10 @@ from cudagym.judge.build.torch_ext import (
     LinkResult,
     Prelude,
     binding_unit,
+    host_toolchain,
     infra_failure,
     link_extension,
     load_torch_module,
-    make_toolchain,
     torch_prelude,
 )
 from cudagym.judge.build.units import OUT_TOKEN, CompileUnit, UnitResult, compile_unit, compile_units, failure
@@ -95,7 +95,7 @@ def build_extension(task: Task, solution: Solution, protocol: Protocol, cache: B
     deadline = Deadline(limits.timeout_s)
     # the judge's protected binding module is built once per toolchain, on its own clock
     infra = Deadline(max(limits.timeout_s, INFRA_TIMEOUT_S))
-    tc = make_toolchain(cache, cuda_tools(), torch_tools(), target_arch())
+    tc = host_toolchain(cache)
     with cache.staging() as stage, ThreadPoolExecutor(max_workers=1) as pool:
         stage_solution(solution, stage, patterns=(*SOURCES, *HEADERS))
         paths = PathMap(prefixes=(str(stage),))

@@ -40,14 +40,14 @@ from cudagym.judge.build.cache import BuildCache, content_key, write_atomic
 from cudagym.judge.build.diagnostics import PathMap, Segment, parse_diagnostics, parse_ptxas_resources
 from cudagym.judge.build.extension import link_result
 from cudagym.judge.build.process import BuildLimits, Deadline, RunOutcome, ToolRun, run_sandboxed_tool
-from cudagym.judge.build.toolchain import TORCH_NVCC_DEFINES, cuda_tools, target_arch, torch_tools
+from cudagym.judge.build.toolchain import TORCH_NVCC_DEFINES
 from cudagym.judge.build.torch_ext import (
     PCH_TEXT,
     ExtToolchain,
     Prelude,
+    host_toolchain,
     link_extension,
     load_torch_module,
-    make_toolchain,
     torch_prelude,
 )
 from cudagym.judge.build.units import OUT_TOKEN, CompileUnit, UnitResult, compile_unit, compile_units, failure
@@ -106,7 +106,7 @@ def build_inline(task: Task, solution: Solution, protocol: Protocol, cache: Buil
                            "one model_new.py that builds its CUDA code with load_inline")
     limits = BuildLimits.from_protocol(protocol)
     deadline = Deadline(limits.timeout_s)
-    tc = make_toolchain(cache, cuda_tools(), torch_tools(), target_arch())
+    tc = host_toolchain(cache)
     recorded = _record(source, tc, cache, deadline, limits)
     if isinstance(recorded, BuildResult):
         return recorded

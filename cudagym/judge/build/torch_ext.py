@@ -118,6 +118,11 @@ def make_toolchain(cache: BuildCache, tools: CudaTools, torch: TorchTools, arch:
     return ExtToolchain(tools, torch, arch, compat_include=str(entry), compat_key=key)
 
 
+def host_toolchain(cache: BuildCache) -> ExtToolchain:
+    """The extension toolchain of this host: its nvcc and compiler, the installed torch, the target arch."""
+    return make_toolchain(cache, cuda_tools(), torch_tools(), target_arch())
+
+
 def module_name(prefix: str, key: str) -> str:
     """The Python module name of a linked extension: ``<prefix>_<first 16 hex digits of its key>``."""
     return f"{prefix}_{key[:16]}"
@@ -184,8 +189,7 @@ def pch_in_background(tc: ExtToolchain, cache: BuildCache) -> Future[UnitResult]
 
 def wait_for_pch(cache: BuildCache) -> UnitResult:
     """This host's torch PCH in ``cache``, built now if it is missing (what a warm-up waits for)."""
-    tc = make_toolchain(cache, cuda_tools(), torch_tools(), target_arch())
-    return pch_in_background(tc, cache).result()
+    return pch_in_background(host_toolchain(cache), cache).result()
 
 
 def build_pch(tc: ExtToolchain, cache: BuildCache) -> UnitResult:
