@@ -33,3 +33,7 @@ class ConfigError(CudaGymError, ValueError):
 
 class BuildToolError(CudaGymError, RuntimeError):
     """A build tool the judge needs (nvcc, a C++ compiler, torch headers) is missing or unusable."""
+
+
+class SandboxUnavailableError(CudaGymError, RuntimeError):
+    """The host cannot confine candidate code as asked (bubblewrap missing or namespaces not allowed)."""

@@ -258,3 +258,15 @@ def offline_data_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterato
     monkeypatch.setenv("CUDAGYM_CACHE_DIR", str(cache))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     yield cache
+
+
+@pytest.fixture
+def loopback_listener() -> Iterator[object]:
+    """A listener on the host's 127.0.0.1 that counts connections (none may come from a sandbox)."""
+    from faults import LoopbackListener
+
+    listener = LoopbackListener()
+    try:
+        yield listener
+    finally:
+        listener.close()

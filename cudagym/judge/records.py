@@ -74,6 +74,32 @@ class KernelResources:
 
 
 @dataclass(frozen=True)
+class Isolation:
+    """What confined the processes behind a result (hosts differ; nothing is assumed).
+
+    Attributes:
+        sandbox: The sandbox and its version (``bubblewrap 0.8.0``), or ``off`` when the user opted out.
+        network_isolated: No network but a private loopback.
+        filesystem_isolated: A private file-system view: only the job's own folder writable, no host files.
+        pid_namespace: The host's other processes are invisible.
+        limits: Resource limits applied, in words (``"address space 6 GiB"``).
+        notes: Anything the user should know (an explicit opt-out).
+    """
+
+    sandbox: str = ""
+    network_isolated: bool = False
+    filesystem_isolated: bool = False
+    pid_namespace: bool = False
+    limits: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def confined(self) -> bool:
+        """True when a sandbox with a private view and no network ran the process."""
+        return self.network_isolated and self.filesystem_isolated
+
+
+@dataclass(frozen=True)
 class BuildResult:
     """What the build stage produced for one solution."""
 
@@ -87,6 +113,7 @@ class BuildResult:
     cached: bool = False  # every artifact came from the build cache
     artifact_key: str = ""  # content key of the built artifact; the GPU worker loads it by this key
     artifact_path: str = ""  # where the built artifact lies on the build host
+    isolation: Isolation = field(default_factory=Isolation)  # what confined the compilers
 
     @property
     def ok(self) -> bool:
@@ -176,6 +203,7 @@ class EvalResult:
     hardware: Hardware = field(default_factory=Hardware)
     wall_time_s: float = 0.0
     log: str = ""  # the candidate's stdout/stderr, capped
+    isolation: Isolation = field(default_factory=Isolation)  # what confined the worker that ran the candidate
 
     @property
     def compiled_ok(self) -> bool:

@@ -50,6 +50,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cudagym.judge import confine
 from cudagym.judge.watchdog import GiB, MiB, Watch, kill_process_group, shared_watchdog
 from cudagym.solution import Solution, get_format
 
@@ -141,7 +142,10 @@ def scrub_env(
     """
     env = {k: v for k, v in environ.items() if k in _KEEP_NAMES or k.startswith(_KEEP_PREFIXES)}
     env.update(extra or {})
-    env.update(HOME=home, TMPDIR=tmpdir, TMP=tmpdir, TEMP=tmpdir, PYTHONUNBUFFERED="1", PYTHONNOUSERSITE="1")
+    # USER/LOGNAME: getpass.getuser() (torch's inductor cache, Triton) reads them first; a confined process has
+    # no passwd entry to fall back on
+    env.update(HOME=home, TMPDIR=tmpdir, TMP=tmpdir, TEMP=tmpdir, PYTHONUNBUFFERED="1", PYTHONNOUSERSITE="1",
+               USER="cudagym", LOGNAME="cudagym")
     return {k: v for k, v in env.items() if not _SECRET.search(k)}
 
 
@@ -483,8 +487,13 @@ def run_sandboxed(
     policy: SandboxPolicy = SandboxPolicy(),
     timeout_s: float,
     env: Mapping[str, str] | None = None,
+    writes: Sequence[str | os.PathLike[str]] = (),
 ) -> SandboxRun:
-    """Run a command in the sandbox, in its own session, with a private HOME and TMPDIR under ``cwd``'s parent.
+    """Run a command in the sandbox, in its own session, with a private HOME and TMPDIR.
+
+    The command is confined by :mod:`cudagym.judge.confine` (bubblewrap: no network, a view where only
+    ``cwd`` and the private folders are writable and no host file outside the toolchain exists), then the
+    launcher applies the policy's rlimits and execs it; the watchdog bounds its processes, memory and disk.
 
     Args:
         argv: The command.
@@ -492,14 +501,20 @@ def run_sandboxed(
         policy: Limits and isolation.
         timeout_s: Wall-clock limit; the process group is killed past it.
         env: Extra environment variables (secret-looking names are dropped).
+        writes: More folders it may write (where its output goes).
+
+    Raises:
+        SandboxUnavailableError: The host cannot confine (bubblewrap missing) and ``CUDAGYM_SANDBOX`` is not off.
     """
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="cudagym-sbx-") as private:
         home, tmp = Path(private, "home"), Path(private, "tmp")
         home.mkdir()
         tmp.mkdir()
-        proc = subprocess.Popen(
-            sandbox_command(argv, policy), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        command = confine.wrap(sandbox_command(argv, inner_policy(policy)),
+                               confine.view_for(writes=(str(cwd), private, *map(str, writes)), chdir=cwd))
+        proc = confine.popen(
+            command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, start_new_session=True,
             env=scrub_env(os.environ, home=str(home), tmpdir=str(tmp),
                           extra={"PYTHONPATH": child_pythonpath(), **(env or {})}),
@@ -520,9 +535,24 @@ def run_sandboxed(
             shared_watchdog().unwatch(handle)
             reader.join(timeout=5)
     return SandboxRun(
-        returncode=proc.returncode, output=captured.text(), output_bytes=captured.total_bytes,
+        returncode=confine.exit_status(proc.returncode), output=captured.text(), output_bytes=captured.total_bytes,
         timed_out=timed_out, violation=handle.violation, wall_time_s=time.monotonic() - start,
     )
+
+
+def policy_limits(policy: SandboxPolicy) -> tuple[str, ...]:
+    """The policy's resource limits in words, for the isolation record of a result."""
+    return (f"CPU {policy.cpu_time_s:g} s per job", f"host memory {policy.host_rss_bytes / GiB:g} GiB (resident)",
+            f"{policy.max_processes} processes", f"{policy.open_files} open files",
+            f"files up to {policy.file_size_bytes / GiB:g} GiB", f"disk {policy.disk_bytes / GiB:g} GiB")
+
+
+def inner_policy(policy: SandboxPolicy) -> SandboxPolicy:
+    """The policy the launcher applies inside bubblewrap: its rlimits only, since bubblewrap already made the
+    network, mount and user namespaces and dropped every capability (the in-process steps would fail)."""
+    if confine.mode() == "off":
+        return policy
+    return dataclasses.replace(policy, isolate_network=False, readonly_judge=False)
 
 
 def _drain(stream: object, captured: CappedLog, policy: SandboxPolicy, handle: Watch) -> None:

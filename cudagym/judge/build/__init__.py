@@ -22,13 +22,15 @@ import logging
 import time
 from collections.abc import Callable
 
-from cudagym.errors import BuildToolError, ConfigError
+from cudagym.errors import BuildToolError, ConfigError, SandboxUnavailableError
+from cudagym.judge import confine
 from cudagym.judge.build.cache import BuildCache, default_cache_root
 from cudagym.judge.build.extension import build_extension
 from cudagym.judge.build.inline import build_inline
+from cudagym.judge.build.process import COMPILER_MEMORY_BYTES, compile_slots
 from cudagym.judge.build.raw import build_raw
 from cudagym.judge.protocol import Protocol, get_protocol
-from cudagym.judge.records import BuildResult, BuildStatus
+from cudagym.judge.records import BuildResult, BuildStatus, Isolation
 from cudagym.solution import Solution
 from cudagym.task import Task
 
@@ -79,10 +81,13 @@ def build(
                           f"got {solution.format!r}; register one with register_builder()")
     start = time.monotonic()
     try:
+        isolation = confine.isolation(limits=build_limits_words())
         result = builder(task, solution, get_protocol(protocol), cache or default_cache())
-    except BuildToolError as exc:
+    except (BuildToolError, SandboxUnavailableError) as exc:
+        isolation = Isolation()
         result = BuildResult(BuildStatus.TOOL_ERROR, solution.format, message=str(exc))
     wall = time.monotonic() - start
+    result = dataclasses.replace(result, isolation=isolation)
     logger.info("build %s (%s): %s in %.2f s%s", task.id, solution.format, result.status.value, wall,
                 " (cached)" if result.cached else "")
     return _with_wall_time(result, wall)
@@ -111,6 +116,12 @@ def warm_up(
         except BuildToolError as exc:  # no toolchain: the example builds above already say so
             logger.warning("torch PCH not built: %s", exc)
     return results
+
+
+def build_limits_words() -> tuple[str, ...]:
+    """The limits every compiler process runs under, in words (for :class:`~cudagym.judge.records.Isolation`)."""
+    return (f"address space {COMPILER_MEMORY_BYTES >> 30} GiB per compiler process",
+            f"{compile_slots()} compiler processes at once", "the build's wall-clock timeout")
 
 
 def _with_wall_time(result: BuildResult, wall_s: float) -> BuildResult:

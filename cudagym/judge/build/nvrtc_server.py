@@ -4,24 +4,42 @@ Spawning a process and loading ``libnvrtc`` costs more than compiling a small ke
 library stays up and compiles requests one at a time (see :func:`cudagym.judge.build.nvrtc._serve`). The
 build's limits still hold: a request past its deadline kills the child's process group (a new child
 starts with the next request), and the child caps each log at the output limit.
+
+The child is confined like every compiler (:mod:`cudagym.judge.confine`): it sees the system, Python, the
+CUDA toolkit and one private exchange folder, nothing else. Each request's sources are copied into a fresh
+subfolder there and its cubin is moved out, so ``#include`` finds the agent's own files and no host file.
 """
 
 from __future__ import annotations
 
 import atexit
+import itertools
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from cudagym.errors import SandboxUnavailableError
+from cudagym.judge import confine
 from cudagym.judge.build import nvrtc
-from cudagym.judge.build.process import BuildLimits, Deadline, RunOutcome, ToolRun
+from cudagym.judge.build.process import (
+    TOOL_ENV,
+    COMPILER_MEMORY_BYTES,
+    BuildLimits,
+    Deadline,
+    RunOutcome,
+    ToolRun,
+    limited_command,
+)
+from cudagym.judge.sandbox import scrub_env
 
 
 class NvrtcServer:
@@ -32,24 +50,34 @@ class NvrtcServer:
         self._proc: subprocess.Popen[bytes] | None = None
         self._buffer = b""
         self._lock = threading.Lock()
+        self._exchange = ""
+        self._requests = itertools.count()
 
     def compile(self, *, cwd: Path, source: str, out: Path, options: Sequence[str], deadline: Deadline,
                 limits: BuildLimits) -> ToolRun:
-        """Compile ``source`` (relative to ``cwd``) into the cubin ``out``."""
+        """Compile ``source`` (relative to ``cwd``, whose files are its includes) into the cubin ``out``."""
         argv = ("nvrtc", source, *options)
-        request = {"cwd": str(cwd), "source": source, "name": source, "out": str(out), "options": list(options),
-                   "max_output_bytes": limits.max_output_bytes}
         with self._lock:
             start = time.monotonic()
-            proc = self._ensure()
+            try:
+                proc = self._ensure()
+            except (OSError, SandboxUnavailableError) as exc:
+                return ToolRun(argv, RunOutcome.NOT_FOUND, -1, f"the NVRTC child could not be started: {exc}", 0.0)
+            request_dir = Path(self._exchange) / f"r{next(self._requests)}"
+            shutil.copytree(cwd, request_dir)
+            request = {"cwd": str(request_dir), "source": source, "name": source, "out": "out.cubin",
+                       "options": list(options), "max_output_bytes": limits.max_output_bytes}
             try:
                 assert proc.stdin is not None
                 proc.stdin.write((json.dumps(request) + "\n").encode())
                 proc.stdin.flush()
+                line, timed_out = self._read_line(proc, deadline)
+                if line is not None and (request_dir / "out.cubin").is_file():
+                    shutil.move(request_dir / "out.cubin", out)
             except OSError:
-                self.close()
-                return ToolRun(argv, RunOutcome.NOT_FOUND, -1, "the NVRTC child could not be started", 0.0)
-            line, timed_out = self._read_line(proc, deadline)
+                line, timed_out = None, False
+            finally:
+                shutil.rmtree(request_dir, ignore_errors=True)
             wall = time.monotonic() - start
             if line is None:
                 self.close()
@@ -64,6 +92,9 @@ class NvrtcServer:
     def close(self) -> None:
         """Stop the child (its whole process group)."""
         proc, self._proc, self._buffer = self._proc, None, b""
+        if self._exchange:
+            shutil.rmtree(self._exchange, ignore_errors=True)
+            self._exchange = ""
         if proc is None:
             return
         try:
@@ -78,11 +109,16 @@ class NvrtcServer:
     def _ensure(self) -> subprocess.Popen[bytes]:
         if self._proc is None or self._proc.poll() is not None:
             self.close()
+            self._exchange = tempfile.mkdtemp(prefix="cudagym-nvrtc-")
             # -I -S: the child is stdlib-only, so skip site-packages and the user's environment hooks
-            self._proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", nvrtc.__file__, self.lib], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
-            )
+            child = [sys.executable, "-I", "-S", nvrtc.__file__, self.lib]
+            command = confine.wrap(limited_command(child, {"as": COMPILER_MEMORY_BYTES, "core": 0}),
+                                   confine.view_for(reads=(os.path.dirname(self.lib),), writes=(self._exchange,),
+                                                    chdir=self._exchange))
+            env = scrub_env(os.environ, home=f"{self._exchange}/home", tmpdir=f"{self._exchange}/tmp",
+                            extra=TOOL_ENV)
+            self._proc = confine.popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       stderr=subprocess.DEVNULL, start_new_session=True, env=env)
         return self._proc
 
     def _read_line(self, proc: subprocess.Popen[bytes], deadline: Deadline) -> tuple[str | None, bool]:

@@ -1,8 +1,10 @@
-"""Running one compiler command under the build's limits: a deadline, an output cap, a clean kill.
+"""Running one compiler command under the build's limits: confined, a deadline, an output cap, a clean kill.
 
-A compiler is candidate-controlled work: a template explosion can run for hours and an ``#error`` in a
-loop can print gigabytes. Each tool runs in its own process group (``start_new_session``), so a timeout
-kills nvcc *and* the cicc/ptxas/cc1plus children it spawned, never just the driver.
+A compiler is candidate-controlled work: a template explosion can run for hours and eat the host's memory,
+an ``#error`` in a loop can print gigabytes, and ``#include "/etc/passwd"`` would quote a host file back.
+Each tool runs in the sandbox (:mod:`cudagym.judge.confine`: no network, a private file-system view, a
+scrubbed environment, an address-space limit), in its own process group (``start_new_session``), so a
+timeout kills nvcc *and* the cicc/ptxas/cc1plus children it spawned, never just the driver.
 
 Running candidate *Python* at build time (the inline recorder imports model_new.py) goes through
 :func:`run_sandboxed_tool`: the judge's sandbox (:mod:`cudagym.judge.sandbox`) with a scrubbed environment,
@@ -13,9 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import os
+import re
+import shutil
 import signal
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -23,11 +30,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cudagym.judge.sandbox import SandboxPolicy, run_sandboxed
+from cudagym.errors import SandboxUnavailableError
+from cudagym.judge import confine, limits_exec
+from cudagym.judge.sandbox import SandboxPolicy, run_sandboxed, scrub_env
+from cudagym.judge.watchdog import GiB
 
 # Compilers print in the user's locale (gcc's curly quotes); the parsers expect plain ASCII.
-_TOOL_ENV = {"LC_ALL": "C", "LANG": "C"}
+TOOL_ENV = {"LC_ALL": "C", "LANG": "C"}
 _READ_CHUNK_BYTES = 64 * 1024
+# Address space of one compiler process: cc1plus parsing torch's headers (and writing their PCH) peaks near
+# 2 GiB; cicc and ptxas on a large kernel stay under 1 GiB. A template bomb stops at this, not at the host's.
+COMPILER_MEMORY_BYTES = 6 * GiB
 
 
 @dataclass(frozen=True)
@@ -117,26 +130,56 @@ def run_tool(
     deadline: Deadline,
     max_output_bytes: int,
     env: Mapping[str, str] | None = None,
+    writes: Sequence[str | Path] = (),
+    memory_bytes: int = 0,
+    file_size_bytes: int = 0,
 ) -> ToolRun:
-    """Run one command to completion, the deadline, or the output cap, whichever comes first.
+    """Run one compiler command confined, to completion, the deadline, or the output cap, whichever is first.
+
+    The command runs in the sandbox (:mod:`cudagym.judge.confine`): a scrubbed environment with a private
+    ``HOME`` and ``TMPDIR``, no network, and a file-system view of the system, the toolchain, ``cwd``
+    (read-only), the absolute paths ``argv`` names (read-only: cached objects, the PCH) and ``writes``
+    (read-write: where the output goes); an address-space and file-size limit; at most
+    :func:`compile_slots` compiler processes of this interpreter at once.
 
     Args:
-        argv: Command and arguments.
-        cwd: Working directory.
+        argv: Command and arguments (built by the judge; the agent's flags are allow-listed before).
+        cwd: Working directory (the build's private stage).
         deadline: Shared build deadline; the call is killed when it passes.
         max_output_bytes: Kill the call once it has printed more than this.
-        env: Extra environment variables (added to this process's environment).
+        env: Extra environment variables (secret-looking names are dropped).
+        writes: Folders the command may write (its output's folder).
+        memory_bytes: Address-space limit of each process (0: :data:`COMPILER_MEMORY_BYTES`).
+        file_size_bytes: Largest file it may write (0: 1 GiB).
 
     Returns:
         The finished call; never raises for a failing or missing tool.
     """
     start = time.monotonic()
-    full_env = {**os.environ, **_TOOL_ENV, **(env or {})}
+    if not _SLOTS.acquire(timeout=max(deadline.remaining_s(), 0.001)):
+        return ToolRun(tuple(argv), RunOutcome.TIMEOUT, -1, "waited for a free compiler slot past the deadline",
+                       time.monotonic() - start)
     try:
-        proc = subprocess.Popen(
-            list(argv), cwd=str(cwd), env=full_env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+        with tempfile.TemporaryDirectory(prefix="cudagym-tool-") as private:
+            limits = {"as": memory_bytes or COMPILER_MEMORY_BYTES, "fsize": file_size_bytes or GiB, "core": 0,
+                      "cpu": int(deadline.remaining_s()) + 5}
+            command = confine.wrap(limited_command(argv, limits), confine.view_for(
+                reads=(str(cwd), *argv_inputs(argv)), writes=(private, *map(str, writes)), chdir=cwd,
+                tools=tool_executables(argv)))
+            full_env = scrub_env(os.environ, home=f"{private}/home", tmpdir=f"{private}/tmp",
+                                 extra={**TOOL_ENV, **(env or {})})
+            return _run(argv, command, cwd, full_env, deadline, max_output_bytes, start)
+    except SandboxUnavailableError as exc:
+        return ToolRun(tuple(argv), RunOutcome.NOT_FOUND, -1, str(exc), time.monotonic() - start)
+    finally:
+        _SLOTS.release()
+
+
+def _run(argv: Sequence[str], command: Sequence[str], cwd: str | Path, env: Mapping[str, str], deadline: Deadline,
+         max_output_bytes: int, start: float) -> ToolRun:
+    try:
+        proc = confine.popen(command, cwd=str(cwd), env=dict(env), stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     except OSError as exc:
         return ToolRun(tuple(argv), RunOutcome.NOT_FOUND, -1, f"cannot run {argv[0]}: {exc}", 0.0)
     chunks: list[bytes] = []
@@ -161,8 +204,52 @@ def run_tool(
     if outcome is RunOutcome.EXITED and overflow.is_set():
         outcome = RunOutcome.OUTPUT_LIMIT
     text = b"".join(chunks)[:max_output_bytes].decode("utf-8", errors="replace")
-    code = proc.returncode if outcome is RunOutcome.EXITED else -1
+    code = confine.exit_status(proc.returncode) if outcome is RunOutcome.EXITED else -1
+    if outcome is RunOutcome.EXITED and code == 127 and "cudagym sandbox: cannot run" in text:
+        outcome = RunOutcome.NOT_FOUND
     return ToolRun(tuple(argv), outcome, code, text, time.monotonic() - start)
+
+
+def limited_command(argv: Sequence[str], limits: Mapping[str, int]) -> list[str]:
+    """``argv`` behind the limits shim (:mod:`cudagym.judge.limits_exec`), which sets rlimits and execs it."""
+    return [sys.executable, "-I", "-S", limits_exec.__file__, json.dumps(dict(limits)), "--", *argv]
+
+
+_ABS_PATH = re.compile(r"(?:^|[=,])(/[^\s,=:;]+)")
+
+
+def argv_inputs(argv: Sequence[str]) -> list[str]:
+    """Host paths a judge-built command names (``-I/x``, ``-include /x/h``, ``/x/y.o``): each existing
+    folder, and the folder of each existing file (a PCH is found beside its header)."""
+    found = []
+    for arg in argv[1:]:
+        for token in [arg, arg[2:] if arg[:2] in ("-I", "-L") else ""]:
+            for match in _ABS_PATH.finditer(token):
+                path = match.group(1)
+                if os.path.isdir(path):
+                    found.append(path)
+                elif os.path.isfile(path):
+                    found.append(os.path.dirname(path))
+    return found
+
+
+def tool_executables(argv: Sequence[str]) -> list[str]:
+    """The programs a command runs: ``argv[0]`` and nvcc's ``-ccbin`` host compiler."""
+    tools = [shutil.which(argv[0]) or argv[0]] if argv else []
+    for flag, value in zip(argv, argv[1:]):
+        if flag in ("-ccbin", "--compiler-bindir"):
+            tools.append(shutil.which(value) or value)
+    return tools
+
+
+def compile_slots() -> int:
+    """Compiler processes one interpreter runs at once: the cores, and no more than three quarters of the host's memory
+    allows at :data:`COMPILER_MEMORY_BYTES` each (a 24 GiB, 2-core host: 2; a 128 GiB, 16-core host: 16)."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        memory = 16 * GiB
+    return max(1, min(os.cpu_count() or 1, int(memory * 0.75 // COMPILER_MEMORY_BYTES)))
 
 
 def _drain(proc: subprocess.Popen[bytes], chunks: list[bytes], cap: int, overflow: threading.Event) -> None:
@@ -202,6 +289,7 @@ def run_sandboxed_tool(
     max_output_bytes: int,
     policy: SandboxPolicy,
     env: Mapping[str, str] | None = None,
+    writes: Sequence[str | Path] = (),
 ) -> ToolRun:
     """Run one command that executes candidate code in the sandbox, to completion, the deadline or a limit.
 
@@ -217,14 +305,18 @@ def run_sandboxed_tool(
         max_output_bytes: Kill the call once it has printed more than this.
         policy: Sandbox limits and isolation (its output caps are replaced by ``max_output_bytes``).
         env: Extra environment variables (secret-looking names are still dropped).
+        writes: More folders it may write (its output's folder).
 
     Returns:
         The finished call; a broken limit other than output ends as ``EXITED`` with the killing signal's
         status and the reason appended to the output. Never raises for failing candidate code.
     """
     policy = dataclasses.replace(policy, output_bytes=max_output_bytes, log_bytes=max_output_bytes)
-    run = run_sandboxed(argv, cwd=cwd, policy=policy, timeout_s=max(deadline.remaining_s(), 0.001),
-                        env={**_TOOL_ENV, **(env or {})})
+    try:
+        run = run_sandboxed(argv, cwd=cwd, policy=policy, timeout_s=max(deadline.remaining_s(), 0.001),
+                            env={**TOOL_ENV, **(env or {})}, writes=writes)
+    except SandboxUnavailableError as exc:
+        return ToolRun(tuple(argv), RunOutcome.NOT_FOUND, -1, str(exc), 0.0)
     if run.timed_out:
         return ToolRun(tuple(argv), RunOutcome.TIMEOUT, -1, run.output, run.wall_time_s)
     if run.violation and run.output_bytes > max_output_bytes:
@@ -233,3 +325,6 @@ def run_sandboxed_tool(
         output = f"{run.output}\n[cudagym judge: {run.violation}]\n"
         return ToolRun(tuple(argv), RunOutcome.EXITED, run.returncode or -1, output, run.wall_time_s)
     return ToolRun(tuple(argv), RunOutcome.EXITED, run.returncode, run.output, run.wall_time_s)
+
+
+_SLOTS = threading.BoundedSemaphore(compile_slots())
