@@ -11,14 +11,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from faults import FAULTS_DIR, make_job, process_alive, script
+from faults import FAULTS_DIR, make_job, process_alive, processes_running, script
 
 from cudagym.judge.records import EvalStatus
 from cudagym.judge.sandbox import MiB, SandboxPolicy, prepare_workdir
 from cudagym.judge.worker import PoolOptions, WorkerPool
 from cudagym.solution import Solution
 
-PID = "import os\ndef run():\n    return os.getpid()\n"
+# which worker ran a job: its private root folder (a confined worker's pid is its PID namespace's, not the host's)
+PID = "import os, sys\ndef run():\n    return os.path.basename(sys.argv[sys.argv.index('--root') + 1])\n"
 
 
 def options(**changes) -> PoolOptions:
@@ -53,17 +54,17 @@ def test_each_job_gets_only_its_own_output(pool):
 
 
 def test_timeout_kills_the_worker_group_and_the_next_job_gets_a_new_worker(pool):
-    before = int(run(pool, PID).message)
-    source = ("import subprocess, time\ndef run():\n    p = subprocess.Popen(['sleep', '1000'])\n"
-              "    print('grandchild', p.pid, flush=True)\n    time.sleep(1000)\n")
+    before = run(pool, PID).message
+    worker_pid = pool.info()[0].pid
+    source = ("import subprocess, time\ndef run():\n    p = subprocess.Popen(['sleep', '1000.4242'])\n"
+              "    time.sleep(1000)\n")
     started = time.monotonic()
     result = run(pool, source, timeout_s=5)
     assert result.status is EvalStatus.TIMEOUT
     assert "timed out after 5 s" in result.message and time.monotonic() - started < 60
-    grandchild = int(result.log.split("grandchild")[1].split()[0])
-    assert not process_alive(grandchild) and not process_alive(before)
+    assert not processes_running("1000.4242") and not process_alive(worker_pid)
     after = run(pool, PID)
-    assert after.status is EvalStatus.OK and int(after.message) != before
+    assert after.status is EvalStatus.OK and after.message != before
 
 
 def test_a_crash_gives_one_clear_result_and_a_replacement(pool):
@@ -77,14 +78,14 @@ def test_a_crash_gives_one_clear_result_and_a_replacement(pool):
 def test_spare_workers_take_over_oldest_first_so_a_burst_of_crashes_waits_for_no_start_up():
     crash = "import os\ndef run():\n    os._exit(7)\n"
     with WorkerPool(["0"], options=options(spare_workers=3)) as pool:
-        first = int(run(pool, PID).message)
+        first = run(pool, PID).message
         lane = pool._lanes[0]
-        spares = [w.pid for w in lane.spares]
+        spares = [w.root.name for w in lane.spares]
         assert len(spares) == 3 and first not in spares
         took_over = []
         for _ in range(3):
             assert run(pool, crash).status is EvalStatus.CRASHED
-            took_over.append(int(run(pool, PID).message))
+            took_over.append(run(pool, PID).message)
             assert len(lane.spares) == 3, "the spares are topped up after each replacement"
         assert took_over == spares
         assert pool.info()[0].generation == 4
@@ -92,10 +93,10 @@ def test_spare_workers_take_over_oldest_first_so_a_burst_of_crashes_waits_for_no
 
 def test_without_spares_a_replacement_starts_when_needed():
     with WorkerPool(["0"], options=options(spare_workers=0)) as pool:
-        first = int(run(pool, PID).message)
+        first = run(pool, PID).message
         assert pool._lanes[0].spares == []
         assert run(pool, "import os\ndef run():\n    os._exit(7)\n").status is EvalStatus.CRASHED
-        assert int(run(pool, PID).message) != first
+        assert run(pool, PID).message != first
 
 
 @pytest.mark.parametrize("changes", [{"spare_workers": -1}, {"spare_workers": 17}, {"max_jobs_per_worker": 0}])
@@ -108,7 +109,7 @@ def test_pool_options_out_of_range_are_a_config_error(changes):
 
 def test_workers_are_recycled_after_n_jobs():
     with WorkerPool(["0"], options=options(max_jobs_per_worker=2)) as pool:
-        pids = [int(run(pool, PID).message) for _ in range(5)]
+        pids = [run(pool, PID).message for _ in range(5)]
     assert pids[0] == pids[1] != pids[2] == pids[3] != pids[4]
 
 
@@ -116,9 +117,9 @@ def test_failed_jobs_retire_their_worker_unless_told_otherwise():
     failing = "def run():\n    raise ValueError('bad candidate')\n"
     for retire, same in ((True, False), (False, True)):
         with WorkerPool(["0"], options=options(retire_on_failure=retire)) as pool:
-            first = int(run(pool, PID).message)
+            first = run(pool, PID).message
             assert run(pool, failing).status is EvalStatus.RUNTIME_ERROR
-            assert (int(run(pool, PID).message) == first) is same
+            assert (run(pool, PID).message == first) is same
 
 
 def test_a_job_function_that_raises_is_an_infra_error_with_its_traceback():
@@ -187,29 +188,32 @@ def test_a_forged_or_garbled_result_is_rejected(pool):
     assert run(pool, PID).status is EvalStatus.OK
 
 
-def test_the_job_runs_sandboxed(tmp_path, monkeypatch):
+def test_the_job_runs_sandboxed(tmp_path, monkeypatch, loopback_listener):
     monkeypatch.setenv("HF_TOKEN", "hf_do_not_leak")
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy:3128")
     policy = SandboxPolicy(file_size_bytes=16 * MiB, open_files=512)
     solution = Solution("extension", {"model_new.py": "import cuda_extension\n"})
-    with WorkerPool(["5"], options=options(job_fn="jobs:report_sandbox", policy=policy)) as pool:
+    env = {"CUDAGYM_TEST_LISTEN_PORT": str(loopback_listener.port)}
+    with WorkerPool(["5"], options=options(job_fn="jobs:report_sandbox", policy=policy, env=env)) as pool:
         workdir = prepare_workdir(tmp_path / "work", solution)
         job = make_job(solution)
-        job = dataclasses.replace(job, workdir=str(workdir))
+        job = dataclasses.replace(job, workdir=str(workdir), protocol=job.protocol.with_changes(guards=()))
         result = pool.submit(job).result(timeout=300)
         info = pool.info()[0]
     facts = json.loads(result.message)
     assert "hf_do_not_leak" not in facts["environ_at_exec"] and "HTTPS_PROXY" not in facts["env"]
     assert facts["env"]["CUDA_VISIBLE_DEVICES"] == "5"
     assert facts["env"]["TORCHINDUCTOR_COMPILE_THREADS"] == "1"  # no compile pool outliving a job's TMPDIR
-    assert facts["cwd"] == str(workdir)
+    assert facts["cwd"].endswith("/work") and "artifacts" in facts["cwd"]  # the worker's own copy of it
     assert {"model_new.py", "binding.cpp", "binding_registry.h"} <= set(facts["files"])
     assert facts["env"]["HOME"] != os.environ.get("HOME") and os.path.basename(facts["env"]["HOME"]) == "home"
     assert (facts["fsize"], facts["nofile"], facts["core"]) == (16 * MiB, 512, 0)
-    assert facts["pgid"] == facts["sid"] == facts["pid"] == info.pid  # its own session and process group
-    assert info.sandbox is not None
-    assert (facts["network"] == "reachable") is (not info.network_isolated)
-    assert facts["judge_writable"] is (not info.sandbox.judge_readonly)
+    assert facts["pgid"] == facts["sid"] == facts["pid"]  # its own session and process group
+    assert info.isolation is not None and info.isolation.confined and info.isolation.pid_namespace
+    assert facts["pid"] != info.pid  # its own PID namespace: the host's processes do not exist for it
+    assert facts["network"] != "reachable" and info.network_isolated and not loopback_listener.accepted
+    assert facts["judge_writable"] is False
+    assert result.isolation == info.isolation
 
 
 def test_tampered_protected_files_are_a_rule_violation_before_any_candidate_code(tmp_path):

@@ -49,9 +49,13 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from cudagym.judge import confine
+from cudagym.judge.build.artifact import export_artifact
+from cudagym.judge.guards import escape
 from cudagym.judge.harness import is_context_poisoned
+from cudagym.judge.hostpaths import scrub_result
 from cudagym.judge.job import Job
-from cudagym.judge.records import EvalResult, EvalStatus, Violation, from_dict, to_dict
+from cudagym.judge.records import EvalResult, EvalStatus, Isolation, Violation, from_dict, to_dict
 from cudagym.judge.sandbox import (
     CappedLog,
     SandboxInfo,
@@ -60,6 +64,8 @@ from cudagym.judge.sandbox import (
     child_pythonpath,
     describe_exit,
     enter_sandbox,
+    inner_policy,
+    policy_limits,
     prepare_workdir,
     scrub_env,
     set_cpu_budget,
@@ -84,10 +90,13 @@ class WorkerInfo:
     generation: int  # how many workers this device has started (replacements included)
     jobs_done: int  # by the current worker
     sandbox: SandboxInfo | None = None
+    isolation: Isolation | None = None  # what confines it (bubblewrap's namespaces and view)
 
     @property
     def network_isolated(self) -> bool:
         """Whether the current worker runs without network."""
+        if self.isolation is not None and self.isolation.sandbox != "off":
+            return self.isolation.network_isolated
         return self.sandbox is not None and self.sandbox.network_isolated
 
 
@@ -234,10 +243,14 @@ class _Worker:
         token = secrets.token_hex(8)
         argv = [sys.executable, "-m", "cudagym.judge.worker", "--job-fn", options.job_fn, "--jobs-fd",
                 str(jobs_r), "--results-fd", str(results_w), "--token", token, "--root", str(self.root),
-                "--policy", options.policy.to_json()]
+                "--policy", inner_policy(options.policy).to_json()]
         try:
-            self.proc = subprocess.Popen(
-                argv, cwd=self.root, env=self._env(home, tmp), stdin=subprocess.DEVNULL,
+            self.isolation = confine.isolation(limits=policy_limits(options.policy))
+            # confined: the GPU's device nodes, the toolchain and Python, and this worker's own folder
+            view = confine.view_for(reads=options.pythonpath, writes=(str(self.root),), gpu=True, chdir=self.root)
+            command = confine.wrap(argv, view)
+            self.proc = confine.popen(
+                command, cwd=self.root, env=self._env(home, tmp), stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                 pass_fds=(jobs_r, results_w),
             )
@@ -305,7 +318,7 @@ class _Worker:
         self.kill()
         if closing.is_set():
             return "the judge closed while the worker started"
-        how = (describe_exit(self.proc.returncode) if self.proc.returncode is not None
+        how = (describe_exit(confine.exit_status(self.proc.returncode)) if self.proc.returncode is not None
                else f"did not start within {self.options.startup_timeout_s:.0f} s")
         tail = self.output.take(-2, 2.0).last_lines(30)
         return f"worker for GPU {self.device} failed to start ({how}); job function {self.options.job_fn}\n{tail}"
@@ -314,7 +327,25 @@ class _Worker:
         """Send one job and wait for its result, enforcing the timeout; the outcome says whether to retire."""
         seq = self.jobs_done
         nonce = secrets.token_hex(8)
-        self.watch.dirs = (str(self.root), job.workdir) if job.workdir else (str(self.root),)
+        # the worker sees no cache and no folder of the judge's: it gets its own copy of this job's artifact
+        # and makes its own working copy of the solution (the judge checks both)
+        handed = self.root / "artifacts" / f"job{seq}"
+        original = job.build
+        try:
+            build = export_artifact(job.build, handed / "build")
+            work = handed / "work"
+            workdir = str(shutil.copytree(job.workdir, work, symlinks=True) if job.workdir
+                          else prepare_workdir(work, job.solution))
+        except OSError as exc:
+            return _Outcome(_result(job, EvalStatus.INFRA_ERROR, f"the job could not be handed to the "
+                                    f"worker: {exc}"), False)
+        job = dataclasses.replace(job, build=build, workdir=workdir)
+        self.watch.dirs = (str(self.root),)
+        outcome = self._run_job(job, seq, nonce, timeout_s, closing)
+        outcome.result = dataclasses.replace(scrub_result(outcome.result, workspace=workdir), build=original)
+        return outcome
+
+    def _run_job(self, job: Job, seq: int, nonce: str, timeout_s: float, closing: threading.Event) -> _Outcome:
         try:
             self.jobs.send({"seq": seq, "nonce": nonce, "job": job})
         except OSError:
@@ -374,7 +405,7 @@ class _Worker:
                 pass
         self.kill()
         out = self.output.take(-2, 1.0)
-        code = self.proc.returncode if self.proc.returncode is not None else -9
+        code = confine.exit_status(self.proc.returncode) if self.proc.returncode is not None else -9
         how = reason or (f"the worker process {describe_exit(code)} before returning a result"
                          + (" (sys.exit or os._exit in candidate code?)" if code > 0 else ""))
         tail = out.last_lines()
@@ -481,6 +512,8 @@ class _Lane:
         timeout = self.options.job_timeout_s or job.protocol.eval_timeout_s
         started = time.monotonic()
         outcome = self.worker.run(job, timeout, self.closing)
+        shutil.rmtree(self.worker.root / "artifacts", ignore_errors=True)
+        outcome.result = dataclasses.replace(outcome.result, isolation=self.worker.isolation)
         if not outcome.result.wall_time_s:  # a result the judge made (crash, timeout) has no harness clock
             outcome.result = dataclasses.replace(outcome.result, wall_time_s=time.monotonic() - started)
         if outcome.retire:
@@ -495,7 +528,7 @@ class _Lane:
         w = self.worker
         if w is None or w.proc.poll() is not None:
             return WorkerInfo(self.device, 0, self.generation, 0)
-        return WorkerInfo(self.device, w.pid, self.generation, w.jobs_done, w.info)
+        return WorkerInfo(self.device, w.pid, self.generation, w.jobs_done, w.info, w.isolation)
 
 
 class WorkerPool:
@@ -616,6 +649,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     policy = SandboxPolicy.from_json(args.policy)
     info = enter_sandbox(policy)  # first: namespaces and capabilities are per thread
+    os.environ[escape.WORKER_ROOT_ENV] = args.root
+    escape.install()  # names file and network attempts the sandbox stopped (cannot be removed once added)
     jobs = Connection(args.jobs_fd, writable=False)
     results = Connection(args.results_fd, readable=False)
     job_fn = load_job_fn(args.job_fn)  # an import error ends the worker; the judge reports its output
@@ -654,10 +689,16 @@ def _serve(
         else:
             os.chdir(workdir)
             set_cpu_budget(policy.cpu_time_s)
-            result = job_fn(job)
+            artifact = os.path.dirname(job.build.artifact_path) if job.build.artifact_path else ""
+            escape.start_job(workdir, extra=[artifact] if artifact else [])
+            try:
+                result = job_fn(job)
+            finally:
+                attempts = escape.finish_job()
             if not isinstance(result, EvalResult):
                 result = _result(job, EvalStatus.INFRA_ERROR, f"job function returned {type(result).__name__}, "
                                  "expected EvalResult")
+            result = _with_escapes(result, job, *attempts)
     except Exception:
         result = _result(job, EvalStatus.INFRA_ERROR, "the job function raised:\n" + traceback.format_exc()[-4000:])
     finally:
@@ -666,6 +707,22 @@ def _serve(
     healthy, health = _cuda_context_ok()
     return {"kind": "result", "seq": msg["seq"], "nonce": msg["nonce"], "job_id": job.job_id,
             "healthy": healthy, "health": health, "result": to_dict(result)}
+
+
+def _with_escapes(result: EvalResult, job: Job, files: list[str], network: list[str]) -> EvalResult:
+    """The result with the sandbox's rules named for every file or network attempt the job made, as
+    ``file_access`` / ``network`` violations, where the protocol runs those guards."""
+    from cudagym.judge.guards.base import select_guards
+
+    wanted = {g.name for g in select_guards(job.protocol.guards)}
+    found = [Violation(name, message) for name, message in escape.violation_messages(files, network).items()
+             if name in wanted]
+    if not found:
+        return result
+    message = "; ".join(f"{v.guard}: {v.message}" for v in found)
+    status = result.status if result.status is EvalStatus.RULE_VIOLATION else EvalStatus.RULE_VIOLATION
+    return dataclasses.replace(result, status=status, violations=(*result.violations, *found),
+                               message=f"{message}\n{result.message}".strip() if result.message else message)
 
 
 def _cuda_context_ok() -> tuple[bool, str]:

@@ -4,9 +4,11 @@ Every entry is a directory named by a sha256 key of everything that determines i
 flags, target arch, compiler and torch versions, protected files). An entry is written in a private
 temporary directory and renamed into place, so readers see a whole entry or none; a per-key file lock
 makes concurrent builders of the same key wait for the first instead of compiling twice. Each entry lists
-its files and sizes (``.contents.json``); an entry with a file missing or truncated since (a cleaner of
-temporary files, a partial copy of the cache) counts as a miss and is removed, so it is rebuilt rather
-than handed to a loader that would fail.
+its files, sizes and sha256 (``.contents.json``); an entry with a file missing, truncated or changed since (a
+cleaner of temporary files, a partial copy of the cache, a write by anything but the judge) counts as a
+miss and is removed, so it is rebuilt rather than handed to a loader. Only the judge's own process writes
+here: compilers and candidate code run confined, with no view of the cache
+(:mod:`cudagym.judge.confine`); a compiler writes into its unit's staging folder, which the judge commits.
 
 Layout under the root (``CUDAGYM_CACHE_DIR``, else ``$XDG_CACHE_HOME/cudagym``, else
 ``~/.cache/cudagym``)::
@@ -38,7 +40,8 @@ from cudagym.errors import ConfigError
 logger = logging.getLogger(__name__)
 
 CACHE_DIR_ENV = "CUDAGYM_CACHE_DIR"
-CONTENTS = ".contents.json"  # {relative path: size in bytes} of every file of an entry, written at commit
+CONTENTS = ".contents.json"  # {relative path: [size in bytes, sha256]} of every file of an entry, at commit
+HASHED_BYTES = 64 << 20  # files up to this size are checked by content at lookup; larger ones (a torch PCH) by size
 
 
 def default_cache_root() -> Path:
@@ -130,7 +133,7 @@ class BuildCache:
         """
         final = self.entry_dir(kind, key)
         final.parent.mkdir(parents=True, exist_ok=True)
-        listing = {p.relative_to(staged).as_posix(): p.stat().st_size
+        listing = {p.relative_to(staged).as_posix(): [p.stat().st_size, _sha256(p)]
                    for p in sorted(staged.rglob("*")) if p.is_file() and not p.is_symlink()}
         (staged / CONTENTS).write_text(json.dumps(listing, sort_keys=True))
         try:
@@ -175,17 +178,11 @@ class BuildCache:
         return freed
 
     def _intact(self, path: Path) -> bool:
-        """Whether every file the entry listed at commit is still there with its size; else remove the entry."""
-        try:
-            listing = json.loads((path / CONTENTS).read_text())
-            if all((path / rel).stat().st_size == size for rel, size in listing.items()):
-                return True
-            problem = "a file changed size"
-        except FileNotFoundError as exc:
-            problem = f"{Path(exc.filename or '?').name} is missing"
-        except (OSError, ValueError, AttributeError) as exc:
-            problem = f"its listing is unreadable ({exc})"
-        logger.warning("build cache entry %s is incomplete (%s): removing it, it will be rebuilt", path, problem)
+        """Whether the entry still matches its listing (:func:`verify_entry`); else remove it."""
+        problem = verify_entry(path, hash_limit=HASHED_BYTES)
+        if not problem:
+            return True
+        logger.warning("build cache entry %s fails its check (%s): removing it, it will be rebuilt", path, problem)
         with contextlib.suppress(OSError):
             aside = Path(tempfile.mkdtemp(prefix="broken-", dir=self.root / "tmp"))
             os.rename(path, aside / "entry")
@@ -196,6 +193,38 @@ class BuildCache:
         with self._counts_lock:
             counts = self._counts.setdefault(kind, [0, 0])
             counts[0 if hit else 1] += 1
+
+
+def verify_entry(path: Path, *, hash_limit: int = 1 << 62) -> str:
+    """What is wrong with a cache entry against the listing written at commit, or ``""``.
+
+    Every listed file must exist with its size and, up to ``hash_limit`` bytes, its sha256 (an entry with
+    the older size-only listing is rebuilt).
+    """
+    try:
+        listing = json.loads((path / CONTENTS).read_text())
+        for rel, recorded in listing.items():
+            if not isinstance(recorded, list):
+                return "it predates content hashes"
+            size, digest = recorded
+            file = path / rel
+            if file.stat().st_size != size:
+                return f"{rel} changed size"
+            if size <= hash_limit and _sha256(file) != digest:
+                return f"{rel} changed content"
+    except FileNotFoundError as exc:
+        return f"{Path(exc.filename or '?').name} is missing"
+    except (OSError, ValueError, AttributeError, TypeError) as exc:
+        return f"its listing is unreadable ({exc})"
+    return ""
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def write_atomic(path: Path, data: bytes) -> None:
