@@ -12,7 +12,8 @@ Build (CPU worker):
    = torch/cuda headers + ``cuda_sources``.
 3. Compile and link them with the extension pipeline (:mod:`cudagym.judge.build.torch_ext`): target arch
    only, torch headers precompiled (once built), objects cached by content. Compiler messages are mapped back to
-   model_new.py lines when a source string appears verbatim in it.
+   model_new.py lines when a source string appears verbatim in it. The agent's ``extra_*`` flags pass only
+   through the allow-list of :mod:`cudagym.judge.build.flags` (anything else: ``INVALID``, the flag named).
 
 Load (GPU worker): :func:`install_inline_loader` replaces ``load_inline`` with a function that returns
 the prebuilt module of the matching call (same name, sources, functions and flags), so importing
@@ -39,6 +40,7 @@ from cudagym.errors import BuildToolError
 from cudagym.judge.build.cache import BuildCache, content_key, write_atomic
 from cudagym.judge.build.diagnostics import PathMap, Segment, parse_diagnostics, parse_ptxas_resources
 from cudagym.judge.build.extension import link_result
+from cudagym.judge.build.flags import refused_flag
 from cudagym.judge.build.process import BuildLimits, Deadline, RunOutcome, ToolRun, run_sandboxed_tool
 from cudagym.judge.build.toolchain import TORCH_NVCC_DEFINES
 from cudagym.judge.build.torch_ext import (
@@ -111,6 +113,9 @@ def build_inline(task: Task, solution: Solution, protocol: Protocol, cache: Buil
     if isinstance(recorded, BuildResult):
         return recorded
     calls, error = recorded
+    refused = _refused_flags(calls, protocol)
+    if refused:
+        return BuildResult(BuildStatus.INVALID, "inline", message=refused)
     results: list[UnitResult] = []
     links = []
     diagnostics: list[Diagnostic] = []
@@ -185,11 +190,22 @@ def _record(source: str, tc: ExtToolchain, cache: BuildCache, deadline: Deadline
     return calls, error
 
 
+def _refused_flags(calls: list[dict[str, Any]], protocol: Protocol) -> str:
+    """The first agent flag the judge refuses (:mod:`cudagym.judge.build.flags`), named, or ``""``."""
+    fast_math = bool((protocol.extra or {}).get("allow_fast_math", False))
+    for call in calls:
+        for field in _LIST_FIELDS:
+            problem = refused_flag(field, call[field], allow_fast_math=fast_math)
+            if problem:
+                return f"load_inline(name={call['name']!r}) {problem}; nothing was compiled"
+    return ""
+
+
 def _run_recorder(unit: CompileUnit, out: Path, cwd: Path, deadline: Deadline, limits: BuildLimits) -> ToolRun:
     """Run the recorder child in the sandbox (a :class:`CompileUnit` runner)."""
     argv = [a.replace(OUT_TOKEN, str(out)) for a in unit.argv]
     return run_sandboxed_tool(argv, cwd=cwd, deadline=deadline, max_output_bytes=limits.max_output_bytes,
-                              policy=RECORD_POLICY, env=unit.env)
+                              policy=RECORD_POLICY, env=unit.env, writes=(out.parent,))
 
 
 def _call_units(tc: ExtToolchain, call: dict[str, Any], index: int, model_src: str, stage: Path,

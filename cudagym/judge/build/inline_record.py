@@ -62,13 +62,26 @@ def main(argv: list[str]) -> int:
     sys.path.insert(0, os.path.dirname(os.path.abspath(model_path)))
     try:
         runpy.run_path(model_path, run_name="model_new")
-    except BaseException:  # noqa: B902 - candidate code: anything it raises is data for the report
-        error = traceback.format_exc(limit=8)
+    except BaseException as exc:  # noqa: B902 - candidate code: anything it raises is data for the report
+        error = _candidate_traceback(exc, model_path)
     finally:
         cpp_extension.load_inline = original
     with open(out_path, "w", encoding="utf-8") as handle:
         json.dump({"calls": calls, "error": error}, handle)
     return 0
+
+
+def _candidate_traceback(exc: BaseException, model_path: str) -> str:
+    """The traceback of ``exc`` with only the frames of model_new.py (the judge's own files are never shown)."""
+    name = os.path.basename(model_path)
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if os.path.basename(f.filename) == name and os.path.dirname(os.path.abspath(f.filename))
+              == os.path.dirname(os.path.abspath(model_path))][-8:]
+    for frame in frames:
+        frame.filename = name
+    lines = ["Traceback (model_new.py's frames):", *traceback.format_list(frames),
+             *traceback.format_exception_only(type(exc), exc)]
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
 
 
 if __name__ == "__main__":
