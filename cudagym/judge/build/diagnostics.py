@@ -8,18 +8,21 @@ Understands the message formats of the tools a build runs:
 - the linker (``undefined reference to `x'``, ``cannot find -lfoo``).
 
 Files are mapped back to the agent's relative paths (``kernels/relu.cu``): build directories are
-stripped, and lines of generated files (load_inline's ``main.cpp``) are mapped into the file the source
+stripped, other host paths become placeholders (``<torch>/include/...``, :mod:`cudagym.judge.hostpaths`),
+messages located in toolchain headers are folded into one line per header, and lines of generated files (load_inline's ``main.cpp``) are mapped into the file the source
 came from. ``ptxas -v`` output becomes one :class:`KernelResources` per entry function, names demangled
 with ``c++filt`` when it is installed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from cudagym.judge import hostpaths
 from cudagym.judge.records import Diagnostic, KernelResources, Severity
 
 _GCC = re.compile(
@@ -87,10 +90,11 @@ class PathMap:
         return rel, line
 
     def scrub(self, text: str) -> str:
-        """Compiler output with build directories removed (the agent sees its own relative paths)."""
+        """Compiler output with build directories removed (the agent sees its own relative paths) and every
+        other host path replaced by a placeholder (:mod:`cudagym.judge.hostpaths`)."""
         for prefix in sorted(self.prefixes, key=len, reverse=True):
             text = text.replace(prefix.rstrip("/") + "/", "")
-        return text
+        return hostpaths.scrub(text)
 
 
 def parse_diagnostics(output: str, *, tool: str, paths: PathMap | None = None) -> tuple[Diagnostic, ...]:
@@ -110,8 +114,34 @@ def parse_diagnostics(output: str, *, tool: str, paths: PathMap | None = None) -
             continue
         if tool in ("nvcc", "nvrtc") and diag.line and not diag.column:
             diag = _with_caret_column(diag, lines, i)
-        found.append(diag)
-    return tuple(found)
+        found.append(dataclasses.replace(diag, file=paths.scrub(diag.file), message=paths.scrub(diag.message)))
+    return _fold_toolchain(found)
+
+
+def _fold_toolchain(found: list[Diagnostic]) -> tuple[Diagnostic, ...]:
+    """Messages located in toolchain or system headers, reduced to one line per header (at the first one)."""
+    out: list[Diagnostic] = []
+    folded: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    for diag in found:
+        if not (diag.file and hostpaths.is_toolchain_file(diag.file)):
+            out.append(diag)
+            continue
+        counts[diag.file] = counts.get(diag.file, 0) + 1
+        if diag.file not in folded:
+            folded[diag.file] = len(out)
+            out.append(dataclasses.replace(diag, line=0, column=0))
+        elif _RANK[diag.severity] > _RANK[out[folded[diag.file]].severity]:
+            out[folded[diag.file]] = dataclasses.replace(out[folded[diag.file]], severity=diag.severity)
+    for file, index in folded.items():
+        if counts[file] > 1:
+            first = out[index]
+            out[index] = dataclasses.replace(first, message=f"{counts[file]} messages in this header "
+                                             f"(toolchain header; first: {first.message})")
+    return tuple(out)
+
+
+_RANK = {Severity.NOTE: 0, Severity.WARNING: 1, Severity.ERROR: 2}
 
 
 def _parse_line(line: str, tool: str, paths: PathMap) -> Diagnostic | None:
