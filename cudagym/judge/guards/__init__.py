@@ -22,8 +22,8 @@ guard                     stops                                               mo
 ``precision``             TF32/fp16/bf16 on an fp32 task; torch switches      :mod:`.precision`
 ``decoy_kernels``         compiled kernels that do not do the work            :mod:`.kernels`
 ``tampering``             changed protected files; importing the judge        :mod:`.tampering`
-``file_access``           files outside the workspace (sandbox-reported)      :mod:`.tampering`
-``network``               network access (sandbox-reported)                   :mod:`.tampering`
+``file_access``           files outside the workspace (sandbox-reported)      :mod:`.escape`
+``network``               network access (sandbox-reported)                   :mod:`.escape`
 ``suspicious_speedup``    >10x speedups are re-verified                       :mod:`.speedup`
 ========================  ==================================================  =========================
 

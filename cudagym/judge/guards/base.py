@@ -50,6 +50,7 @@ GUARD_MODULES = (
     "cudagym.judge.guards.precision",
     "cudagym.judge.guards.kernels",
     "cudagym.judge.guards.tampering",
+    "cudagym.judge.guards.escape",
     "cudagym.judge.guards.speedup",
 )
 

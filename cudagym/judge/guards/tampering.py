@@ -8,9 +8,7 @@ against the package's templates, ``model.py`` (where present) against the task's
 files against the snapshot the judge built. Static: ``model_new.py`` may not import the judge
 (``cudagym.*`` other than ``cudagym.runtime``, the raw format's launch API).
 
-``file_access`` and ``network`` are enforced by the sandbox (a private mount and network namespace); they
-are registered here so that protocols can name them and a worker can record what its sandbox saw as a
-:class:`~cudagym.judge.records.Violation` with that name.
+``file_access`` and ``network`` (the sandbox's rules) live in :mod:`.escape`.
 """
 
 from __future__ import annotations
@@ -97,19 +95,3 @@ def _digest(path: Path) -> str | None:
         return hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError:
         return None
-
-
-@register
-class FileAccess(Guard):
-    """Reading or writing files outside the workspace (enforced and reported by the sandbox)."""
-
-    name = "file_access"
-    summary = "touch no file outside the workspace"
-
-
-@register
-class Network(Guard):
-    """Network access (enforced and reported by the sandbox)."""
-
-    name = "network"
-    summary = "no network access"
