@@ -197,6 +197,12 @@ def reference_solution(task: Task) -> Solution:
                             "kernels/cudagym_noop.cu": _NOOP_KERNEL})
 
 
+def is_reference_job(task: Task, solution: Solution) -> bool:
+    """Whether ``solution`` is the task's own :func:`reference_solution`: a job that runs no candidate code,
+    the only kind whose baseline times enter the cache."""
+    return solution.content_hash == reference_solution(task).content_hash
+
+
 # ----------------------------------------------------------------------------------------------------
 # The command: cudagym baselines precompute|show
 # ----------------------------------------------------------------------------------------------------

@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from cudagym.errors import ConfigError
-from cudagym.judge.baselines import BaselineCache, BaselineKey
+from cudagym.judge import confine
+from cudagym.judge.baselines import BaselineCache, BaselineKey, is_reference_job, reference_solution
 from cudagym.judge.interface import EvalMode, Judge
 from cudagym.judge.job import Job, KnownBaselines
 from cudagym.judge.journal import Journal
@@ -168,6 +169,8 @@ class _Backend:
         self._probe: GpuProbe | None = None
         self._given_gpus = gpus
         self._memo: OrderedDict[tuple[str, ...], BuildResult] = OrderedDict()
+        self.lock = threading.Lock()
+        self.baseline_jobs: dict[BaselineKey, Future[EvalResult]] = {}
         self._inflight: dict[tuple[str, ...], Future[BuildResult]] = {}
 
     # -- GPUs --------------------------------------------------------------------------------------
@@ -296,6 +299,9 @@ class LocalJudge(Judge):
         journal: A JSONL journal path (or :class:`Journal`): every job and result is recorded, and a job id
             given to :meth:`submit` that already has a result is answered from it.
         gpus: The GPUs when already known (skips the probe subprocess; also how tests fake a GPU).
+
+    Raises:
+        SandboxUnavailableError: bubblewrap is missing or cannot run here, and ``CUDAGYM_SANDBOX`` is not ``off``.
     """
 
     def __init__(
@@ -314,6 +320,7 @@ class LocalJudge(Judge):
     ) -> None:
         self.protocol = get_protocol(protocol)
         if _backend is None:
+            confine.isolation()  # fail closed: no sandbox, no judge (unless CUDAGYM_SANDBOX=off says so)
             options = pool_options or PoolOptions()
             if job_fn is not None:
                 options = dataclasses.replace(options, job_fn=job_fn)
@@ -433,11 +440,38 @@ class LocalJudge(Judge):
             return
         key = BaselineKey.of(request.task, probe.hardware, self.protocol)
         known = self._backend.baselines.get(key)
+        if not known.known and not is_reference_job(request.task, request.solution):
+            # baselines are measured by a job that runs no candidate code, never taken from a candidate's job
+            self._clean_baselines(request.task, key).add_done_callback(
+                lambda f: self._guarded(request, lambda r, _f: self._run_job(r, build, key), f))
+            return
+        self._run_job(request, build, key)
+
+    def _run_job(self, request: _Request, build: BuildResult, key: BaselineKey) -> None:
+        pool = self._backend.pool()
+        if pool is None:  # the judge closed meanwhile
+            self._finish(request, EvalResult(EvalStatus.INFRA_ERROR, "the judge closed before the job ran",
+                                             build=build, protocol_id=self.protocol.id))
+            return
+        known = self._backend.baselines.get(key)
         folder = f"{re.sub(r'[^A-Za-z0-9._-]+', '_', request.job_id)[:64]}-{uuid.uuid4().hex[:8]}"  # ids are free text
         workdir = prepare_workdir(self._backend.root / "jobs" / folder, request.solution)
         job = Job(request.job_id, request.task, request.solution, build, request.mode, self.protocol, known,
                   str(workdir))
         pool.submit(job).add_done_callback(lambda f: self._guarded(request, self._after_job(job, known), f))
+
+    def _clean_baselines(self, task: Task, key: BaselineKey) -> Future[EvalResult]:
+        """The baseline job of ``key`` (the reference as its own candidate, guards off); one per key at a time."""
+        with self._backend.lock:
+            running = self._backend.baseline_jobs.get(key)
+            if running is not None:
+                return running
+            timing = self.protocol.with_changes(guards=())  # same id and timing fields: the same cache key
+            future = LocalJudge(timing, _backend=self._backend).submit(
+                task, reference_solution(task), EvalMode.PROFILE, job_id=f"baselines:{uuid.uuid4().hex}")
+            self._backend.baseline_jobs[key] = future
+        future.add_done_callback(lambda _f: self._backend.baseline_jobs.pop(key, None))
+        return future
 
     def _after_job(self, job: Job, known: KnownBaselines) -> Callable[[_Request, Future[EvalResult]], None]:
         def step(request: _Request, future: Future[EvalResult]) -> None:
@@ -446,7 +480,8 @@ class LocalJudge(Judge):
             hardware = result.hardware if result.hardware.gpu not in ("none", "unknown", "") else \
                 self._backend.known_hardware()
             result = dataclasses.replace(result, hardware=hardware, protocol_id=result.protocol_id or self.protocol.id)
-            if not known.known and (result.eager.measured or result.compiled.measured):
+            if not known.known and is_reference_job(job.task, job.solution) and (
+                    result.eager.measured or result.compiled.measured):
                 self._backend.baselines.put(BaselineKey.of(job.task, hardware, self.protocol), result.eager,
                                             result.compiled, task_id=job.task.id)
             self._finish(request, result)
