@@ -59,8 +59,22 @@ def raw_round(cache: BuildCache) -> None:
     assert result.ok and not result.cached, result.message
 
 
+SANDBOX = ["bwrap", "off"]  # side by side: what the sandbox (cudagym.judge.confine) costs a build
+
+
+@pytest.fixture(params=SANDBOX)
+def sandbox(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    from cudagym.judge.build import nvrtc_server
+
+    monkeypatch.setenv("CUDAGYM_SANDBOX", request.param)
+    nvrtc_server._stop_all()  # the NVRTC child starts again, confined or not
+    yield request.param
+    nvrtc_server._stop_all()
+
+
 @pytest.mark.parametrize("backend", ["nvcc", "nvrtc"])
-def test_raw_compile_feedback(benchmark, backend: str, cache: BuildCache, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_raw_compile_feedback(benchmark, backend: str, sandbox: str, cache: BuildCache,
+                              monkeypatch: pytest.MonkeyPatch) -> None:
     if backend == "nvrtc" and not nvrtc.find_nvrtc():
         pytest.skip("libnvrtc not installed")
     monkeypatch.setenv("CUDAGYM_RAW_BACKEND", backend)
@@ -77,7 +91,8 @@ def warm_extension(cache: BuildCache) -> float:
     return time.monotonic() - start
 
 
-def test_extension_rebuild_after_editing_one_cu(benchmark, cache: BuildCache, warm_extension: float) -> None:
+def test_extension_rebuild_after_editing_one_cu(benchmark, sandbox: str, cache: BuildCache,
+                                                warm_extension: float) -> None:
     def one_edit() -> None:
         files = {**EXT, "kernels/relu.cu": fresh(EXT["kernels/relu.cu"])}
         result = build(TASK, Solution("extension", files), PROTOCOL, cache)

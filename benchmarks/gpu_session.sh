@@ -3,9 +3,10 @@
 # slow file cannot starve the rest, and all of them under a total budget; logs under $OUT (or ./gpu-logs), a
 # summary table last (also written to $OUT/summary.txt after every step, so a call cut short keeps its rows).
 #   bash benchmarks/gpu_session.sh [SECONDS_PER_STEP [TOTAL_SECONDS [STEP ...]]]    (repository root, GPU host)
-# Steps: prebuild (prebuild1: bundled only) build formats local env hacks judge bundled bench_bld bench_eval soak
+# Steps: prebuild (prebuild1: bundled only) build formats local sandbox env hacks judge bundled bench_bld bench_eval soak
 # (default: all but soak).
-# Wheels the host lacks (gymnasium) are installed from .whl/ when it exists (../shared/tools/stage-wheels.sh).
+# Wheels the host lacks (gymnasium) are installed from .whl/ when it exists (../shared/tools/stage-wheels.sh);
+# bubblewrap from .debs/ (carry both).
 # The caches live in /tmp/cudagym-cache (outside the synced tree), so a later call on a still-warm host reuses them.
 set -u
 limit=${1:-150}; total=${2:-570}; shift 2 2>/dev/null || shift $#
@@ -21,6 +22,10 @@ out=${OUT:-gpu-logs}; mkdir -p "$out"
   python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null 2>&1 || echo "editable install failed"
 } 9>/tmp/cudagym-setup.lock
 [ -d .whl ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+# the GPU host has no package index: bubblewrap travels as Debian's .deb (apt-get download bubblewrap, in .debs/)
+if ! command -v bwrap >/dev/null 2>&1 && [ -z "${CUDAGYM_BWRAP:-}" ] && ls .debs/bubblewrap_*.deb >/dev/null 2>&1; then
+  mkdir -p /tmp/bwrap-pkg && dpkg -x .debs/bubblewrap_*.deb /tmp/bwrap-pkg && export CUDAGYM_BWRAP=/tmp/bwrap-pkg/usr/bin/bwrap
+fi
 export PYTHONUNBUFFERED=1 CUDAGYM_OFFLINE=1 CUDAGYM_CACHE_DIR=${CUDAGYM_CACHE_DIR:-/tmp/cudagym-cache}
 summary=()
 run_step() {  # run_step NAME COMMAND...: one command under min(limit, time left), its log, one summary row
@@ -58,6 +63,7 @@ for s in $steps; do
     formats)    run_step formats    $pyt tests/test_formats_gpu.py -m gpu ;;
     build)      run_step build      $pyt tests/test_build_extension.py tests/test_build_inline.py tests/test_runtime.py -m gpu ;;
     local)      run_step local      $pyt tests/test_local_judge.py tests/test_worker_faults_gpu.py -m gpu ;;
+    sandbox)    run_step sandbox    $pyt tests/test_sandbox_gpu.py tests/test_sandbox_escapes.py ;;
     bench_bld)  run_step bench_bld  $base benchmarks/bench_build.py --benchmark-only ;;  # one load_inline: 25-60 s
     bench_eval) run_step bench_eval $base benchmarks/bench_eval.py --benchmark-only ;;  # 20 SUBMITs per test
     soak)       run_step soak       $base -m slow benchmarks/soak_judge.py ;;  # one long test: no per-test limit

@@ -33,7 +33,23 @@ _RULES = """\
   synchronisation or the inputs.
 - Keep the precision of the reference (fp32 unless the reference says otherwise); see "How it is judged".
 - Read-only files (`{instructions}`, `{reference}`{protected}) cannot be changed; the judge uses its own
-  copies. Nothing outside this workspace is reachable, and there is no network."""
+  copies. {isolation}"""
+
+
+def isolation_sentence() -> str:
+    """What the prompt says about files and the network, from this host's sandbox facts (true on every host)."""
+    from cudagym.judge import confine
+
+    try:
+        facts = confine.isolation()
+    except Exception:  # noqa: BLE001 - the judge fails closed on its own; the prompt never claims a sandbox
+        return "Use no file outside this workspace and no network."
+    if facts.confined:
+        return ("Compilers and your code run in a sandbox: nothing outside this workspace exists there (no host "
+                "files, caches or other jobs), and there is no network.")
+    return ("This host runs the judge without its sandbox (CUDAGYM_SANDBOX=off), so nothing stops your code from "
+            "reaching files or the network: using any file outside this workspace, or the network, is against the "
+            "rules all the same.")
 
 
 @dataclass(frozen=True)
@@ -81,7 +97,8 @@ def build_prompt(
 
 def _rules(fmt: SolutionFormat) -> str:
     protected = "".join(f", `{p}`" for p in fmt.protected)
-    return _RULES.format(instructions=INSTRUCTIONS, reference=REFERENCE, protected=protected)
+    return _RULES.format(instructions=INSTRUCTIONS, reference=REFERENCE, protected=protected,
+                         isolation=isolation_sentence())
 
 
 def _tools() -> str:
