@@ -207,3 +207,13 @@ def test_the_background_pch_is_built_once_and_again_only_when_worth_it(
     assert third is not second and not third.result(5).ok
     assert torch_ext.pch_in_background(tc, cache) is third  # the compiler failed: it would fail again
     assert len(calls) == 3 and outcomes == [True]
+
+
+def test_an_entry_whose_content_changed_is_a_miss_and_removed(tmp_path: Path) -> None:
+    cache = BuildCache(tmp_path)
+    with cache.staging() as stage:
+        (stage / "x.so").write_bytes(b"built by the judge")
+        entry = cache.commit("ext", "k" * 64, stage)
+    assert cache.lookup("ext", "k" * 64) == entry
+    (entry / "x.so").write_bytes(b"built by the other")  # same size, other bytes
+    assert cache.lookup("ext", "k" * 64) is None and not entry.exists()

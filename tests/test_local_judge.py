@@ -152,15 +152,24 @@ def test_jobs_run_on_the_workers_with_hardware_filled_and_workdirs_removed(tmp_p
     assert len(info) == 1 and info[0].device == "0" and info[0].generation >= 2
 
 
-def test_known_baselines_are_passed_to_jobs_and_new_ones_are_stored(tmp_path):
+def test_baselines_are_timed_by_a_job_without_candidate_code_and_passed_to_candidates(tmp_path):
     task = relu_task()
     with fake_gpu_judge(tmp_path, job_fn="jobs:fake_timing") as judge:
         first = judge.evaluate(task, candidate("good_relu"))
-        assert first.message == "timed baselines"
+        assert first.message == "cached baselines"  # the reference's own job timed them first
         stored = judge.baselines.get(local.BaselineKey.of(task, first.hardware, judge.protocol))
         assert stored.known and stored.eager == first.eager and stored.compiled == first.compiled
         second = judge.evaluate(task, candidate("segfault"))  # another solution of the same task
         assert second.message == "cached baselines" and second.eager == first.eager
+
+
+def test_baselines_a_candidate_reports_never_enter_the_cache(tmp_path):
+    task = relu_task()
+    with fake_gpu_judge(tmp_path, job_fn="jobs:forge_baselines") as judge:
+        result = judge.evaluate(task, candidate("good_relu"))
+        stored = judge.baselines.get(local.BaselineKey.of(task, result.hardware, judge.protocol))
+    assert result.message == "forged"  # the candidate's own job said 10 ms ...
+    assert stored.known and stored.eager.median_us == 100.0  # ... the cache holds the reference job's 100 us
 
 
 def test_a_journaled_job_is_not_run_again(tmp_path):

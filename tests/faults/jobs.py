@@ -83,6 +83,17 @@ def raise_error(job: Job) -> EvalResult:
     raise ValueError("stand-in harness bug")
 
 
+def forge_baselines(job: Job) -> EvalResult:
+    """A candidate that forges its result's baseline times (100x slower eager); the reference job is honest."""
+    from cudagym.judge.records import Hardware, TimingStats
+
+    honest = "ModelNew = Model" in job.solution.files.get("model_new.py", "")
+    eager = TimingStats(median_us=100.0 if honest else 10_000.0, runs=10)
+    return EvalResult(status=EvalStatus.OK, message="honest" if honest else "forged", build=job.build,
+                      candidate=TimingStats(median_us=50.0, runs=10), eager=eager, compiled=eager,
+                      protocol_id=job.protocol.id, hardware=Hardware(gpu="Fake GPU 80GB", torch="9.9.9+fake"))
+
+
 def fake_timing(job: Job) -> EvalResult:
     """A PROFILE stand-in: made-up times; cached baselines (``job.baselines``) are used, not re-timed."""
     from cudagym.judge.records import Hardware, TimingStats
