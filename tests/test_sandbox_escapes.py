@@ -229,8 +229,10 @@ from cudagym.judge.build.process import run_tool, Deadline
 from cudagym.judge.worker import PoolOptions, WorkerPool
 import threading
 pool = WorkerPool(["0"], options=PoolOptions(job_fn="jobs:run_script", pythonpath=({str(FAULTS_DIR)!r},)))
-pool.submit(make_job(script("import subprocess, time\\ndef run():\\n    subprocess.Popen(['sleep', '{token}'])\\n    time.sleep(1000)\\n"), timeout_s=1000))
-threading.Thread(target=run_tool, args=(["sleep", "{token}"],), kwargs=dict(cwd={str(tmp_path)!r}, deadline=Deadline(1000), max_output_bytes=100), daemon=True).start()
+child = "import subprocess, time\\ndef run():\\n    subprocess.Popen(['sleep', '{token}'])\\n    time.sleep(1000)\\n"
+pool.submit(make_job(script(child), timeout_s=1000))
+compile_args = dict(cwd={str(tmp_path)!r}, deadline=Deadline(1000), max_output_bytes=100)
+threading.Thread(target=run_tool, args=(["sleep", "{token}"],), kwargs=compile_args, daemon=True).start()
 print("started", flush=True)
 time.sleep(1000)
 """

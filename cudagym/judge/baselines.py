@@ -198,8 +198,10 @@ def reference_solution(task: Task) -> Solution:
 
 
 def is_reference_job(task: Task, solution: Solution) -> bool:
-    """Whether ``solution`` is the task's own :func:`reference_solution`: a job that runs no candidate code,
-    the only kind whose baseline times enter the cache."""
+    """Whether ``solution`` is the task's own :func:`reference_solution` (a job that runs no candidate code).
+
+    Only such jobs' baseline times enter the cache.
+    """
     return solution.content_hash == reference_solution(task).content_hash
 
 

@@ -1,6 +1,7 @@
-"""Confinement with bubblewrap: the file-system view, namespaces and death-with-parent of every process the
-agent's files or options can influence (compilers, the linker, the NVRTC server, the inline recorder, GPU
-workers).
+"""Confinement with bubblewrap of every process the agent's files or options can influence.
+
+That is the compilers, the linker, the NVRTC server, the inline recorder and the GPU workers: each gets a
+private file-system view, new namespaces, and dies with its parent.
 
 Why bubblewrap: it is a small, maintained, setuid-free tool (Debian's ``bubblewrap``; Flatpak's sandbox) that
 builds a private mount namespace from an explicit list of binds, so the view is an allow-list rather than a
@@ -112,7 +113,7 @@ def find_bwrap() -> str:
 
 @functools.lru_cache(maxsize=4)
 def _probe(bwrap: str) -> str:
-    """bwrap's version after one confined ``true`` ran (so namespaces work here); raises otherwise."""
+    """Bwrap's version after one confined ``true`` ran (so namespaces work here); raises otherwise."""
     argv = [bwrap, *_namespace_args(View()), *_system_args(), "--", "true"]
     try:
         run = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
@@ -270,8 +271,11 @@ def tool_prefixes(*executables: str) -> tuple[str, ...]:
 
 def view_for(*, reads: Iterable[str] = (), writes: Iterable[str] = (), gpu: bool = False,
              chdir: str | os.PathLike[str] = "", tools: Sequence[str] = ()) -> View:
-    """The view of a confined process: the system, Python and its packages, ``tools``' install folders,
-    the CUDA toolkit and driver, plus the job's own ``reads`` (read-only) and ``writes`` (read-write)."""
+    """The view of a confined process.
+
+    The system, Python and its packages, ``tools``' install folders, the CUDA toolkit and driver, plus the
+    job's own ``reads`` (read-only) and ``writes`` (read-write).
+    """
     python, masked = python_paths()
     cuda = [os.environ.get("CUDA_HOME", ""), "/usr/local/cuda", os.path.realpath("/usr/local/cuda"),
             "/usr/local/nvidia"]
@@ -281,8 +285,10 @@ def view_for(*, reads: Iterable[str] = (), writes: Iterable[str] = (), gpu: bool
 
 
 def exit_status(returncode: int) -> int:
-    """A confined command's exit status as :class:`subprocess.Popen` reports an unconfined one: bubblewrap
-    exits with 128 + N when its command died of signal N, which is returned as ``-N``."""
+    """A confined command's exit status as :class:`subprocess.Popen` reports an unconfined one.
+
+    bubblewrap exits with 128 + N when its command died of signal N; that is returned as ``-N``.
+    """
     if mode() != "off" and 128 < returncode < 128 + 65:
         return -(returncode - 128)
     return returncode
@@ -301,5 +307,8 @@ _spawn_lock = threading.Lock()
 
 def popen(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
     """:class:`subprocess.Popen` of ``argv``, started from the long-lived spawner thread (see above)."""
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(list(argv), **kwargs)
+
     with _spawn_lock:
-        return _spawner.submit(subprocess.Popen, list(argv), **kwargs).result()
+        return _spawner.submit(start).result()

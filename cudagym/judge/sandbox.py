@@ -548,8 +548,11 @@ def policy_limits(policy: SandboxPolicy) -> tuple[str, ...]:
 
 
 def inner_policy(policy: SandboxPolicy) -> SandboxPolicy:
-    """The policy the launcher applies inside bubblewrap: its rlimits only, since bubblewrap already made the
-    network, mount and user namespaces and dropped every capability (the in-process steps would fail)."""
+    """The policy the launcher applies inside bubblewrap: its rlimits only.
+
+    bubblewrap already made the network, mount and user namespaces and dropped every capability, so the
+    in-process steps would fail.
+    """
     if confine.mode() == "off":
         return policy
     return dataclasses.replace(policy, isolate_network=False, readonly_judge=False)

@@ -710,8 +710,10 @@ def _serve(
 
 
 def _with_escapes(result: EvalResult, job: Job, files: list[str], network: list[str]) -> EvalResult:
-    """The result with the sandbox's rules named for every file or network attempt the job made, as
-    ``file_access`` / ``network`` violations, where the protocol runs those guards."""
+    """The result with the sandbox's rules named for every file or network attempt the job made.
+
+    They become ``file_access`` / ``network`` violations where the protocol runs those guards.
+    """
     from cudagym.judge.guards.base import select_guards
 
     wanted = {g.name for g in select_guards(job.protocol.guards)}

@@ -9,7 +9,8 @@ Understands the message formats of the tools a build runs:
 
 Files are mapped back to the agent's relative paths (``kernels/relu.cu``): build directories are
 stripped, other host paths become placeholders (``<torch>/include/...``, :mod:`cudagym.judge.hostpaths`),
-messages located in toolchain headers are folded into one line per header, and lines of generated files (load_inline's ``main.cpp``) are mapped into the file the source
+messages located in toolchain headers are folded into one line per header, and lines of generated files
+(load_inline's ``main.cpp``) are mapped into the file the source
 came from. ``ptxas -v`` output becomes one :class:`KernelResources` per entry function, names demangled
 with ``c++filt`` when it is installed.
 """
@@ -90,8 +91,10 @@ class PathMap:
         return rel, line
 
     def scrub(self, text: str) -> str:
-        """Compiler output with build directories removed (the agent sees its own relative paths) and every
-        other host path replaced by a placeholder (:mod:`cudagym.judge.hostpaths`)."""
+        """Compiler output with build directories removed and other host paths as placeholders.
+
+        The agent sees its own relative paths; the rest become :mod:`cudagym.judge.hostpaths` placeholders.
+        """
         for prefix in sorted(self.prefixes, key=len, reverse=True):
             text = text.replace(prefix.rstrip("/") + "/", "")
         return hostpaths.scrub(text)

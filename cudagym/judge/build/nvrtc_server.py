@@ -31,8 +31,8 @@ from cudagym.errors import SandboxUnavailableError
 from cudagym.judge import confine
 from cudagym.judge.build import nvrtc
 from cudagym.judge.build.process import (
-    TOOL_ENV,
     COMPILER_MEMORY_BYTES,
+    TOOL_ENV,
     BuildLimits,
     Deadline,
     RunOutcome,

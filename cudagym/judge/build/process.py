@@ -219,8 +219,10 @@ _ABS_PATH = re.compile(r"(?:^|[=,])(/[^\s,=:;]+)")
 
 
 def argv_inputs(argv: Sequence[str]) -> list[str]:
-    """Host paths a judge-built command names (``-I/x``, ``-include /x/h``, ``/x/y.o``): each existing
-    folder, and the folder of each existing file (a PCH is found beside its header)."""
+    """Host folders a judge-built command names (``-I/x``, ``-include /x/h``, ``/x/y.o``), to bind read-only.
+
+    Each existing folder, and the folder of each existing file (a PCH is found beside its header).
+    """
     found = []
     for arg in argv[1:]:
         for token in [arg, arg[2:] if arg[:2] in ("-I", "-L") else ""]:
@@ -236,15 +238,18 @@ def argv_inputs(argv: Sequence[str]) -> list[str]:
 def tool_executables(argv: Sequence[str]) -> list[str]:
     """The programs a command runs: ``argv[0]`` and nvcc's ``-ccbin`` host compiler."""
     tools = [shutil.which(argv[0]) or argv[0]] if argv else []
-    for flag, value in zip(argv, argv[1:]):
+    for flag, value in zip(argv, argv[1:], strict=False):
         if flag in ("-ccbin", "--compiler-bindir"):
             tools.append(shutil.which(value) or value)
     return tools
 
 
 def compile_slots() -> int:
-    """Compiler processes one interpreter runs at once: the cores, and no more than three quarters of the host's memory
-    allows at :data:`COMPILER_MEMORY_BYTES` each (a 24 GiB, 2-core host: 2; a 128 GiB, 16-core host: 16)."""
+    """Compiler processes one interpreter runs at once.
+
+    The cores, and no more than three quarters of the host's memory allows at :data:`COMPILER_MEMORY_BYTES`
+    each (a 24 GiB, 2-core host: 2; a 128 GiB, 16-core host: 16).
+    """
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):

@@ -80,7 +80,10 @@ class _Recorder:
 
     def _net(self, event: str, args: tuple[object, ...]) -> None:
         what = event.removeprefix("socket.")
-        target = args[1] if event in ("socket.connect", "socket.sendto") and len(args) > 1 else (args[0] if args else "")
+        if event in ("socket.connect", "socket.sendto") and len(args) > 1:
+            target = args[1]
+        else:
+            target = args[0] if args else ""
         with self.lock:
             if len(self.network) < _MAX_EVENTS:
                 self.network.append(f"{what} {target!r}")
