@@ -154,7 +154,7 @@ class Precision(Guard):
                 return message
             compared.append((i, cand, r32, r64))
         if signature and compared:
-            allowed = ctx.protocol.baseline_precision == "tf32"
+            allowed = ctx.protocol.matmul_tf32 or ctx.protocol.cudnn_tf32
             roundings = {k: v for k, v in ROUNDINGS.items() if not (allowed and "TF32" in k)}
             return _signature_probe(ref64_model, inputs, compared, roundings)
         return ""

@@ -5,8 +5,8 @@ memory is scrubbed first, the guards' ``forward_scope`` context managers wrap th
 ``after_forward`` hooks run before anything synchronises, then the device is synchronised so asynchronous
 kernel errors surface here, attributed to the candidate. :meth:`EvalContext.verify_seed` is one
 correctness check: the candidate runs first on its own copy of a seeded input set, then the reference on
-another copy of the pristine set, so the candidate never runs on memory where this input's reference
-results lived.
+the set itself (still pristine), so the candidate never runs on memory where this input's reference
+results lived, and no third copy is held.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch
 from cudagym.judge.guards.base import Guard
 from cudagym.judge.harness.correctness import Tolerance, compare_outputs, nonfinite_count
 from cudagym.judge.harness.failures import CandidateFailure, TaskProblem, candidate_traceback, is_cuda_error
-from cudagym.judge.harness.inputs import clone_tree, generate_inputs, poison_tree_, tensors_in
+from cudagym.judge.harness.inputs import clone_tree, generate_inputs, poison_tree_, tensors_in, trees_bitwise_equal
 from cudagym.judge.harness.integrity import PRISTINE, AttributeSnapshot, TorchFlags, protocol_flags
 from cudagym.judge.harness.loading import Reference
 from cudagym.judge.harness.profiling import DeviceEvent, profile_calls
@@ -50,17 +50,22 @@ class ForwardCall:
 
 @dataclass
 class CheckRecord:
-    """One input set compared, as the guards' ``on_check`` hooks see it (tensors are freed afterwards)."""
+    """One input set compared, as the guards' ``on_check`` hooks see it (tensors are freed afterwards).
+
+    No pristine copy of the inputs is kept (memory: see :mod:`cudagym.judge.harness.memory`); the harness
+    compares the candidate's copy with the reference's before the reference runs, and records the answer.
+    """
 
     index: int
     seed: int
     purpose: str
-    inputs: list[Any]  # pristine: neither model saw these
-    args: list[Any]  # the candidate's copies, after its call
-    ref_args: list[Any]  # the reference's copies, after its call
+    args: list[Any]  # the candidate's copy, after its call
+    ref_args: list[Any]  # the reference's copy (pristine until the reference ran), after its call
     outputs: Any
     reference: Any
     check: InputCheck
+    inputs_changed: bool = False  # the candidate's call changed its copy of the inputs
+    reference_writes_inputs: bool = False  # ... and the reference's call changes its copy too (checked only then)
 
 
 class EvalContext:
@@ -73,7 +78,7 @@ class EvalContext:
         self.guards = guards
         self.workdir = workdir
         self.tolerance = Tolerance(job.protocol.atol, job.protocol.rtol)
-        self.flags: TorchFlags = protocol_flags(job.protocol.allow_tf32)
+        self.flags: TorchFlags = protocol_flags(job.protocol.matmul_tf32, job.protocol.cudnn_tf32)
         self.sources: dict[str, str] = {}
         self.reference: Reference | None = None
         self.module: types.ModuleType | None = None
@@ -210,29 +215,35 @@ class EvalContext:
                               f"{exc}") from exc
         return outputs
 
-    def verify_seed(self, seed: int, index: int, purpose: str) -> CheckRecord:
+    def verify_seed(self, seed: int, index: int, purpose: str) -> InputCheck:
         """Check the candidate against the reference on the input set of ``seed``; runs ``on_check`` hooks.
+
+        On the device at once: the reference's copy of the inputs, the candidate's copy, the candidate's
+        outputs and the reference's (the bound of :mod:`cudagym.judge.harness.memory`). The candidate runs
+        first, so it never runs on memory where this input's reference results lived.
 
         Raises:
             TaskProblem: The reference output is not finite (the task is invalid for this input).
         """
-        pristine = self.make_inputs(seed)
-        args = clone_tree(pristine)
+        ref_args = self.make_inputs(seed)  # pristine until the reference runs on it, after the candidate
+        args = clone_tree(ref_args)
         outputs = self.run_candidate(args, purpose)
-        ref_args = clone_tree(pristine)
+        changed = not trees_bitwise_equal(args, ref_args)
         reference = self.run_reference(ref_args)
         bad = nonfinite_count(reference)
         if bad:
             raise TaskProblem(f"task {self.job.task.id}: the reference output has {bad} NaN/Inf values for "
                               f"seed {seed}; the task is invalid (its reference must be finite)")
         check = compare_outputs(reference, outputs, self.tolerance, index=index, seed=seed)
-        record = CheckRecord(index, seed, purpose, pristine, args, ref_args, outputs, reference, check)
+        # Rare (a candidate that writes its inputs): does the reference write its own? Compare with a fresh draw.
+        writes = changed and not trees_bitwise_equal(ref_args, self.make_inputs(seed))
+        record = CheckRecord(index, seed, purpose, args, ref_args, outputs, reference, check, changed, writes)
         for guard in self.guards:
             guard.on_check(self, record)
         for tensor in tensors_in(reference):
             if self.may_poison(tensor):
                 poison_tree_(tensor)  # freed results hold poison, never answers
-        return record
+        return check
 
     def current_stream(self) -> Any:
         """The current CUDA stream (None on the CPU)."""

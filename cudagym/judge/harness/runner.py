@@ -17,6 +17,7 @@ import traceback
 import warnings
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -178,9 +179,7 @@ def _correctness(ctx: EvalContext) -> None:
             poison_tree_(tensor)
     del prime
     for index, seed in enumerate(ctx.protocol.input_seeds()):
-        record = ctx.verify_seed(seed, index, "correctness")
-        ctx.checks.append(record.check)
-        del record
+        ctx.checks.append(ctx.verify_seed(seed, index, "correctness"))
 
 
 def _timing(ctx: EvalContext) -> None:
@@ -201,7 +200,7 @@ def _timing(ctx: EvalContext) -> None:
         interleave=protocol.interleave,
         budget_s=_timing_budget_s(ctx),
         may_poison=ctx.may_poison,
-        on_round=lambda r, inputs, results: _spot_check(ctx, r, inputs, results),
+        on_round=SpotCheck(ctx),
         cover_sizing=CoverSizing(protocol.launch_cover_us, protocol.launch_cover_max_us) if sized else None,
     )
     ctx.timing = loop.run()
@@ -262,34 +261,52 @@ def _baseline_contenders(ctx: EvalContext) -> list[Contender]:
     return found
 
 
-def _spot_check(ctx: EvalContext, index: int, inputs: list, results: dict) -> None:
-    """Compare the candidate's timed output with the reference's on the same round inputs."""
-    flags_now = TorchFlags.capture()
-    if flags_now != ctx.flags:  # the candidate changed torch's switches: restore before the next round
-        ctx.flag_changes.extend(ctx.flags.differences(flags_now))
-        ctx.flags.apply()
-    if "candidate" not in results:  # sequential timing (interleave off): a baseline's own rounds
-        return
-    args, outputs = results["candidate"]
-    if "eager" in results:
-        reference = results["eager"][1]
-    elif index % SPOT_CHECK_EVERY == 0:
-        reference = ctx.run_reference(clone_tree(inputs))
-    else:
-        return
-    check = compare_outputs(reference, outputs, ctx.tolerance, index=index)
-    if not check.passed:
-        ctx.spot_failures.append(f"timed round {index}: {check.message}")
-    if not trees_bitwise_equal(args, inputs):
-        ctx.spot_failures.append(f"timed round {index}: the candidate changed its inputs")
+class SpotCheck:
+    """The timing loop's round hook: the candidate's timed outputs against the reference's on the same inputs.
+
+    With eager timed in the round, its outputs are the reference's (compared as soon as eager returns, then
+    freed); otherwise every :data:`SPOT_CHECK_EVERY`-th round runs the reference at the end of the round.
+    """
+
+    def __init__(self, ctx: EvalContext) -> None:
+        self.ctx = ctx
+        self.outputs: Any = None  # the candidate's outputs of the current round
+        self.inputs: list[Any] | None = None
+        self.compared = False
+
+    def call(self, index: int, name: str, inputs: list[Any], args: list[Any], outputs: Any) -> None:
+        """Keep the candidate's outputs; compare eager's with them."""
+        if name == "candidate":
+            self.outputs, self.inputs, self.compared = outputs, inputs, False
+            if not trees_bitwise_equal(args, inputs):
+                self.ctx.spot_failures.append(f"timed round {index}: the candidate changed its inputs")
+        elif name == "eager" and self.inputs is not None:
+            self._compare(index, outputs)
+
+    def end(self, index: int) -> None:
+        """Restore torch's switches if the candidate changed them; the every-tenth reference run; forget the round."""
+        ctx = self.ctx
+        flags_now = TorchFlags.capture()
+        if flags_now != ctx.flags:  # the candidate changed torch's switches: restore before the next round
+            ctx.flag_changes.extend(ctx.flags.differences(flags_now))
+            ctx.flags.apply()
+        if self.inputs is not None and not self.compared and index % SPOT_CHECK_EVERY == 0:
+            self._compare(index, ctx.run_reference(clone_tree(self.inputs)))
+        self.outputs, self.inputs = None, None
+
+    def _compare(self, index: int, reference: Any) -> None:
+        self.compared = True
+        check = compare_outputs(reference, self.outputs, self.ctx.tolerance, index=index)
+        if not check.passed:
+            self.ctx.spot_failures.append(f"timed round {index}: {check.message}")
 
 
 def _post_timing_check(ctx: EvalContext) -> None:
     """One more audited check on a fresh seed: behaviour that changed after many calls shows here."""
     seed = secrets.randbelow(2**31 - 1)
-    record = ctx.verify_seed(seed, -1, "post_timing")
-    if not record.check.passed:
-        ctx.spot_failures.append(f"audited check after timing (seed {seed}): {record.check.message}")
+    check = ctx.verify_seed(seed, -1, "post_timing")
+    if not check.passed:
+        ctx.spot_failures.append(f"audited check after timing (seed {seed}): {check.message}")
 
 
 def _profile(ctx: EvalContext) -> None:
