@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from cudagym.errors import ConfigError
+from cudagym.judge.records import Precision
 
 TimingMethod = Literal["cuda_events", "profiler"]
 Statistic = Literal["median", "mean"]
@@ -119,6 +120,11 @@ class Protocol:
     def allow_tf32(self) -> bool:
         """Whether TF32 is enabled for matmuls and cuDNN convolutions, baselines and candidates alike."""
         return self.baseline_precision == "tf32"
+
+    @property
+    def precision(self) -> Precision:
+        """The precision switches baselines and candidate run under, as a result records them."""
+        return Precision(self.matmul_tf32, self.cudnn_tf32, "high" if self.matmul_tf32 else "highest")
 
     @property
     def matmul_tf32(self) -> bool:

@@ -37,6 +37,7 @@ class EvalStatus(str, enum.Enum):
     TIMEOUT = "timeout"  # a job ran past the protocol's timeout (hung kernel or host loop)
     RULE_VIOLATION = "rule_violation"  # a reward-hacking guard fired
     NO_GPU = "no_gpu"  # this judge has no GPU; only the build ran
+    TASK_TOO_LARGE = "task_too_large"  # the task's own inputs, reference or baselines do not fit in device memory
     INFRA_ERROR = "infra_error"  # the judge itself failed; not the agent's fault
 
 
@@ -158,6 +159,33 @@ class Hardware:
 
 
 @dataclass(frozen=True)
+class Precision:
+    """Torch's precision switches that the baselines and the candidate ran under (the same for both)."""
+
+    matmul_allow_tf32: bool = False  # torch.backends.cuda.matmul.allow_tf32
+    cudnn_allow_tf32: bool = False  # torch.backends.cudnn.allow_tf32 (convolutions)
+    float32_matmul_precision: str = "highest"  # torch.get_float32_matmul_precision()
+
+
+@dataclass(frozen=True)
+class EvalCost:
+    """What one evaluation cost: peak device memory and wall time per phase (0 where a phase did not run).
+
+    ``peak_device_memory_bytes`` is the caching allocator's peak reservation on the job's device during the
+    job (``torch.cuda.max_memory_reserved`` after emptying the cache and resetting the peak at its start):
+    what the job held, which bounds what it allocated (the allocator scrub fills every cached block).
+    """
+
+    peak_device_memory_bytes: int = 0
+    device_memory_total_bytes: int = 0
+    load_s: float = 0.0  # the reference and the candidate module loaded, both models built
+    check_s: float = 0.0  # correctness on the protocol's inputs, and the guards' extra checks
+    timing_s: float = 0.0  # the timing loop, with torch.compile's compile and warm-up
+    compile_s: float = 0.0  # torch.compile's first call (compiling the baseline), part of timing_s
+    profile_s: float = 0.0  # the post-timing check and the per-kernel profile
+
+
+@dataclass(frozen=True)
 class EvalResult:
     """The judge's verdict on one solution: build, correctness, guards and timing."""
 
@@ -176,6 +204,8 @@ class EvalResult:
     hardware: Hardware = field(default_factory=Hardware)
     wall_time_s: float = 0.0
     log: str = ""  # the candidate's stdout/stderr, capped
+    precision: Precision = field(default_factory=Precision)
+    cost: EvalCost = field(default_factory=EvalCost)
 
     @property
     def compiled_ok(self) -> bool:

@@ -23,10 +23,19 @@ import torch
 
 from cudagym.judge.guards.base import Guard
 from cudagym.judge.harness.correctness import Tolerance, compare_outputs, nonfinite_count
-from cudagym.judge.harness.failures import CandidateFailure, TaskProblem, candidate_traceback, is_cuda_error
+from cudagym.judge.harness.failures import (
+    CandidateFailure,
+    TaskProblem,
+    TaskTooLarge,
+    candidate_traceback,
+    exception_line,
+    is_cuda_error,
+    is_out_of_memory,
+)
 from cudagym.judge.harness.inputs import clone_tree, generate_inputs, poison_tree_, tensors_in, trees_bitwise_equal
 from cudagym.judge.harness.integrity import PRISTINE, AttributeSnapshot, TorchFlags, protocol_flags
 from cudagym.judge.harness.loading import Reference
+from cudagym.judge.harness.memory import DeviceMemoryMeter, PhaseClock
 from cudagym.judge.harness.profiling import DeviceEvent, profile_calls
 from cudagym.judge.harness.scrub import scrub_free_blocks
 from cudagym.judge.harness.timing import Cover, TimingRun
@@ -101,6 +110,8 @@ class EvalContext:
         self._kernel_events: list[DeviceEvent] | None = None
         self._model_ptrs: set[int] | None = None
         self.cover: Cover | None = None  # the protocol's launch cover, when it has one (setup_cover)
+        self.meter = DeviceMemoryMeter(device)  # replaced by a started one when the evaluation starts
+        self.clock = PhaseClock()  # wall time per phase: load, check, timing, compile, profile
 
     # ------------------------------------------------------------------------------------- reporting
 
@@ -139,6 +150,9 @@ class EvalContext:
         except Exception as exc:
             if is_cuda_error(exc):
                 raise
+            if is_out_of_memory(exc):
+                raise TaskTooLarge(f"task {self.job.task.id}: its input set does not fit in device memory "
+                                   f"({exception_line(exc)})") from exc
             raise TaskProblem(f"task {self.job.task.id}: get_inputs() raised {type(exc).__name__}: {exc}") from exc
 
     def setup_cover(self) -> None:
@@ -211,6 +225,9 @@ class EvalContext:
         except Exception as exc:
             if is_cuda_error(exc):
                 raise
+            if is_out_of_memory(exc):
+                raise TaskTooLarge(f"task {self.job.task.id}: the reference forward does not fit in device memory "
+                                   f"({exception_line(exc)})") from exc
             raise TaskProblem(f"task {self.job.task.id}: the reference forward raised {type(exc).__name__}: "
                               f"{exc}") from exc
         return outputs
@@ -240,10 +257,17 @@ class EvalContext:
         record = CheckRecord(index, seed, purpose, args, ref_args, outputs, reference, check, changed, writes)
         for guard in self.guards:
             guard.on_check(self, record)
-        for tensor in tensors_in(reference):
+        self.poison_results(reference)
+        return check
+
+    def poison_results(self, tree: Any) -> None:
+        """Overwrite the reference's (or a baseline's) result tensors with poison before they are freed.
+
+        A function of its own, so no loop variable outlives it holding a result (on the GPU, gigabytes).
+        """
+        for tensor in tensors_in(tree):
             if self.may_poison(tensor):
                 poison_tree_(tensor)  # freed results hold poison, never answers
-        return check
 
     def current_stream(self) -> Any:
         """The current CUDA stream (None on the CPU)."""

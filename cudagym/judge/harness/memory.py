@@ -27,7 +27,7 @@ CHUNK_ELEMENTS = 1 << 24
 GIB = float(1 << 30)
 
 
-def flat_chunks(*tensors: torch.Tensor, chunk: int = CHUNK_ELEMENTS) -> Iterator[tuple[int, list[torch.Tensor]]]:
+def flat_chunks(*tensors: torch.Tensor, chunk: int | None = None) -> Iterator[tuple[int, list[torch.Tensor]]]:
     """Matching flat pieces of same-shaped tensors: ``(offset, [piece of each])`` in row-major order.
 
     Contiguous tensors are viewed flat and cut every ``chunk`` elements (no copy). Otherwise they are cut
@@ -36,8 +36,9 @@ def flat_chunks(*tensors: torch.Tensor, chunk: int = CHUNK_ELEMENTS) -> Iterator
 
     Args:
         tensors: Tensors of one shape.
-        chunk: Elements per piece (at least 1).
+        chunk: Elements per piece (at least 1; default :data:`CHUNK_ELEMENTS`, read at each call).
     """
+    chunk = chunk or CHUNK_ELEMENTS
     first = tensors[0]
     numel = first.numel()
     if numel == 0:
@@ -65,7 +66,7 @@ def chunked_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     """``torch.equal`` of two same-shaped tensors, chunk by chunk (no full-size temporary)."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    if a.numel() <= CHUNK_ELEMENTS:
+    if a.numel() <= CHUNK_ELEMENTS:  # one piece: torch.equal's own temporary is small
         return bool(torch.equal(a, b))
     return all(bool(torch.equal(x, y)) for _, (x, y) in flat_chunks(a, b))
 

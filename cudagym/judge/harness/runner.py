@@ -26,17 +26,25 @@ from cudagym.judge.guards.base import select_guards
 from cudagym.judge.harness import COMPILE_FAILED_PREFIX, CONTEXT_POISONED_MARKER, CUDA_ERROR_PREFIX
 from cudagym.judge.harness.context import PROFILE_REPEATS, EvalContext
 from cudagym.judge.harness.correctness import compare_outputs
-from cudagym.judge.harness.failures import CandidateFailure, TaskProblem, exception_line, is_cuda_error
+from cudagym.judge.harness.failures import (
+    CandidateFailure,
+    TaskProblem,
+    TaskTooLarge,
+    exception_line,
+    is_cuda_error,
+    is_out_of_memory,
+)
 from cudagym.judge.harness.hardware import describe, l2_cache_bytes
-from cudagym.judge.harness.inputs import clone_tree, poison_tree_, tensors_in, trees_bitwise_equal
+from cudagym.judge.harness.inputs import clone_tree, trees_bitwise_equal
 from cudagym.judge.harness.integrity import AttributeSnapshot, TorchFlags
 from cudagym.judge.harness.loading import build_models, candidate_module, load_reference, unload_reference
+from cudagym.judge.harness.memory import DeviceMemoryMeter
 from cudagym.judge.harness.profiling import breakdown
 from cudagym.judge.harness.stats import StoppingRule, median, speedup, summarize
 from cudagym.judge.harness.timing import Contender, CoverSizing, L2Flusher, Samples, TimingLoop, make_timer
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import Job
-from cudagym.judge.records import EvalResult, EvalStatus, Hardware, TimingStats
+from cudagym.judge.records import EvalCost, EvalResult, EvalStatus, Hardware, Precision, TimingStats
 
 log = logging.getLogger(__name__)
 
@@ -55,16 +63,22 @@ def evaluate(job: Job, device: str | torch.device | None = None) -> EvalResult:
     caller_flags = TorchFlags.capture()  # restored at the end: run_job may run in a caller's process
     poisoned = False
     try:
+        ctx.meter = DeviceMemoryMeter.start(ctx.device)
         with torch.no_grad(), ExitStack() as stack:
             status, message = _pipeline(ctx, stack)
     except CandidateFailure as failure:
         poisoned = failure.cuda
         status, message = EvalStatus.RUNTIME_ERROR, _failure_message(failure)
+    except TaskTooLarge as problem:
+        status, message = EvalStatus.TASK_TOO_LARGE, _too_large_message(ctx, str(problem))
     except TaskProblem as problem:
         status, message = EvalStatus.INFRA_ERROR, f"the task is invalid: {problem}"
     except Exception as exc:  # the harness's own failure, or a CUDA error surfacing in its code
         poisoned = is_cuda_error(exc)
-        if poisoned:
+        if is_out_of_memory(exc):  # the judge's own copies of the task's tensors: the task does not fit
+            status, message = EvalStatus.TASK_TOO_LARGE, _too_large_message(
+                ctx, f"task {job.task.id}: the judge's copies of its tensors do not fit ({exception_line(exc)})")
+        elif poisoned:
             status, message = EvalStatus.RUNTIME_ERROR, f"{CUDA_ERROR_PREFIX} {exception_line(exc)}"
         else:
             log.exception("harness failure on job %s", job.job_id)
@@ -110,11 +124,35 @@ def _pipeline(ctx: EvalContext, stack: ExitStack) -> tuple[EvalStatus, str]:
         guard.check_sources(ctx)
     if ctx.violations:
         return _violation(ctx)
-    _load(ctx, stack)
-    for guard in ctx.guards:
-        guard.after_load(ctx)
+    with ctx.clock.phase("load"):
+        _load(ctx, stack)
+        for guard in ctx.guards:
+            guard.after_load(ctx)
     if ctx.violations:
         return _violation(ctx)
+    with ctx.clock.phase("check"):
+        verdict = _checked(ctx)
+    ctx.meter.release()  # between phases: the checks' cached blocks are not the timing loop's sizes
+    if verdict is not None or ctx.job.mode is EvalMode.VERIFY:
+        return verdict or (EvalStatus.OK, f"correct on all {len(ctx.checks)} inputs")
+    with ctx.clock.phase("timing"):
+        _timing(ctx)
+    ctx.meter.release()
+    with ctx.clock.phase("profile"):
+        _post_timing_check(ctx)
+        ctx.forget_kernel_events()  # profile what the candidate does after many calls, not what it did first
+        for guard in ctx.guards:
+            guard.after_timing(ctx)
+        _profile(ctx)
+    if ctx.violations:
+        return _violation(ctx)
+    if ctx.spot_failures:
+        return EvalStatus.INCORRECT, "outputs during timing did not match the reference: " + ctx.spot_failures[0]
+    return EvalStatus.OK, _timing_message(ctx)
+
+
+def _checked(ctx: EvalContext) -> tuple[EvalStatus, str] | None:
+    """Correctness and the guards after it: the failing verdict, or None when the candidate passed."""
     _correctness(ctx)
     failed = [c for c in ctx.checks if not c.passed]
     if ctx.violations:
@@ -124,21 +162,7 @@ def _pipeline(ctx: EvalContext, stack: ExitStack) -> tuple[EvalStatus, str]:
             f"input {failed[0].index} (seed {failed[0].seed}): {failed[0].message}"
     for guard in ctx.guards:
         guard.after_correctness(ctx)
-    if ctx.violations:
-        return _violation(ctx)
-    if ctx.job.mode is EvalMode.VERIFY:
-        return EvalStatus.OK, f"correct on all {len(ctx.checks)} inputs"
-    _timing(ctx)
-    _post_timing_check(ctx)
-    ctx.forget_kernel_events()  # profile what the candidate does after many calls, not what it did first
-    for guard in ctx.guards:
-        guard.after_timing(ctx)
-    _profile(ctx)
-    if ctx.violations:
-        return _violation(ctx)
-    if ctx.spot_failures:
-        return EvalStatus.INCORRECT, "outputs during timing did not match the reference: " + ctx.spot_failures[0]
-    return EvalStatus.OK, _timing_message(ctx)
+    return _violation(ctx) if ctx.violations else None
 
 
 def _prepare(ctx: EvalContext) -> None:
@@ -174,9 +198,7 @@ def _correctness(ctx: EvalContext) -> None:
     # first candidate call finds poison (not answers) in recycled memory.
     prime = ctx.run_reference(ctx.make_inputs(ctx.protocol.seed + PRIMING_SEED_OFFSET))
     ctx.output_dtype = ctx.first_output_dtype(prime)
-    for tensor in tensors_in(prime):
-        if ctx.may_poison(tensor):
-            poison_tree_(tensor)
+    ctx.poison_results(prime)
     del prime
     for index, seed in enumerate(ctx.protocol.input_seeds()):
         ctx.checks.append(ctx.verify_seed(seed, index, "correctness"))
@@ -247,12 +269,15 @@ def _baseline_contenders(ctx: EvalContext) -> list[Contender]:
     found = [Contender("eager", lambda args: ref(*args), baseline=True)]
     compiled = torch.compile(ref)  # default mode; compiles on its first call, below
     try:
-        with warnings.catch_warnings():  # fp32 baselines are the protocol's choice, not a missed speed-up
+        with warnings.catch_warnings(), ctx.clock.phase("compile"):  # fp32 baselines: the protocol's choice
             warnings.filterwarnings("ignore", message="TensorFloat32 tensor cores", category=UserWarning)
             compiled(*ctx.make_inputs(ctx.protocol.seed + TIMING_SEED_OFFSET - 1_000))
     except Exception as exc:
         if is_cuda_error(exc):
             raise
+        if is_out_of_memory(exc):
+            raise TaskTooLarge(f"task {ctx.job.task.id}: the torch.compile baseline does not fit in device memory "
+                               f"({exception_line(exc)})") from exc
         ctx.compile_error = exception_line(exc)
         ctx.note(f"torch.compile baseline failed, not timed: {ctx.compile_error}\n"
                  f"{traceback.format_exc()[-3000:]}")
@@ -386,4 +411,20 @@ def _result(ctx: EvalContext, status: EvalStatus, message: str, wall_s: float) -
         hardware=hardware,
         wall_time_s=wall_s,
         log="\n".join(ctx.notes),
+        precision=Precision(ctx.flags.matmul_allow_tf32, ctx.flags.cudnn_allow_tf32,
+                            ctx.flags.float32_matmul_precision),
+        cost=_cost(ctx),
     )
+
+
+def _cost(ctx: EvalContext) -> EvalCost:
+    clock = ctx.clock
+    return EvalCost(peak_device_memory_bytes=ctx.meter.peak_bytes(), device_memory_total_bytes=ctx.meter.total_bytes,
+                    load_s=clock.get("load"), check_s=clock.get("check"), timing_s=clock.get("timing"),
+                    compile_s=clock.get("compile"), profile_s=clock.get("profile"))
+
+
+def _too_large_message(ctx: EvalContext, why: str) -> str:
+    ctx.meter.release()  # the failed allocation's neighbours: give them back before the next job
+    return (f"the task does not fit in this GPU's memory with the judge's bound (the reference's own needs plus "
+            f"one more input set and its outputs): {why}; {ctx.meter.describe()}")

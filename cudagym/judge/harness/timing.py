@@ -33,7 +33,8 @@ timed calls see the same data: a cache keyed on pointers, shapes or contents can
 the candidate runs first, then the baselines on their own copies of the same inputs; every output is
 overwritten with the poison pattern before it is freed (a baseline's right after its call and the spot
 check, the candidate's at the end of the round), so no contender finds another's results in recycled memory
-and at most two contenders' outputs are alive at once. Rounds continue until the stopping rule holds for every contender.
+and at most two contenders' outputs are alive at once. Rounds continue until the stopping rule holds for
+every contender.
 """
 
 from __future__ import annotations
