@@ -188,3 +188,68 @@ def test_show_lists_cached_baselines(tmp_path, capsys):
     captured = capsys.readouterr()
     assert task.id in captured.out and "123.4" in captured.out and "99.9" in captured.out
     assert "1 cached baselines" in captured.err
+
+
+# ------------------------------------------------------------------------------------- baselines check
+
+
+def _check_run(tmp_path, tasks, **plan):
+    from cudagym.judge.baselines import check
+    from cudagym.judge.task_check import CheckPlan
+
+    table = tmp_path / "out" / "check.md"
+    code = check(tasks, "kernelbench", CheckPlan(str(table), **plan), cache_dir=tmp_path / "cache",
+                 journal=tmp_path / "journal.jsonl", make_judge=_fake_judge)
+    return code, table
+
+
+def test_check_writes_a_row_per_task_and_a_resumed_run_answers_from_the_journal(tmp_path, capsys):
+    tasks = resolve_tasks(_args(suite="bundled"))[:4]
+    code, table = _check_run(tmp_path, tasks, stop_after_s=1e-9)  # the budget is over before the first task
+    assert code == 1
+    rows = list(csv_rows(table))
+    assert len(rows) == 4 and {r["task_id"] for r in rows} == {t.id for t in tasks}
+    assert {r["status"] for r in rows} == {"not_run"}
+    code, table = _check_run(tmp_path, tasks)
+    assert code == 0 and "done: 4 of 4 tasks loaded, checked and timed" in capsys.readouterr().err
+    rows = list(csv_rows(table))
+    assert {r["status"] for r in rows} == {"ok"} and all(float(r["eager_over_compile"]) > 1 for r in rows)
+    markdown = table.read_text()
+    assert "4 tasks: 4 ok; 4 loaded, checked and timed." in markdown and "protocol kernelbench-v0.3" in markdown
+    journal = (tmp_path / "journal.jsonl").read_text()
+    assert _check_run(tmp_path, tasks)[0] == 0  # resumed: every job id already has its result
+    assert (tmp_path / "journal.jsonl").read_text() == journal
+    assert list(csv_rows(table)) == rows
+
+
+def csv_rows(table):
+    import csv
+
+    with table.with_suffix(".csv").open() as fh:
+        yield from csv.DictReader(fh)
+
+
+def test_a_row_says_what_a_failed_task_lacks():
+    from cudagym.judge.records import EvalCost, EvalResult, EvalStatus
+    from cudagym.judge.task_check import passed, row_of, to_markdown
+    from cudagym.suites import load_tasks
+
+    task = load_tasks("bundled")[0]
+    too_large = EvalResult(EvalStatus.TASK_TOO_LARGE, "the task does not fit | in this GPU's memory",
+                           cost=EvalCost(peak_device_memory_bytes=3 << 30, device_memory_total_bytes=140 << 30))
+    row = row_of(task, too_large)
+    assert not passed(row) and row.peak_memory_gib == 3.0 and row.device_memory_gib == 140.0
+    assert row.eager_over_compile == 0.0  # nothing timed: no ratio, never a division by zero
+    untimed_compile = EvalResult(EvalStatus.OK, "correct", eager=stats(10.0))
+    assert not passed(row_of(task, untimed_compile))
+    timed = row_of(task, EvalResult(EvalStatus.OK, "correct", eager=stats(10.0), compiled=stats(4.0)))
+    assert passed(timed) and timed.eager_over_compile == 2.5
+    text = to_markdown([row, timed], "t")
+    assert "2 tasks: 1 ok, 1 task_too_large; 1 loaded, checked and timed." in text
+    assert "the task does not fit / in this GPU's memory" in text  # a pipe would break the table
+
+
+def test_check_without_a_gpu_says_so(tmp_path, capsys):
+    code = cli_main(["baselines", "check", "--env", "CudaKernel-Bundled-v0", "--devices", "none",
+                     "--cache-dir", str(tmp_path), "--table", str(tmp_path / "t.md")])
+    assert code == 1 and "no GPU" in capsys.readouterr().err

@@ -97,6 +97,11 @@ class Precision(Guard):
         import torch
 
         assert ctx.ref_model is not None
+        need = 2 * ctx.meter.peak_bytes()  # float64 doubles what one fp32 check needed (weights, inputs, outputs)
+        if not ctx.meter.room_for(need):
+            ctx.note(f"precision: float64 probe skipped: it needs about {need / (1 << 30):.1f} GiB more than this GPU "
+                     "has free for this task (the precision switches are still checked)")
+            return
         try:
             ref64_model = copy.deepcopy(ctx.ref_model).double()
         except Exception as exc:

@@ -133,6 +133,14 @@ class DeviceMemoryMeter:
         except Exception:  # a poisoned context cannot answer; the verdict must still come back
             return 0
 
+    def room_for(self, nbytes: int) -> bool:
+        """Whether ``nbytes`` more could be allocated now: free device memory plus the cache's free blocks."""
+        if self.device.type != "cuda":
+            return True
+        free, _total = torch.cuda.mem_get_info(self.device)
+        cached = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+        return nbytes <= free + cached
+
     def release(self) -> None:
         """Give cached blocks back between phases, so one phase's leftovers do not fragment the next."""
         if self.device.type == "cuda":
