@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Every KernelBench task through the judge, reference as candidate, guards off (`cudagym baselines check`): per
+# level and protocol a table (markdown + CSV) of status, eager / torch.compile / candidate times, compile time,
+# peak device memory and time per phase. Resumable across device calls: each protocol's journal is read from
+# $STATE (default benchmarks/results/kernelbench) and written to $OUT after every task; copy $OUT/journal-*.jsonl
+# back into $STATE before the next call and it runs only what is left. It stops submitting tasks TAIL seconds
+# before its budget (default 150: jobs in flight finish) and is killed 10 s before it, so results are never lost.
+#   bash benchmarks/kernelbench_sweep.sh [TOTAL_SECONDS [PROTOCOL ...]]      (repository root, GPU host)
+# TOTAL_SECONDS defaults to 570 (a 10-minute call); protocols default to "kernelbench cudagym". Levels 1-3, and 4
+# when `transformers` imports (its tasks download Hugging Face weights: offline they fail at load, as task errors).
+# Needs a KernelBench checkout: CUDAGYM_KERNELBENCH_DIR (default .data/kb). Uses every GPU (DEVICES=auto).
+set -u
+total=${1:-570}; shift 2>/dev/null || true
+protocols=${*:-kernelbench cudagym}
+deadline=$(( $(date +%s) + total ))
+tail_s=${TAIL:-150}
+out=${OUT:-kernelbench-logs}; mkdir -p "$out"
+state=${STATE:-benchmarks/results/kernelbench}
+export PYTHONUNBUFFERED=1 CUDAGYM_OFFLINE=1 HF_HUB_OFFLINE=1
+export CUDAGYM_CACHE_DIR=${CUDAGYM_CACHE_DIR:-/tmp/cudagym-cache}
+export CUDAGYM_KERNELBENCH_DIR=${CUDAGYM_KERNELBENCH_DIR:-.data/kb}
+if [ ! -d "$CUDAGYM_KERNELBENCH_DIR" ]; then
+  echo "no KernelBench checkout at $CUDAGYM_KERNELBENCH_DIR (set CUDAGYM_KERNELBENCH_DIR)" | tee "$out/summary.txt"
+  exit 2
+fi
+{
+  flock 9
+  if [ -d .whl ] && [ ! -e /tmp/site/.cudagym-staged ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+      && touch /tmp/site/.cudagym-staged
+  fi
+  python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null 2>&1 || echo "editable install failed"
+} 9>/tmp/cudagym-setup.lock
+[ -d .whl ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+levels="1 2 3"
+python3 -c "import transformers" 2>/dev/null && levels="$levels 4"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$out/gpus.txt" 2>&1
+for p in $protocols; do  # carry each journal forward: $OUT always holds the newest
+  [ -f "$state/journal-$p.jsonl" ] && [ ! -f "$out/journal-$p.jsonl" ] && cp "$state/journal-$p.jsonl" "$out/"
+done
+summary=()
+for p in $protocols; do
+  for level in $levels; do
+    left=$(( deadline - $(date +%s) ))
+    if (( left < tail_s + 30 )); then summary+=("$p L$level: skipped (budget spent)"); continue; fi
+    start=$(date +%s)
+    timeout $(( left - 10 )) python3 -c "from cudagym.cli import main; raise SystemExit(main())" baselines check \
+      --suite kernelbench --level "$level" --protocol "$p" --devices "${DEVICES:-auto}" \
+      --journal "$out/journal-$p.jsonl" --table "$out/kernelbench-$p-L$level.md" \
+      --stop-after-s $(( left - tail_s )) > "$out/check-$p-L$level.log" 2>&1
+    rc=$?
+    summary+=("$p L$level: rc=$rc $(( $(date +%s) - start ))s; $(head -3 "$out/kernelbench-$p-L$level.md" 2>/dev/null | tail -1)")
+    printf '%s\n' "${summary[@]}" > "$out/summary.txt"
+  done
+  python3 benchmarks/kernelbench_compare.py --kernelbench-dir "$CUDAGYM_KERNELBENCH_DIR" \
+    --out "$out/compare-$p.md" "$out"/kernelbench-"$p"-L*.csv > "$out/compare-$p.log" 2>&1 || true
+done
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
