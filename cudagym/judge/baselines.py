@@ -250,7 +250,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                        help="the markdown table to write (a .csv with the same rows lies beside it)")
     check.add_argument("--stop-after-s", type=float, default=0.0,
                        help="submit no new task after this many seconds; running ones finish (0: no limit)")
-    check.add_argument("--window", type=int, default=2, help="jobs in flight at once (default 2)")
+    check.add_argument("--window", type=int, default=2, help="jobs in flight at once per GPU (default 2)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -381,7 +381,7 @@ def check(
         if not judge.has_gpu:
             print("cudagym baselines check: no GPU found; the check runs on a GPU", file=sys.stderr)
             return 1
-        rows = check_tasks(tasks, checking, judge, plan, reference_solution)
+        rows = check_tasks(tasks, checking, judge, plan, reference_solution, gpus=len(judge.workers()))
     good = sum(map(passed, rows))
     print(f"done: {good} of {len(rows)} tasks loaded, checked and timed; table in {plan.table}", file=sys.stderr)
     return 0 if good == len(rows) else 1

@@ -85,17 +85,28 @@ def to_csv(rows: Sequence[TaskRow]) -> str:
     return out.getvalue()
 
 
-def to_markdown(rows: Sequence[TaskRow], title: str) -> str:
-    """A summary (counts by status) and the per-task table as markdown."""
+@dataclass(frozen=True)
+class RunFacts:
+    """What one check run did, for the table's summary (rows answered from the journal ran in an earlier run)."""
+
+    wall_s: float = 0.0
+    evaluated: int = 0  # jobs this run sent to a GPU
+    from_journal: int = 0
+    gpus: int = 1
+
+
+def to_markdown(rows: Sequence[TaskRow], title: str, facts: RunFacts | None = None) -> str:
+    """A summary (counts by status, throughput, median time per phase) and the per-task table as markdown."""
     counts: dict[str, int] = {}
     for row in rows:
         counts[row.status] = counts.get(row.status, 0) + 1
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     lines = [f"# {title}", "", f"{len(rows)} tasks: {summary or 'none'}; {sum(map(passed, rows))} loaded, checked "
-             "and timed.", "",
-             "| task | status | eager us | compile us | ref-as-candidate us | eager/compile | compile s | peak GiB "
-             "| load s | check s | timing s | profile s | message |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "and timed.", ""]
+    lines += _phase_summary([r for r in rows if passed(r)], facts)
+    lines += ["| task | status | eager us | compile us | ref-as-candidate us | eager/compile | compile s | peak GiB "
+              "| load s | check s | timing s | profile s | message |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         note = "" if passed(r) else r.message.replace("|", "/")
         lines.append(f"| {r.task_id} | {r.status} | {r.eager_us:.1f} | {r.compile_us:.1f} | {r.candidate_us:.1f} | "
@@ -104,12 +115,30 @@ def to_markdown(rows: Sequence[TaskRow], title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_tables(rows: Sequence[TaskRow], path: str | os.PathLike[str], title: str) -> None:
+def _phase_summary(rows: Sequence[TaskRow], facts: RunFacts | None) -> list[str]:
+    """Median seconds per phase over the passed rows, and this run's evaluations per GPU-hour of wall time."""
+    lines = []
+    if rows:
+        import statistics
+
+        phases = {name: statistics.median(getattr(r, f"{name}_s") for r in rows)
+                  for name in ("load", "check", "timing", "profile", "wall")}
+        lines.append("Median per task: " + ", ".join(f"{name} {sec:.2f} s" for name, sec in phases.items())
+                     + f"; largest peak {max(r.peak_memory_gib for r in rows):.2f} GiB.")
+    if facts is not None and facts.evaluated and facts.wall_s > 0:
+        rate = 3600.0 * facts.evaluated / (facts.wall_s * max(1, facts.gpus))
+        lines.append(f"This run: {facts.evaluated} evaluations in {facts.wall_s:.0f} s of wall time on {facts.gpus} "
+                     f"GPU(s), {rate:.0f} per GPU-hour; {facts.from_journal} answered from the journal.")
+    return [*lines, ""] if lines else []
+
+
+def write_tables(rows: Sequence[TaskRow], path: str | os.PathLike[str], title: str,
+                 facts: RunFacts | None = None) -> None:
     """Write ``path`` (markdown) and the same rows beside it as ``.csv``, each atomically."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     ordered = sorted(rows, key=lambda r: (r.level, _natural(r.task_id)))
-    for where, text in ((target, to_markdown(ordered, title)), (target.with_suffix(".csv"), to_csv(ordered))):
+    for where, text in ((target, to_markdown(ordered, title, facts)), (target.with_suffix(".csv"), to_csv(ordered))):
         tmp = where.with_name(f".{where.name}.tmp")
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, where)
@@ -129,8 +158,8 @@ class CheckPlan:
     Attributes:
         table: The markdown table's path (the CSV lies beside it).
         stop_after_s: Submit no new task after this many seconds (0: no limit); running ones finish.
-        window: Jobs handed to the judge at once: enough that a GPU never waits for the next build, few
-            enough that the jobs still running when the budget ends finish soon.
+        window: Jobs handed to the judge at once per GPU: enough that a GPU never waits for the next build,
+            few enough that the jobs still running when the budget ends finish soon.
     """
 
     table: str
@@ -140,7 +169,7 @@ class CheckPlan:
 
 def check_tasks(
     tasks: Sequence[Task], protocol: Protocol, judge: Any, plan: CheckPlan,
-    solution_of: Callable[[Task], Any], *, log: Any = None,
+    solution_of: Callable[[Task], Any], *, gpus: int = 1, log: Any = None,
 ) -> list[TaskRow]:
     """Run the reference of every task as its candidate (PROFILE) through ``judge``; write the table as it goes.
 
@@ -150,6 +179,7 @@ def check_tasks(
         judge: A judge with ``submit(task, solution, mode, job_id=...)`` (a ``LocalJudge``).
         plan: The table's path, the time budget and the window.
         solution_of: The reference-as-candidate solution of a task.
+        gpus: The judge's GPUs (the window is per GPU; the throughput line divides by them).
         log: Where progress lines go (stderr by default).
 
     Returns:
@@ -159,16 +189,21 @@ def check_tasks(
 
     stream = log or sys.stderr
     started = time.monotonic()
-    window = max(1, plan.window)
+    gpus = max(1, gpus)
+    window = max(1, plan.window) * gpus
+    journal = getattr(judge, "journal", None)
     rows: dict[str, TaskRow] = {}
     flying: dict[Future[EvalResult], Task] = {}
     queue = list(tasks)
     title = f"Reference-as-candidate check, protocol {protocol.id} (guards off)"
+    evaluated = answered = 0
     while queue or flying:
         budget_over = plan.stop_after_s > 0 and time.monotonic() - started > plan.stop_after_s
         while queue and len(flying) < window and not budget_over:
             task = queue.pop(0)
             job_id = f"check:{protocol.timing_key}:{task.content_hash[:16]}"
+            known = journal is not None and journal.result(job_id) is not None
+            answered, evaluated = answered + known, evaluated + (not known)
             flying[judge.submit(task, solution_of(task), EvalMode.PROFILE, job_id=job_id)] = task
         if not flying:
             break
@@ -180,8 +215,10 @@ def check_tasks(
             print(f"[{len(rows)}/{len(tasks)} {time.monotonic() - started:5.0f}s] {task.id}: {row.status} "
                   f"eager {row.eager_us:.1f} us, compile {row.compile_us:.1f} us, peak {row.peak_memory_gib:.2f} GiB",
                   file=stream, flush=True)
-        write_tables(list(rows.values()), plan.table, title)
+        facts = RunFacts(time.monotonic() - started, evaluated, answered, gpus)
+        write_tables(list(rows.values()), plan.table, title, facts)
     for task in queue:
         rows[task.id] = TaskRow(task.id, task.level, NOT_RUN, message="not reached within --stop-after-s")
-    write_tables(list(rows.values()), plan.table, title)
+    facts = RunFacts(time.monotonic() - started, evaluated, answered, gpus)
+    write_tables(list(rows.values()), plan.table, title, facts)
     return [rows[t.id] for t in tasks]
