@@ -5,13 +5,16 @@
 # $STATE (default benchmarks/results/kernelbench) and written to $OUT after every task; copy $OUT/journal-*.jsonl
 # back into $STATE before the next call and it runs only what is left. It stops submitting tasks TAIL seconds
 # before its budget (default 150: jobs in flight finish) and is killed 10 s before it, so results are never lost.
-#   bash benchmarks/kernelbench_sweep.sh [TOTAL_SECONDS [PROTOCOL ...]]      (repository root, GPU host)
-# TOTAL_SECONDS defaults to 570 (a 10-minute call); protocols default to "kernelbench cudagym". Levels 1-3, and 4
-# when `transformers` imports (its tasks download Hugging Face weights: offline they fail at load, as task errors).
+#   bash benchmarks/kernelbench_sweep.sh [TOTAL_SECONDS [STEP ...]]      (repository root, GPU host)
+# TOTAL_SECONDS defaults to 570 (a 10-minute call). A STEP is a protocol (kernelbench, cudagym, cuda-agent: its
+# sweep) or "throughput": L1 again under cudagym with a fresh journal, its baselines and builds cached (run it after
+# the cudagym sweep of L1), for evaluations per GPU-hour and the time per phase. Steps default to "kernelbench
+# cudagym". Levels 1-3, and 4 when `transformers` imports (its tasks load Hugging Face weights: offline, they fail
+# at load as task errors). The baseline cache is carried like the journals ($STATE/baselines <-> $OUT/baselines).
 # Needs a KernelBench checkout: CUDAGYM_KERNELBENCH_DIR (default .data/kb). Uses every GPU (DEVICES=auto).
 set -u
 total=${1:-570}; shift 2>/dev/null || true
-protocols=${*:-kernelbench cudagym}
+steps=${*:-kernelbench cudagym}
 deadline=$(( $(date +%s) + total ))
 tail_s=${TAIL:-150}
 out=${OUT:-kernelbench-logs}; mkdir -p "$out"
@@ -35,24 +38,32 @@ fi
 levels="1 2 3"
 python3 -c "import transformers" 2>/dev/null && levels="$levels 4"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$out/gpus.txt" 2>&1
-for p in $protocols; do  # carry each journal forward: $OUT always holds the newest
-  [ -f "$state/journal-$p.jsonl" ] && [ ! -f "$out/journal-$p.jsonl" ] && cp "$state/journal-$p.jsonl" "$out/"
+for f in "$state"/journal-*.jsonl; do  # carry each journal forward: $OUT always holds the newest
+  [ -f "$f" ] && [ ! -f "$out/$(basename "$f")" ] && cp "$f" "$out/"
 done
+mkdir -p "$CUDAGYM_CACHE_DIR/baselines"
+[ -d "$state/baselines" ] && cp -rn "$state/baselines/." "$CUDAGYM_CACHE_DIR/baselines/"
 summary=()
-for p in $protocols; do
-  for level in $levels; do
-    left=$(( deadline - $(date +%s) ))
-    if (( left < tail_s + 30 )); then summary+=("$p L$level: skipped (budget spent)"); continue; fi
-    start=$(date +%s)
-    timeout $(( left - 10 )) python3 -c "from cudagym.cli import main; raise SystemExit(main())" baselines check \
-      --suite kernelbench --level "$level" --protocol "$p" --devices "${DEVICES:-auto}" \
-      --journal "$out/journal-$p.jsonl" --table "$out/kernelbench-$p-L$level.md" \
-      --stop-after-s $(( left - tail_s )) > "$out/check-$p-L$level.log" 2>&1
-    rc=$?
-    summary+=("$p L$level: rc=$rc $(( $(date +%s) - start ))s; $(head -3 "$out/kernelbench-$p-L$level.md" 2>/dev/null | tail -1)")
-    printf '%s\n' "${summary[@]}" > "$out/summary.txt"
-  done
+check() {  # check NAME PROTOCOL LEVEL JOURNAL: one `cudagym baselines check` under the time left, one summary row
+  local name=$1 p=$2 level=$3 journal=$4 left start rc
+  left=$(( deadline - $(date +%s) ))
+  if (( left < tail_s + 30 )); then summary+=("$name: skipped (budget spent)"); return; fi
+  start=$(date +%s)
+  timeout $(( left - 10 )) python3 -c "from cudagym.cli import main; raise SystemExit(main())" baselines check \
+    --suite kernelbench --level "$level" --protocol "$p" --devices "${DEVICES:-auto}" \
+    --journal "$journal" --table "$out/$name.md" --stop-after-s $(( left - tail_s )) > "$out/$name.log" 2>&1
+  rc=$?
+  rm -rf "$out/baselines"; cp -r "$CUDAGYM_CACHE_DIR/baselines" "$out/baselines"  # *.lock files included: harmless
+  summary+=("$name: rc=$rc $(( $(date +%s) - start ))s; $(sed -n 3p "$out/$name.md" 2>/dev/null)")
+  printf '%s\n' "${summary[@]}" > "$out/summary.txt"
+}
+for step in $steps; do
+  if [ "$step" = throughput ]; then
+    check "throughput-cudagym-L1" cudagym 1 "$out/throughput-$(date +%s).jsonl"
+    continue
+  fi
+  for level in $levels; do check "kernelbench-$step-L$level" "$step" "$level" "$out/journal-$step.jsonl"; done
   python3 benchmarks/kernelbench_compare.py --kernelbench-dir "$CUDAGYM_KERNELBENCH_DIR" \
-    --out "$out/compare-$p.md" "$out"/kernelbench-"$p"-L*.csv > "$out/compare-$p.log" 2>&1 || true
+    --out "$out/compare-$step.md" "$out"/kernelbench-"$step"-L*.csv > "$out/compare-$step.log" 2>&1 || true
 done
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
