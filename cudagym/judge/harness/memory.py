@@ -141,9 +141,15 @@ class DeviceMemoryMeter:
         cached = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
         return nbytes <= free + cached
 
-    def release(self) -> None:
-        """Give cached blocks back between phases, so one phase's leftovers do not fragment the next."""
-        if self.device.type == "cuda":
+    def release(self, min_cached_bytes: int = 1 << 30) -> None:
+        """Give cached blocks back between phases, so one phase's leftovers do not fragment the next.
+
+        Only when the cache holds at least ``min_cached_bytes`` unused: small tasks keep their blocks (and skip
+        the ``cudaMalloc`` calls of getting them back).
+        """
+        if self.device.type != "cuda":
+            return
+        if torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device) >= min_cached_bytes:
             torch.cuda.empty_cache()
 
     def describe(self) -> str:

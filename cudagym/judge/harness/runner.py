@@ -425,6 +425,6 @@ def _cost(ctx: EvalContext) -> EvalCost:
 
 
 def _too_large_message(ctx: EvalContext, why: str) -> str:
-    ctx.meter.release()  # the failed allocation's neighbours: give them back before the next job
+    ctx.meter.release(0)  # the failed allocation's neighbours: give them back before the next job
     return (f"the task does not fit in this GPU's memory with the judge's bound (the reference's own needs plus "
             f"one more input set and its outputs): {why}; {ctx.meter.describe()}")
