@@ -205,3 +205,16 @@ def test_every_result_records_its_phases_peak_memory_and_precision(tmp_path, mon
     assert submitted.precision.float32_matmul_precision == "highest"
     assert "torch.backends.cudnn.allow_tf32=True" in submitted.log
 
+
+
+def test_a_task_too_large_is_not_the_agents_fault_and_its_observation_says_so():
+    from cudagym.judge.records import EvalResult, Precision
+    from cudagym.observation import render_eval
+    from cudagym.reward import is_evaluated, score
+
+    result = EvalResult(EvalStatus.TASK_TOO_LARGE, "the task does not fit in this GPU's memory", protocol_id="p",
+                        precision=Precision(False, True, "highest"))
+    assert not is_evaluated(result) and score(result).reward == 0.0
+    text = render_eval(result, "verify")
+    assert text.startswith("Verify: NOT RUN: the task does not fit in this GPU's memory (not your solution's fault)")
+    assert "TF32 off for matmuls, on for cuDNN convolutions" in text
