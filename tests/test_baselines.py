@@ -243,8 +243,12 @@ def test_a_row_says_what_a_failed_task_lacks():
     assert row.eager_over_compile == 0.0  # nothing timed: no ratio, never a division by zero
     untimed_compile = EvalResult(EvalStatus.OK, "correct", eager=stats(10.0))
     assert not passed(row_of(task, untimed_compile))
-    timed = row_of(task, EvalResult(EvalStatus.OK, "correct", eager=stats(10.0), compiled=stats(4.0)))
+    cost = EvalCost(peak_device_memory_bytes=9 << 30, reference_peak_bytes=5 << 30, input_set_bytes=2 << 30,
+                    output_set_bytes=1 << 30)
+    timed = row_of(task, EvalResult(EvalStatus.OK, "correct", eager=stats(10.0), compiled=stats(4.0), cost=cost))
     assert passed(timed) and timed.eager_over_compile == 2.5
+    assert (timed.reference_peak_gib, timed.input_output_gib, timed.over_bound_gib) == (5.0, 3.0, 1.0)
+    assert row.over_bound_gib == 0.0  # no reference peak was measured: no excess is claimed
     text = to_markdown([row, timed], "t")
     assert "2 tasks: 1 ok, 1 task_too_large; 1 loaded, checked and timed." in text
     assert "the task does not fit / in this GPU's memory" in text  # a pipe would break the table

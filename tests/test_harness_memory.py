@@ -193,7 +193,8 @@ def test_every_result_records_its_phases_peak_memory_and_precision(tmp_path, mon
     verified = run(tmp_path, HONEST)
     assert verified.cost.load_s > 0 and verified.cost.check_s > 0
     assert verified.cost.timing_s == verified.cost.profile_s == verified.cost.compile_s == 0.0
-    assert verified.cost.peak_device_memory_bytes == 0  # the CPU path has no device to meter
+    assert verified.cost.peak_device_memory_bytes == verified.cost.reference_peak_bytes == 0  # no device to meter
+    assert verified.cost.input_set_bytes == verified.cost.output_set_bytes == 8 * 32 * 4
     assert not verified.precision.matmul_allow_tf32 and not verified.precision.cudnn_allow_tf32
     monkeypatch.setattr(torch, "compile", lambda model, *args, **kwargs: model)
     submitted = run(tmp_path, HONEST, mode=EvalMode.SUBMIT, baselines=KnownBaselines(),

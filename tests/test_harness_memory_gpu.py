@@ -77,7 +77,11 @@ def test_a_2_gib_task_stays_within_the_bound(tmp_path, monkeypatch):
     # reference 6 GiB + one input set and its output 4 GiB, + 1.5 GiB for the L2 flush buffer, the chunked
     # comparisons' temporaries and the allocator's rounding
     assert 6 * GIB < peak <= 11.5 * GIB
-    assert result.cost.device_memory_total_bytes > peak
+    cost = result.cost
+    assert cost.input_set_bytes == cost.output_set_bytes == 2 * GIB
+    assert cost.reference_peak_bytes >= 4 * GIB  # its input, and its output or its intermediate
+    assert peak <= cost.reference_peak_bytes + cost.input_set_bytes + cost.output_set_bytes + GIB
+    assert cost.device_memory_total_bytes > peak
 
 
 def test_a_task_that_cannot_fit_is_task_too_large_and_the_process_judges_the_next(tmp_path, monkeypatch):

@@ -173,11 +173,16 @@ class EvalCost:
 
     ``peak_device_memory_bytes`` is the caching allocator's peak reservation on the job's device during the
     job (``torch.cuda.max_memory_reserved`` after emptying the cache and resetting the peak at its start):
-    what the job held, which bounds what it allocated (the allocator scrub fills every cached block).
+    what the job held, which bounds what it allocated (the allocator scrub fills every cached block). The
+    harness's bound is ``peak <= reference_peak + input_set + output_set`` (plus small buffers: the L2 flush,
+    the chunked comparisons' temporaries).
     """
 
     peak_device_memory_bytes: int = 0
     device_memory_total_bytes: int = 0
+    reference_peak_bytes: int = 0  # the peak once both models were built and the reference ran once, alone
+    input_set_bytes: int = 0  # one input set of the task
+    output_set_bytes: int = 0  # the reference's outputs for one input set
     load_s: float = 0.0  # the reference and the candidate module loaded, both models built
     check_s: float = 0.0  # correctness on the protocol's inputs, and the guards' extra checks
     timing_s: float = 0.0  # the timing loop, with torch.compile's compile and warm-up

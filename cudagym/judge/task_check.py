@@ -47,6 +47,9 @@ class TaskRow:
     eager_over_compile: float = 0.0  # eager / torch.compile: above 1, torch.compile is faster
     compile_s: float = 0.0  # torch.compile's first call (0: baselines came from the cache)
     peak_memory_gib: float = 0.0
+    reference_peak_gib: float = 0.0  # after the models were built and the reference ran once: the task's own need
+    input_output_gib: float = 0.0  # one input set and its outputs
+    over_bound_gib: float = 0.0  # peak - (reference peak + one input set and its outputs); <= 0 within the bound
     device_memory_gib: float = 0.0
     load_s: float = 0.0
     check_s: float = 0.0
@@ -59,11 +62,15 @@ class TaskRow:
 def row_of(task: Task, result: EvalResult) -> TaskRow:
     """The table row of ``task``'s reference-as-candidate result."""
     eager, compiled, cost = result.eager.median_us, result.compiled.median_us, result.cost
+    io_bytes = cost.input_set_bytes + cost.output_set_bytes
+    measured = cost.reference_peak_bytes > 0 and cost.peak_device_memory_bytes > 0
     message = " ".join(result.message.split())
     return TaskRow(
         task_id=task.id, level=task.level, status=result.status.value, eager_us=eager, compile_us=compiled,
         candidate_us=result.candidate.median_us, eager_over_compile=eager / compiled if compiled > 0 else 0.0,
         compile_s=cost.compile_s, peak_memory_gib=cost.peak_device_memory_bytes / GIB,
+        reference_peak_gib=cost.reference_peak_bytes / GIB, input_output_gib=io_bytes / GIB,
+        over_bound_gib=(cost.peak_device_memory_bytes - cost.reference_peak_bytes - io_bytes) / GIB * measured,
         device_memory_gib=cost.device_memory_total_bytes / GIB, load_s=cost.load_s, check_s=cost.check_s,
         timing_s=cost.timing_s, profile_s=cost.profile_s, wall_s=result.wall_time_s,
         message=message[:MAX_MESSAGE_CHARS],
@@ -105,13 +112,14 @@ def to_markdown(rows: Sequence[TaskRow], title: str, facts: RunFacts | None = No
              "and timed.", ""]
     lines += _phase_summary([r for r in rows if passed(r)], facts)
     lines += ["| task | status | eager us | compile us | ref-as-candidate us | eager/compile | compile s | peak GiB "
-              "| load s | check s | timing s | profile s | message |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+              "| ref peak GiB | in+out GiB | over bound GiB | load s | check s | timing s | profile s | message |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         note = "" if passed(r) else r.message.replace("|", "/")
         lines.append(f"| {r.task_id} | {r.status} | {r.eager_us:.1f} | {r.compile_us:.1f} | {r.candidate_us:.1f} | "
-                     f"{r.eager_over_compile:.3f} | {r.compile_s:.1f} | {r.peak_memory_gib:.2f} | {r.load_s:.2f} | "
-                     f"{r.check_s:.2f} | {r.timing_s:.2f} | {r.profile_s:.2f} | {note} |")
+                     f"{r.eager_over_compile:.3f} | {r.compile_s:.1f} | {r.peak_memory_gib:.2f} | "
+                     f"{r.reference_peak_gib:.2f} | {r.input_output_gib:.2f} | {r.over_bound_gib:.2f} | "
+                     f"{r.load_s:.2f} | {r.check_s:.2f} | {r.timing_s:.2f} | {r.profile_s:.2f} | {note} |")
     return "\n".join(lines) + "\n"
 
 
@@ -124,7 +132,8 @@ def _phase_summary(rows: Sequence[TaskRow], facts: RunFacts | None) -> list[str]
         phases = {name: statistics.median(getattr(r, f"{name}_s") for r in rows)
                   for name in ("load", "check", "timing", "profile", "wall")}
         lines.append("Median per task: " + ", ".join(f"{name} {sec:.2f} s" for name, sec in phases.items())
-                     + f"; largest peak {max(r.peak_memory_gib for r in rows):.2f} GiB.")
+                     + f"; largest peak {max(r.peak_memory_gib for r in rows):.2f} GiB, largest excess over the "
+                     f"bound {max(r.over_bound_gib for r in rows):.2f} GiB.")
     if facts is not None and facts.evaluated and facts.wall_s > 0:
         rate = 3600.0 * facts.evaluated / (facts.wall_s * max(1, facts.gpus))
         lines.append(f"This run: {facts.evaluated} evaluations in {facts.wall_s:.0f} s of wall time on {facts.gpus} "

@@ -112,6 +112,8 @@ class EvalContext:
         self.cover: Cover | None = None  # the protocol's launch cover, when it has one (setup_cover)
         self.meter = DeviceMemoryMeter(device)  # replaced by a started one when the evaluation starts
         self.clock = PhaseClock()  # wall time per phase: load, check, timing, compile, profile
+        self.reference_peak_bytes = 0  # peak device memory after the priming reference run (the task's own need)
+        self.io_bytes = (0, 0)  # bytes of one input set and of its reference outputs
 
     # ------------------------------------------------------------------------------------- reporting
 

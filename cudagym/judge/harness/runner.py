@@ -35,7 +35,7 @@ from cudagym.judge.harness.failures import (
     is_out_of_memory,
 )
 from cudagym.judge.harness.hardware import describe, l2_cache_bytes
-from cudagym.judge.harness.inputs import clone_tree, trees_bitwise_equal
+from cudagym.judge.harness.inputs import clone_tree, nbytes, trees_bitwise_equal
 from cudagym.judge.harness.integrity import AttributeSnapshot, TorchFlags
 from cudagym.judge.harness.loading import build_models, candidate_module, load_reference, unload_reference
 from cudagym.judge.harness.memory import DeviceMemoryMeter
@@ -196,7 +196,11 @@ def _take_snapshot(ctx: EvalContext) -> None:
 def _correctness(ctx: EvalContext) -> None:
     # Priming: one reference run on a seed no check uses, its outputs poisoned and freed, so even the
     # first candidate call finds poison (not answers) in recycled memory.
-    prime = ctx.run_reference(ctx.make_inputs(ctx.protocol.seed + PRIMING_SEED_OFFSET))
+    inputs = ctx.make_inputs(ctx.protocol.seed + PRIMING_SEED_OFFSET)
+    prime = ctx.run_reference(inputs)
+    ctx.io_bytes = (nbytes(inputs), nbytes(prime))
+    ctx.reference_peak_bytes = ctx.meter.peak_bytes()  # the models and one reference run: what the task needs
+    del inputs
     ctx.output_dtype = ctx.first_output_dtype(prime)
     ctx.poison_results(prime)
     del prime
@@ -420,6 +424,8 @@ def _result(ctx: EvalContext, status: EvalStatus, message: str, wall_s: float) -
 def _cost(ctx: EvalContext) -> EvalCost:
     clock = ctx.clock
     return EvalCost(peak_device_memory_bytes=ctx.meter.peak_bytes(), device_memory_total_bytes=ctx.meter.total_bytes,
+                    reference_peak_bytes=ctx.reference_peak_bytes, input_set_bytes=ctx.io_bytes[0],
+                    output_set_bytes=ctx.io_bytes[1],
                     load_s=clock.get("load"), check_s=clock.get("check"), timing_s=clock.get("timing"),
                     compile_s=clock.get("compile"), profile_s=clock.get("profile"))
 
