@@ -21,6 +21,7 @@ from cudagym.judge.harness.inputs import bitwise_equal
 from cudagym.judge.harness.memory import PhaseClock, chunked_equal, flat_chunks, moments, rms_difference
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import KnownBaselines
+from cudagym.judge.protocol import CUDAGYM_V0
 from cudagym.judge.records import EvalStatus
 
 TOL = Tolerance(1e-4, 1e-4)
@@ -204,6 +205,7 @@ def test_every_result_records_its_phases_peak_memory_and_precision(tmp_path, mon
     assert cost.timing_s > 0 and cost.profile_s > 0 and 0 < cost.compile_s <= cost.timing_s
     assert submitted.precision.cudnn_allow_tf32 and not submitted.precision.matmul_allow_tf32
     assert submitted.precision.float32_matmul_precision == "highest"
+    assert submitted.precision == CUDAGYM_V0.with_changes(baseline_precision="torch_default").precision
     assert "torch.backends.cudnn.allow_tf32=True" in submitted.log
 
 

@@ -15,6 +15,7 @@ from cudagym.judge.records import (
     EvalStatus,
     InputCheck,
     KernelResources,
+    Precision,
     Severity,
     TimingStats,
     Violation,
@@ -46,6 +47,10 @@ def test_presets_run_under_their_sources_precision_and_the_default_stays_strict_
     assert old_ca.with_changes(id=CUDA_AGENT.id, description=CUDA_AGENT.description,
                                baseline_precision="torch_default") == CUDA_AGENT
     assert old_kb.timing_key != KERNELBENCH.timing_key  # baselines timed under v0.2 are never reused by v0.3
+    # what results record: the switches as the harness applies them
+    assert KERNELBENCH.precision == Precision(False, True, "highest") == CUDA_AGENT.precision
+    assert CUDAGYM_V1.precision == Precision(False, False, "highest")
+    assert CUDAGYM_V1.with_changes(baseline_precision="tf32").precision == Precision(True, True, "high")
 
 
 def test_get_protocol_resolves_names_and_rejects_unknown():

@@ -96,14 +96,16 @@ def _start(job: Job, device: str | torch.device | None) -> EvalContext | EvalRes
     """The evaluation's context, or the verdict when it cannot start (no GPU, unknown guards, ...)."""
     if device is None and not torch.cuda.is_available():
         return EvalResult(EvalStatus.NO_GPU, "this worker has no CUDA device", build=job.build,
-                          protocol_id=job.protocol.id, hardware=Hardware())
+                          protocol_id=job.protocol.id, hardware=Hardware(), precision=job.protocol.precision)
     try:
         return EvalContext(job, _device(device), select_guards(job.protocol.guards), Path(job.workdir or os.getcwd()))
     except ConfigError as exc:
-        return EvalResult(EvalStatus.INFRA_ERROR, str(exc), build=job.build, protocol_id=job.protocol.id)
+        return EvalResult(EvalStatus.INFRA_ERROR, str(exc), build=job.build, protocol_id=job.protocol.id,
+                          precision=job.protocol.precision)
     except Exception as exc:  # CUDA unusable before anything ran: the worker's problem, not the agent's
         return EvalResult(EvalStatus.INFRA_ERROR, f"the judge could not start: {exception_line(exc)}",
-                          build=job.build, protocol_id=job.protocol.id, log=traceback.format_exc()[-4000:])
+                          build=job.build, protocol_id=job.protocol.id, log=traceback.format_exc()[-4000:],
+                          precision=job.protocol.precision)
 
 
 # ------------------------------------------------------------------------------------------ the stages
