@@ -12,6 +12,7 @@
 # cudagym". Levels 1-3, and 4 when `transformers` imports (its tasks load Hugging Face weights: offline, they fail
 # at load as task errors). The baseline cache is carried like the journals ($STATE/baselines <-> $OUT/baselines).
 # Needs a KernelBench checkout: CUDAGYM_KERNELBENCH_DIR (default .data/kb). Uses every GPU (DEVICES=auto).
+# RETRY=1 runs once more the tasks whose journaled result is not OK (`baselines check --retry-failed`).
 set -u
 total=${1:-570}; shift 2>/dev/null || true
 steps=${*:-kernelbench cudagym}
@@ -51,7 +52,8 @@ check() {  # check NAME PROTOCOL LEVEL JOURNAL: one `cudagym baselines check` un
   start=$(date +%s)
   timeout $(( left - 10 )) python3 -c "from cudagym.cli import main; raise SystemExit(main())" baselines check \
     --suite kernelbench --level "$level" --protocol "$p" --devices "${DEVICES:-auto}" \
-    --journal "$journal" --table "$out/$name.md" --stop-after-s $(( left - tail_s )) > "$out/$name.log" 2>&1
+    --journal "$journal" --table "$out/$name.md" --stop-after-s $(( left - tail_s )) ${RETRY:+--retry-failed} \
+    > "$out/$name.log" 2>&1
   rc=$?
   rm -rf "$out/baselines"; cp -r "$CUDAGYM_CACHE_DIR/baselines" "$out/baselines"  # *.lock files included: harmless
   summary+=("$name: rc=$rc $(( $(date +%s) - start ))s; $(sed -n 3p "$out/$name.md" 2>/dev/null)")

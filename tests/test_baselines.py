@@ -258,3 +258,23 @@ def test_check_without_a_gpu_says_so(tmp_path, capsys):
     code = cli_main(["baselines", "check", "--env", "CudaKernel-Bundled-v0", "--devices", "none",
                      "--cache-dir", str(tmp_path), "--table", str(tmp_path / "t.md")])
     assert code == 1 and "no GPU" in capsys.readouterr().err
+
+
+def test_retry_failed_runs_a_journaled_failure_once_more_under_its_own_resumable_id(tmp_path):
+    from cudagym.judge.journal import Journal
+    from cudagym.judge.protocol import get_protocol
+    from cudagym.judge.records import EvalResult, EvalStatus
+
+    tasks = resolve_tasks(_args(suite="bundled"))[:2]
+    checking = get_protocol("kernelbench").with_changes(guards=())
+    failed_id = f"check:{checking.timing_key}:{tasks[0].content_hash[:16]}"
+    Journal(tmp_path / "journal.jsonl").record_result(
+        failed_id, EvalResult(EvalStatus.TIMEOUT, "ran past 300 s"), task_id=tasks[0].id, solution_hash="x")
+    assert _check_run(tmp_path, tasks)[0] == 1  # the journal's failure stands
+    assert [r["status"] for r in csv_rows(tmp_path / "out" / "check.md")] == ["timeout", "ok"]
+    assert _check_run(tmp_path, tasks, retry_failed=True)[0] == 0
+    assert [r["status"] for r in csv_rows(tmp_path / "out" / "check.md")] == ["ok", "ok"]
+    assert Journal(tmp_path / "journal.jsonl").result(f"{failed_id}:retry").status is EvalStatus.OK
+    lines = (tmp_path / "journal.jsonl").read_text()
+    assert _check_run(tmp_path, tasks, retry_failed=True)[0] == 0  # resumed: the retry is answered from the journal
+    assert (tmp_path / "journal.jsonl").read_text() == lines

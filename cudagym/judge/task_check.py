@@ -153,6 +153,14 @@ def write_tables(rows: Sequence[TaskRow], path: str | os.PathLike[str], title: s
         os.replace(tmp, where)
 
 
+def _job_id(base: str, journal: Any, retry_failed: bool) -> str:
+    """``base``, or its retry id when retrying and the journal holds a failed result under ``base``."""
+    if not retry_failed or journal is None:
+        return base
+    known = journal.result(base)
+    return base if known is None or known.status is EvalStatus.OK else f"{base}:retry"
+
+
 def _natural(task_id: str) -> tuple[Any, ...]:
     """``L1/9_x`` before ``L1/10_y``: digit runs compare as numbers."""
     import re
@@ -169,11 +177,14 @@ class CheckPlan:
         stop_after_s: Submit no new task after this many seconds (0: no limit); running ones finish.
         window: Jobs handed to the judge at once per GPU: enough that a GPU never waits for the next build,
             few enough that the jobs still running when the budget ends finish soon.
+        retry_failed: Run once more the tasks whose journaled result is not OK (under a second job id, so
+            the retry is journaled and resumable too).
     """
 
     table: str
     stop_after_s: float = 0.0
     window: int = 2
+    retry_failed: bool = False
 
 
 def check_tasks(
@@ -210,7 +221,7 @@ def check_tasks(
         budget_over = plan.stop_after_s > 0 and time.monotonic() - started > plan.stop_after_s
         while queue and len(flying) < window and not budget_over:
             task = queue.pop(0)
-            job_id = f"check:{protocol.timing_key}:{task.content_hash[:16]}"
+            job_id = _job_id(f"check:{protocol.timing_key}:{task.content_hash[:16]}", journal, plan.retry_failed)
             known = journal is not None and journal.result(job_id) is not None
             answered, evaluated = answered + known, evaluated + (not known)
             flying[judge.submit(task, solution_of(task), EvalMode.PROFILE, job_id=job_id)] = task
