@@ -322,7 +322,9 @@ class SpotCheck:
             ctx.flag_changes.extend(ctx.flags.differences(flags_now))
             ctx.flags.apply()
         if self.inputs is not None and not self.compared and index % SPOT_CHECK_EVERY == 0:
-            self._compare(index, ctx.run_reference(clone_tree(self.inputs)))
+            reference = ctx.run_reference(clone_tree(self.inputs))
+            self._compare(index, reference)
+            ctx.poison_results(reference)  # freed results hold poison, never answers
         self.outputs, self.inputs = None, None
 
     def _compare(self, index: int, reference: Any) -> None:
