@@ -7,8 +7,9 @@
 # before its budget (default 150: jobs in flight finish) and is killed 10 s before it, so results are never lost.
 #   bash benchmarks/kernelbench_sweep.sh [TOTAL_SECONDS [STEP ...]]      (repository root, GPU host)
 # TOTAL_SECONDS defaults to 570 (a 10-minute call). A STEP is a protocol (kernelbench, cudagym, cuda-agent: its
-# sweep) or "throughput": L1 again under cudagym with a fresh journal, its baselines and builds cached (run it after
-# the cudagym sweep of L1), for evaluations per GPU-hour and the time per phase. Steps default to "kernelbench
+# sweep) or "throughput": the first $FIRST (default 20) L1 tasks under cudagym twice, the second time with a fresh
+# journal and the builds and baselines the first pass cached, for evaluations per GPU-hour and the time per phase
+# (throughput-cudagym-L1.md: its "This run" line). Steps default to "kernelbench
 # cudagym". Levels 1-3, and 4 when `transformers` imports (its tasks load Hugging Face weights: offline, they fail
 # at load as task errors). The baseline cache is carried like the journals ($STATE/baselines <-> $OUT/baselines).
 # Needs a KernelBench checkout: CUDAGYM_KERNELBENCH_DIR (default .data/kb). Uses every GPU (DEVICES=auto).
@@ -45,14 +46,15 @@ done
 mkdir -p "$CUDAGYM_CACHE_DIR/baselines"
 [ -d "$state/baselines" ] && cp -rn "$state/baselines/." "$CUDAGYM_CACHE_DIR/baselines/"
 summary=()
-check() {  # check NAME PROTOCOL LEVEL JOURNAL: one `cudagym baselines check` under the time left, one summary row
+check() {  # check NAME PROTOCOL LEVEL JOURNAL [ARG...]: one `cudagym baselines check` in the time left, a summary row
   local name=$1 p=$2 level=$3 journal=$4 left start rc
+  shift 4
   left=$(( deadline - $(date +%s) ))
   if (( left < tail_s + 30 )); then summary+=("$name: skipped (budget spent)"); return; fi
   start=$(date +%s)
   timeout $(( left - 10 )) python3 -c "from cudagym.cli import main; raise SystemExit(main())" baselines check \
     --suite kernelbench --level "$level" --protocol "$p" --devices "${DEVICES:-auto}" \
-    --journal "$journal" --table "$out/$name.md" --stop-after-s $(( left - tail_s )) ${RETRY:+--retry-failed} \
+    --journal "$journal" --table "$out/$name.md" --stop-after-s $(( left - tail_s )) ${RETRY:+--retry-failed} "$@" \
     > "$out/$name.log" 2>&1
   rc=$?
   rm -rf "$out/baselines"; cp -r "$CUDAGYM_CACHE_DIR/baselines" "$out/baselines"  # *.lock files included: harmless
@@ -61,7 +63,8 @@ check() {  # check NAME PROTOCOL LEVEL JOURNAL: one `cudagym baselines check` un
 }
 for step in $steps; do
   if [ "$step" = throughput ]; then
-    check "throughput-cudagym-L1" cudagym 1 "$out/throughput-$(date +%s).jsonl"
+    check "throughput-warm-L1" cudagym 1 "$out/throughput-warm.jsonl" --first "${FIRST:-20}"
+    check "throughput-cudagym-L1" cudagym 1 "$out/throughput-$(date +%s).jsonl" --first "${FIRST:-20}"
     continue
   fi
   for level in $levels; do check "kernelbench-$step-L$level" "$step" "$level" "$out/journal-$step.jsonl"; done

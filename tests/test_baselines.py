@@ -255,8 +255,9 @@ def test_a_row_says_what_a_failed_task_lacks():
 
 
 def test_check_without_a_gpu_says_so(tmp_path, capsys):
-    code = cli_main(["baselines", "check", "--env", "CudaKernel-Bundled-v0", "--devices", "none",
-                     "--cache-dir", str(tmp_path), "--table", str(tmp_path / "t.md")])
+    code = cli_main(["baselines", "check", "--env", "CudaKernel-Bundled-v0", "--devices", "none", "--first", "2",
+                     "--retry-failed", "--window", "1", "--stop-after-s", "60", "--cache-dir", str(tmp_path),
+                     "--table", str(tmp_path / "t.md")])
     assert code == 1 and "no GPU" in capsys.readouterr().err
 
 

@@ -251,6 +251,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     check.add_argument("--stop-after-s", type=float, default=0.0,
                        help="submit no new task after this many seconds; running ones finish (0: no limit)")
     check.add_argument("--window", type=int, default=2, help="jobs in flight at once per GPU (default 2)")
+    check.add_argument("--first", type=int, default=0, help="only the first N tasks of the selection (0: all)")
     check.add_argument("--retry-failed", action="store_true",
                        help="run once more the tasks whose journaled result is not OK")
 
@@ -346,8 +347,10 @@ def _check(args: argparse.Namespace) -> int:
 
     devices: str | list[str] = "auto" if args.devices == "auto" else args.devices.split(",")
     plan = CheckPlan(args.table, args.stop_after_s, args.window, args.retry_failed)
-    return check(resolve_tasks(args), args.protocol, plan, devices=devices, cache_dir=args.cache_dir,
-                 journal=args.journal)
+    tasks = resolve_tasks(args)
+    if args.first > 0:
+        tasks = tasks[:args.first]
+    return check(tasks, args.protocol, plan, devices=devices, cache_dir=args.cache_dir, journal=args.journal)
 
 
 def check(
