@@ -185,6 +185,7 @@ def test_a_candidate_that_runs_out_of_memory_is_its_own_runtime_error(tmp_path):
     greedy = HONEST.replace("        return torch.relu(", f"        raise {OOM}\n        return torch.relu(")
     result = run(tmp_path, greedy)
     assert result.status is EvalStatus.RUNTIME_ERROR and "OutOfMemoryError" in result.message
+    assert "(device memory: peak 0.00 GiB of 0.00 GiB; the reference alone peaked at 0.00 GiB)" in result.message
 
 
 # ------------------------------------------------------------------------------------- cost and precision

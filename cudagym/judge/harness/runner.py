@@ -69,6 +69,9 @@ def evaluate(job: Job, device: str | torch.device | None = None) -> EvalResult:
     except CandidateFailure as failure:
         poisoned = failure.cuda
         status, message = EvalStatus.RUNTIME_ERROR, _failure_message(failure)
+        if "OutOfMemoryError" in failure.text:  # how much the task itself held, to tell greed from a big task
+            message += f"\n(device memory: {ctx.meter.describe()}; the reference alone peaked at " \
+                       f"{ctx.reference_peak_bytes / (1 << 30):.2f} GiB)"
     except TaskTooLarge as problem:
         status, message = EvalStatus.TASK_TOO_LARGE, _too_large_message(ctx, str(problem))
     except TaskProblem as problem:
