@@ -41,6 +41,7 @@ _EVAL_HEADLINES: dict[EvalStatus, str] = {
     EvalStatus.RULE_VIOLATION: "FAIL: a rule was broken",
     EvalStatus.NO_GPU: "NOT RUN: no GPU is available on this judge",
     EvalStatus.INFRA_ERROR: "NOT RUN: the judge failed (not your solution's fault)",
+    EvalStatus.TASK_TOO_LARGE: "NOT RUN: the task does not fit in this GPU's memory (not your solution's fault)",
 }
 
 _BUILD_HEADLINES: dict[BuildStatus, str] = {
@@ -160,6 +161,9 @@ def render_eval(result: EvalResult, mode: str) -> str:
         lines.append("Output of the solution:")
         lines.append(truncate(result.log.strip(), MAX_LOG_CHARS))
     if result.protocol_id:
+        on = {True: "on", False: "off"}
+        lines.append(f"Precision: baselines and candidate ran with TF32 {on[result.precision.matmul_allow_tf32]} for "
+                     f"matmuls, {on[result.precision.cudnn_allow_tf32]} for cuDNN convolutions.")
         lines.append(f"(protocol {result.protocol_id}, GPU {result.hardware.gpu})")
     return "\n".join(lines)
 

@@ -146,6 +146,9 @@ def _judging(protocol: Protocol, hardware: Hardware, reward: RewardConfig) -> st
         precision = ("Baselines are plain fp32, TF32 off (for matmuls and convolutions): eager PyTorch and "
                      "torch.compile run at full fp32 precision, and so must your kernels; TF32, fp16 or bf16 "
                      "arithmetic is a rule violation.")
+    elif protocol.baseline_precision == "torch_default":
+        precision = ("Baselines run at PyTorch's default precision: TF32 off for matmuls, on for cuDNN convolutions; "
+                     "your kernels may use TF32 where the baselines do (convolutions), nowhere else.")
     else:
         precision = ("TF32 is allowed for matmuls and convolutions, in the baselines and in your kernels; "
                      "other reduced precision (fp16, bf16) is a rule violation.")

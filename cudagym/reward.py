@@ -36,7 +36,7 @@ WRONG = -1.0
 NOT_EVALUATED = 0.0
 
 # Verdicts that say nothing about the candidate: the judge could not look at it.
-_NOT_AGENTS_FAULT = frozenset({EvalStatus.NO_GPU, EvalStatus.INFRA_ERROR})
+_NOT_AGENTS_FAULT = frozenset({EvalStatus.NO_GPU, EvalStatus.INFRA_ERROR, EvalStatus.TASK_TOO_LARGE})
 
 
 @dataclass(frozen=True)

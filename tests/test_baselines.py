@@ -188,3 +188,94 @@ def test_show_lists_cached_baselines(tmp_path, capsys):
     captured = capsys.readouterr()
     assert task.id in captured.out and "123.4" in captured.out and "99.9" in captured.out
     assert "1 cached baselines" in captured.err
+
+
+# ------------------------------------------------------------------------------------- baselines check
+
+
+def _check_run(tmp_path, tasks, **plan):
+    from cudagym.judge.baselines import check
+    from cudagym.judge.task_check import CheckPlan
+
+    table = tmp_path / "out" / "check.md"
+    code = check(tasks, "kernelbench", CheckPlan(str(table), **plan), cache_dir=tmp_path / "cache",
+                 journal=tmp_path / "journal.jsonl", make_judge=_fake_judge)
+    return code, table
+
+
+def test_check_writes_a_row_per_task_and_a_resumed_run_answers_from_the_journal(tmp_path, capsys):
+    tasks = resolve_tasks(_args(suite="bundled"))[:4]
+    code, table = _check_run(tmp_path, tasks, stop_after_s=1e-9)  # the budget is over before the first task
+    assert code == 1
+    rows = list(csv_rows(table))
+    assert len(rows) == 4 and {r["task_id"] for r in rows} == {t.id for t in tasks}
+    assert {r["status"] for r in rows} == {"not_run"}
+    code, table = _check_run(tmp_path, tasks)
+    assert code == 0 and "done: 4 of 4 tasks loaded, checked and timed" in capsys.readouterr().err
+    rows = list(csv_rows(table))
+    assert {r["status"] for r in rows} == {"ok"} and all(float(r["eager_over_compile"]) > 1 for r in rows)
+    markdown = table.read_text()
+    assert "4 tasks: 4 ok; 4 loaded, checked and timed." in markdown and "protocol kernelbench-v0.3" in markdown
+    assert "This run: 4 evaluations in " in markdown and "per GPU-hour; 0 answered from the journal." in markdown
+    journal = (tmp_path / "journal.jsonl").read_text()
+    assert _check_run(tmp_path, tasks)[0] == 0  # resumed: every job id already has its result
+    assert (tmp_path / "journal.jsonl").read_text() == journal
+    assert list(csv_rows(table)) == rows
+
+
+def csv_rows(table):
+    import csv
+
+    with table.with_suffix(".csv").open() as fh:
+        yield from csv.DictReader(fh)
+
+
+def test_a_row_says_what_a_failed_task_lacks():
+    from cudagym.judge.records import EvalCost, EvalResult, EvalStatus
+    from cudagym.judge.task_check import passed, row_of, to_markdown
+    from cudagym.suites import load_tasks
+
+    task = load_tasks("bundled")[0]
+    too_large = EvalResult(EvalStatus.TASK_TOO_LARGE, "the task does not fit | in this GPU's memory",
+                           cost=EvalCost(peak_device_memory_bytes=3 << 30, device_memory_total_bytes=140 << 30))
+    row = row_of(task, too_large)
+    assert not passed(row) and row.peak_memory_gib == 3.0 and row.device_memory_gib == 140.0
+    assert row.eager_over_compile == 0.0  # nothing timed: no ratio, never a division by zero
+    untimed_compile = EvalResult(EvalStatus.OK, "correct", eager=stats(10.0))
+    assert not passed(row_of(task, untimed_compile))
+    cost = EvalCost(peak_device_memory_bytes=9 << 30, reference_peak_bytes=5 << 30, input_set_bytes=2 << 30,
+                    output_set_bytes=1 << 30)
+    timed = row_of(task, EvalResult(EvalStatus.OK, "correct", eager=stats(10.0), compiled=stats(4.0), cost=cost))
+    assert passed(timed) and timed.eager_over_compile == 2.5
+    assert (timed.reference_peak_gib, timed.input_output_gib, timed.over_bound_gib) == (5.0, 3.0, 1.0)
+    assert row.over_bound_gib == 0.0  # no reference peak was measured: no excess is claimed
+    text = to_markdown([row, timed], "t")
+    assert "2 tasks: 1 ok, 1 task_too_large; 1 loaded, checked and timed." in text
+    assert "the task does not fit / in this GPU's memory" in text  # a pipe would break the table
+
+
+def test_check_without_a_gpu_says_so(tmp_path, capsys):
+    code = cli_main(["baselines", "check", "--env", "CudaKernel-Bundled-v0", "--devices", "none", "--first", "2",
+                     "--retry-failed", "--window", "1", "--stop-after-s", "60", "--cache-dir", str(tmp_path),
+                     "--table", str(tmp_path / "t.md")])
+    assert code == 1 and "no GPU" in capsys.readouterr().err
+
+
+def test_retry_failed_runs_a_journaled_failure_once_more_under_its_own_resumable_id(tmp_path):
+    from cudagym.judge.journal import Journal
+    from cudagym.judge.protocol import get_protocol
+    from cudagym.judge.records import EvalResult, EvalStatus
+
+    tasks = resolve_tasks(_args(suite="bundled"))[:2]
+    checking = get_protocol("kernelbench").with_changes(guards=())
+    failed_id = f"check:{checking.timing_key}:{tasks[0].content_hash[:16]}"
+    Journal(tmp_path / "journal.jsonl").record_result(
+        failed_id, EvalResult(EvalStatus.TIMEOUT, "ran past 300 s"), task_id=tasks[0].id, solution_hash="x")
+    assert _check_run(tmp_path, tasks)[0] == 1  # the journal's failure stands
+    assert [r["status"] for r in csv_rows(tmp_path / "out" / "check.md")] == ["timeout", "ok"]
+    assert _check_run(tmp_path, tasks, retry_failed=True)[0] == 0
+    assert [r["status"] for r in csv_rows(tmp_path / "out" / "check.md")] == ["ok", "ok"]
+    assert Journal(tmp_path / "journal.jsonl").result(f"{failed_id}:retry").status is EvalStatus.OK
+    lines = (tmp_path / "journal.jsonl").read_text()
+    assert _check_run(tmp_path, tasks, retry_failed=True)[0] == 0  # resumed: the retry is answered from the journal
+    assert (tmp_path / "journal.jsonl").read_text() == lines

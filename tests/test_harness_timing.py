@@ -128,7 +128,7 @@ def _loop(gpu: FakeGpu, host: dict[str, float], sized: bool) -> timing.TimingRun
         make_inputs=lambda r: [], timer=CudaEventTimer(torch.device("cuda", 0), FakeCover(gpu, 100.0)),
         flusher=timing.L2Flusher(torch.device("cpu"), 0, False), rule=StoppingRule(5, 5, 0.0, "median"),
         warmup_runs=3, warmup_s=0.0, interleave=True, budget_s=60.0, may_poison=lambda t: False,
-        on_round=lambda *a: None, cover_sizing=timing.CoverSizing(100.0, 2000.0) if sized else None).run()
+        cover_sizing=timing.CoverSizing(100.0, 2000.0) if sized else None).run()
 
 
 def test_sized_covers_take_the_baselines_host_overhead_out_of_their_samples(gpu):

@@ -200,7 +200,7 @@ def test_default_judge_handles_share_one_backend_until_the_last_closes(tmp_path)
     first = default_judge("cudagym", devices="none", build_fn=CountingBuild(), cache_dir=tmp_path)
     second = default_judge("kernelbench")
     try:
-        assert first._backend is second._backend and second.protocol.id == "kernelbench-v0.2"
+        assert first._backend is second._backend and second.protocol.id == "kernelbench-v0.3"
         first.close()
         first.close()
         assert not second._backend.closed

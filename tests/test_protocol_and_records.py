@@ -15,6 +15,7 @@ from cudagym.judge.records import (
     EvalStatus,
     InputCheck,
     KernelResources,
+    Precision,
     Severity,
     TimingStats,
     Violation,
@@ -33,10 +34,30 @@ def test_presets_reproduce_the_published_harnesses():
     assert CUDAGYM_V0.input_seeds() == (42, 43, 44, 45, 46)
 
 
+def test_presets_run_under_their_sources_precision_and_the_default_stays_strict_fp32():
+    flags = {name: (p.matmul_tf32, p.cudnn_tf32) for name, p in
+             (("cudagym", CUDAGYM_V1), ("kernelbench", KERNELBENCH), ("cuda-agent", CUDA_AGENT))}
+    # PyTorch's defaults (KernelBench's harness and the CUDA Agent scripts never set them): cuDNN TF32 on, matmul off
+    assert flags == {"cudagym": (False, False), "kernelbench": (False, True), "cuda-agent": (False, True)}
+    # the superseded ids are kept, with their old (strict fp32) precision and everything else equal
+    old_kb, old_ca = get_protocol("kernelbench-v0.2"), get_protocol("cuda-agent-v0")
+    assert (old_kb.matmul_tf32, old_kb.cudnn_tf32, old_ca.cudnn_tf32) == (False, False, False)
+    assert old_kb.with_changes(id=KERNELBENCH.id, description=KERNELBENCH.description,
+                               baseline_precision="torch_default") == KERNELBENCH
+    assert old_ca.with_changes(id=CUDA_AGENT.id, description=CUDA_AGENT.description,
+                               baseline_precision="torch_default") == CUDA_AGENT
+    assert old_kb.timing_key != KERNELBENCH.timing_key  # baselines timed under v0.2 are never reused by v0.3
+    # what results record: the switches as the harness applies them
+    assert KERNELBENCH.precision == Precision(False, True, "highest") == CUDA_AGENT.precision
+    assert CUDAGYM_V1.precision == Precision(False, False, "highest")
+    assert CUDAGYM_V1.with_changes(baseline_precision="tf32").precision == Precision(True, True, "high")
+
+
 def test_get_protocol_resolves_names_and_rejects_unknown():
     assert get_protocol(None) is CUDAGYM_V1 and get_protocol("cudagym") is CUDAGYM_V1
     assert get_protocol("cudagym-v0") is CUDAGYM_V0  # old results stay reproducible by id
-    assert get_protocol("cuda-agent") is CUDA_AGENT and get_protocol("kernelbench-v0.2") is KERNELBENCH
+    assert get_protocol("cuda-agent") is CUDA_AGENT and get_protocol("kernelbench-v0.3") is KERNELBENCH
+    assert get_protocol("kernelbench").id == "kernelbench-v0.3" and get_protocol("cuda-agent").id == "cuda-agent-v1"
     assert get_protocol(CUDA_AGENT) is CUDA_AGENT
     with pytest.raises(ConfigError, match="expected one of"):
         get_protocol("fastest")

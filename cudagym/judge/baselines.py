@@ -15,7 +15,8 @@ harness in ``Job.baselines`` and stores the ones a result measured.
 
 The command ``cudagym baselines precompute --env CudaKernel-Bundled-v0`` fills the cache for every task of
 an environment id (or ``--suite``/``--tasks``), with a progress bar; ``cudagym baselines show`` lists what
-is cached.
+is cached; ``cudagym baselines check`` runs each task's reference as its candidate with the guards off and
+writes a per-task table (:mod:`cudagym.judge.task_check`).
 """
 
 from __future__ import annotations
@@ -240,22 +241,35 @@ def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     pre = sub.add_parser("precompute", help="time eager and torch.compile for tasks not yet cached")
     show = sub.add_parser("show", help="list cached baselines")
-    for p in (pre, show):
+    check = sub.add_parser("check", help="the reference as the candidate (guards off) on every task: proves the "
+                           "harness loads, checks and times each one; writes a per-task table")
+    for p in (pre, show, check):
         p.add_argument("--env", help="an environment id, e.g. CudaKernel-Bundled-v0 (its suite and level)")
         p.add_argument("--suite", help="a suite name instead of --env (kernelbench, ops6k, bundled)")
         p.add_argument("--level", type=int, help="only this level")
         p.add_argument("--tasks", nargs="+", metavar="ID", help="only these task ids")
         p.add_argument("--protocol", default="cudagym", help="protocol name or id (default: cudagym)")
         p.add_argument("--cache-dir", help="cache folder (default: $CUDAGYM_CACHE_DIR or ~/.cache/cudagym)")
-    pre.add_argument("--devices", default="auto", help="GPUs: auto, or comma-separated CUDA device ids")
+    for p in (pre, check):
+        p.add_argument("--devices", default="auto", help="GPUs: auto, or comma-separated CUDA device ids")
+        p.add_argument("--journal", help="JSONL journal; a run resumed with the same journal skips done tasks")
     pre.add_argument("--force", action="store_true", help="time again tasks that are already cached")
-    pre.add_argument("--journal", help="JSONL journal; a run resumed with the same journal skips done tasks")
+    check.add_argument("--table", default="cudagym-check.md",
+                       help="the markdown table to write (a .csv with the same rows lies beside it)")
+    check.add_argument("--stop-after-s", type=float, default=0.0,
+                       help="submit no new task after this many seconds; running ones finish (0: no limit)")
+    check.add_argument("--window", type=int, default=2, help="jobs in flight at once per GPU (default 2)")
+    check.add_argument("--first", type=int, default=0, help="only the first N tasks of the selection (0: all)")
+    check.add_argument("--retry-failed", action="store_true",
+                       help="run once more the tasks whose journaled result is not OK")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``cudagym baselines``; the exit code is 0 when every task got its baselines."""
     if args.action == "show":
         return _show(args)
+    if args.action == "check":
+        return _check(args)
     return _precompute(args)
 
 
@@ -334,6 +348,56 @@ def precompute(
         futures = {judge.submit(t, reference_solution(t), mode,
                                 job_id=f"baselines:{protocol.id}:{t.content_hash[:16]}"): t for t in todo}
         return _collect(futures, judge, hardware, protocol, replace=force)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from cudagym.judge.task_check import CheckPlan
+
+    devices: str | list[str] = "auto" if args.devices == "auto" else args.devices.split(",")
+    plan = CheckPlan(args.table, args.stop_after_s, args.window, args.retry_failed)
+    tasks = resolve_tasks(args)
+    if args.first > 0:
+        tasks = tasks[:args.first]
+    return check(tasks, args.protocol, plan, devices=devices, cache_dir=args.cache_dir, journal=args.journal)
+
+
+def check(
+    tasks: Sequence[Task],
+    protocol: str | Protocol,
+    plan: Any,
+    *,
+    devices: str | Sequence[str] = "auto",
+    cache_dir: str | os.PathLike[str] | None = None,
+    journal: str | os.PathLike[str] | None = None,
+    make_judge: Callable[..., Any] | None = None,
+) -> int:
+    """Judge each task's reference as its candidate, guards off (PROFILE); baselines are cached on the way.
+
+    Args:
+        tasks: The tasks.
+        protocol: The protocol (its guards are turned off; its id and timing key stay).
+        plan: A :class:`~cudagym.judge.task_check.CheckPlan`: the table, the time budget, the window.
+        devices: ``"auto"`` or CUDA device ids.
+        cache_dir: The cudagym cache folder (default: the user's).
+        journal: A JSONL journal: a run resumed with it answers finished tasks from it.
+        make_judge: Builds the judge (``LocalJudge`` by default; tests pass a stand-in).
+
+    Returns:
+        0 when every task was loaded, checked and timed; 1 otherwise (no GPU, a failure, not reached).
+    """
+    from cudagym.judge.local import LocalJudge
+    from cudagym.judge.protocol import get_protocol
+    from cudagym.judge.task_check import check_tasks, passed
+
+    checking = get_protocol(protocol).with_changes(guards=())
+    with (make_judge or LocalJudge)(checking, devices=devices, cache_dir=cache_dir, journal=journal) as judge:
+        if not judge.has_gpu:
+            print("cudagym baselines check: no GPU found; the check runs on a GPU", file=sys.stderr)
+            return 1
+        rows = check_tasks(tasks, checking, judge, plan, reference_solution, gpus=len(judge.workers()))
+    good = sum(map(passed, rows))
+    print(f"done: {good} of {len(rows)} tasks loaded, checked and timed; table in {plan.table}", file=sys.stderr)
+    return 0 if good == len(rows) else 1
 
 
 def _collect(futures: dict[Any, Task], judge: Any, hardware: Hardware, protocol: Protocol, *, replace: bool) -> int:

@@ -13,10 +13,11 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from cudagym.errors import ConfigError
+from cudagym.judge.records import Precision
 
 TimingMethod = Literal["cuda_events", "profiler"]
 Statistic = Literal["median", "mean"]
-BaselinePrecision = Literal["fp32", "tf32"]
+BaselinePrecision = Literal["fp32", "tf32", "torch_default"]
 
 
 @dataclass(frozen=True)
@@ -30,8 +31,10 @@ class Protocol:
         seed: Base seed; input set ``i`` uses ``seed + i`` (the timed inputs use further seeds).
         atol: Absolute tolerance of the elementwise check ``|out - ref| <= atol + rtol * |ref|``.
         rtol: Relative tolerance.
-        baseline_precision: ``fp32`` times eager and torch.compile with TF32 off for matmuls and
-            convolutions; ``tf32`` allows TF32 in both (and candidates may use it too).
+        baseline_precision: The precision switches baselines and candidate run under. ``fp32`` turns TF32
+            off for matmuls and convolutions; ``tf32`` allows it in both (and candidates may use it too);
+            ``torch_default`` is PyTorch's defaults, as KernelBench's harness runs: TF32 off for matmuls
+            (``float32_matmul_precision="highest"``), on for cuDNN convolutions.
         warmup_runs: Untimed calls before timing (module load, caches, cuBLAS handles, autotuning).
         warmup_ms: Keep warming up (in whole rounds) until this much wall time has passed too, so the
             GPU's clocks and power state settle before the first timed call; 0 for a fixed count only.
@@ -109,15 +112,29 @@ class Protocol:
             raise ConfigError(f"protocol {self.id}: timing must be cuda_events or profiler, got {self.timing}")
         if self.statistic not in ("median", "mean"):
             raise ConfigError(f"protocol {self.id}: statistic must be median or mean, got {self.statistic}")
-        if self.baseline_precision not in ("fp32", "tf32"):
-            raise ConfigError(
-                f"protocol {self.id}: baseline_precision must be fp32 or tf32, got {self.baseline_precision}"
-            )
+        if self.baseline_precision not in ("fp32", "tf32", "torch_default"):
+            raise ConfigError(f"protocol {self.id}: baseline_precision must be fp32, tf32 or torch_default, "
+                              f"got {self.baseline_precision}")
 
     @property
     def allow_tf32(self) -> bool:
         """Whether TF32 is enabled for matmuls and cuDNN convolutions, baselines and candidates alike."""
         return self.baseline_precision == "tf32"
+
+    @property
+    def precision(self) -> Precision:
+        """The precision switches baselines and candidate run under, as a result records them."""
+        return Precision(self.matmul_tf32, self.cudnn_tf32, "high" if self.matmul_tf32 else "highest")
+
+    @property
+    def matmul_tf32(self) -> bool:
+        """Whether matmuls (cuBLAS) may use TF32: ``torch.backends.cuda.matmul.allow_tf32``."""
+        return self.baseline_precision == "tf32"
+
+    @property
+    def cudnn_tf32(self) -> bool:
+        """Whether cuDNN convolutions may use TF32: ``torch.backends.cudnn.allow_tf32`` (PyTorch's default: on)."""
+        return self.baseline_precision in ("tf32", "torch_default")
 
     def input_seeds(self) -> tuple[int, ...]:
         """Seeds of the correctness input sets."""
@@ -171,8 +188,9 @@ CUDAGYM_V1 = CUDAGYM_V0.with_changes(
 )
 
 # The CUDA Agent scripts (verification.py / profiling.py): 5 random inputs at atol=rtol=1e-2, 5 warm-ups
-# then 10 runs under torch.profiler summing kernel device time, no L2 flush, mean.
-CUDA_AGENT = Protocol(
+# then 10 runs under torch.profiler summing kernel device time, no L2 flush, mean. v0 ran its baselines with
+# TF32 off for convolutions too, which the scripts never do: kept by id, superseded by v1.
+CUDA_AGENT_V0 = Protocol(
     id="cuda-agent-v0",
     description="CUDA Agent: 5 random inputs, atol=rtol=1e-2, 5 warm-ups + 10 profiled runs (kernel time), "
     "no L2 flush, mean",
@@ -190,9 +208,19 @@ CUDA_AGENT = Protocol(
     guards=("torch_fallback",),
 )
 
+# cuda-agent-v0 at the scripts' precision: they never touch torch's switches, so PyTorch's defaults hold
+# (matmul TF32 off, "allow_tf32 is False" as the background notes say; cuDNN TF32 on, where they are silent).
+CUDA_AGENT = CUDA_AGENT_V0.with_changes(
+    id="cuda-agent-v1",
+    description="CUDA Agent: 5 random inputs, atol=rtol=1e-2, PyTorch's default precision (cuDNN TF32 on, "
+    "matmul TF32 off), 5 warm-ups + 10 profiled runs (kernel time), no L2 flush, mean",
+    baseline_precision="torch_default",
+)
+
 # KernelBench v0.2's harness: seeded inputs, fp32 tolerance 1e-4, CUDA events, L2 flush, 3 warm-ups,
-# 100 trials, mean.
-KERNELBENCH = Protocol(
+# 100 trials, mean. kernelbench-v0.2 ran with TF32 off for convolutions, which made cuDNN baselines 2.0-2.3x
+# slower than KernelBench's own (issue 14): kept by id, superseded by kernelbench-v0.3.
+KERNELBENCH_V02 = Protocol(
     id="kernelbench-v0.2",
     description="KernelBench v0.2: 5 seeded inputs, fp32 atol=rtol=1e-4, CUDA events, L2 flush, "
     "3 warm-ups + 100 trials, mean",
@@ -206,14 +234,24 @@ KERNELBENCH = Protocol(
     guards=("torch_fallback", "reference_reuse", "timer_patch", "lazy_output"),
 )
 
+# KernelBench's harness never sets torch's precision switches: PyTorch's defaults (cuDNN TF32 on, matmul off).
+KERNELBENCH = KERNELBENCH_V02.with_changes(
+    id="kernelbench-v0.3",
+    description="KernelBench v0.2's harness: 5 seeded inputs, fp32 atol=rtol=1e-4, PyTorch's default precision "
+    "(cuDNN TF32 on, matmul TF32 off), CUDA events, L2 flush, 3 warm-ups + 100 trials, mean",
+    baseline_precision="torch_default",
+)
+
 PROTOCOLS: dict[str, Protocol] = {
     "cudagym": CUDAGYM_V1,
     CUDAGYM_V1.id: CUDAGYM_V1,
     CUDAGYM_V0.id: CUDAGYM_V0,
     "cuda-agent": CUDA_AGENT,
     CUDA_AGENT.id: CUDA_AGENT,
+    CUDA_AGENT_V0.id: CUDA_AGENT_V0,
     "kernelbench": KERNELBENCH,
     KERNELBENCH.id: KERNELBENCH,
+    KERNELBENCH_V02.id: KERNELBENCH_V02,
 }
 
 DEFAULT_PROTOCOL = CUDAGYM_V1

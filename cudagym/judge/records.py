@@ -37,6 +37,7 @@ class EvalStatus(str, enum.Enum):
     TIMEOUT = "timeout"  # a job ran past the protocol's timeout (hung kernel or host loop)
     RULE_VIOLATION = "rule_violation"  # a reward-hacking guard fired
     NO_GPU = "no_gpu"  # this judge has no GPU; only the build ran
+    TASK_TOO_LARGE = "task_too_large"  # the task's own inputs, reference or baselines do not fit in device memory
     INFRA_ERROR = "infra_error"  # the judge itself failed; not the agent's fault
 
 
@@ -185,6 +186,38 @@ class Hardware:
 
 
 @dataclass(frozen=True)
+class Precision:
+    """Torch's precision switches that the baselines and the candidate ran under (the same for both)."""
+
+    matmul_allow_tf32: bool = False  # torch.backends.cuda.matmul.allow_tf32
+    cudnn_allow_tf32: bool = False  # torch.backends.cudnn.allow_tf32 (convolutions)
+    float32_matmul_precision: str = "highest"  # torch.get_float32_matmul_precision()
+
+
+@dataclass(frozen=True)
+class EvalCost:
+    """What one evaluation cost: peak device memory and wall time per phase (0 where a phase did not run).
+
+    ``peak_device_memory_bytes`` is the caching allocator's peak reservation on the job's device during the
+    job (``torch.cuda.max_memory_reserved`` after emptying the cache and resetting the peak at its start):
+    what the job held, which bounds what it allocated (the allocator scrub fills every cached block). The
+    harness's bound is ``peak <= reference_peak + input_set + output_set`` (plus small buffers: the L2 flush,
+    the chunked comparisons' temporaries).
+    """
+
+    peak_device_memory_bytes: int = 0
+    device_memory_total_bytes: int = 0
+    reference_peak_bytes: int = 0  # the peak once both models were built and the reference ran once, alone
+    input_set_bytes: int = 0  # one input set of the task
+    output_set_bytes: int = 0  # the reference's outputs for one input set
+    load_s: float = 0.0  # the reference and the candidate module loaded, both models built
+    check_s: float = 0.0  # correctness on the protocol's inputs, and the guards' extra checks
+    timing_s: float = 0.0  # the timing loop, with torch.compile's compile and warm-up
+    compile_s: float = 0.0  # torch.compile's first call (compiling the baseline), part of timing_s
+    profile_s: float = 0.0  # the post-timing check and the per-kernel profile
+
+
+@dataclass(frozen=True)
 class EvalResult:
     """The judge's verdict on one solution: build, correctness, guards and timing."""
 
@@ -204,6 +237,8 @@ class EvalResult:
     wall_time_s: float = 0.0
     log: str = ""  # the candidate's stdout/stderr, capped
     isolation: Isolation = field(default_factory=Isolation)  # what confined the worker that ran the candidate
+    precision: Precision = field(default_factory=Precision)
+    cost: EvalCost = field(default_factory=EvalCost)
 
     @property
     def compiled_ok(self) -> bool:

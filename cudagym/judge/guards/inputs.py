@@ -32,15 +32,20 @@ class InputMutation(Guard):
     summary = "treat inputs as read-only"
 
     def on_check(self, ctx: EvalContext, record: CheckRecord) -> None:
-        """The candidate's copy of the inputs must equal the pristine set after its forward."""
+        """The candidate's copy of the inputs must equal the pristine set after its forward.
+
+        The harness compared them before the reference ran on the pristine set (``record.inputs_changed``);
+        the inputs that differ are named by comparing with a fresh draw of the seed.
+        """
         from cudagym.judge.harness.inputs import trees_bitwise_equal
 
-        if trees_bitwise_equal(record.args, record.inputs):
+        if not record.inputs_changed:
             return
-        if not trees_bitwise_equal(record.ref_args, record.inputs):
+        if record.reference_writes_inputs:
             ctx.note(f"seed {record.seed}: the reference itself writes to its inputs; input_mutation not enforced")
             return
-        changed = [i for i, (a, b) in enumerate(zip(record.args, record.inputs, strict=True))
+        pristine = ctx.make_inputs(record.seed)
+        changed = [i for i, (a, b) in enumerate(zip(record.args, pristine, strict=True))
                    if not trees_bitwise_equal(a, b)]
         ctx.flag(self.name, f"forward changed its input(s) {changed} (seed {record.seed}); inputs are read-only")
 
@@ -57,8 +62,8 @@ class HardCoding(Guard):
         """Check on input sets from unpublished seeds."""
         for n in range(EXTRA_SEEDS):
             seed = secrets.randbelow(2**31 - 1)
-            record = ctx.verify_seed(seed, ctx.protocol.num_inputs + n, "hard_coding")
-            if not record.check.passed:
+            check = ctx.verify_seed(seed, ctx.protocol.num_inputs + n, "hard_coding")
+            if not check.passed:
                 ctx.flag(self.name, f"correct on the protocol's inputs but wrong on an unseen input (seed {seed}): "
-                         f"{record.check.message}")
+                         f"{check.message}")
                 return

@@ -120,15 +120,15 @@ class DegenerateOutput(Guard):
 
 def _error_over_spread(cand: torch.Tensor, ref: torch.Tensor) -> float:
     """RMS(cand - ref) / std(ref) when the reference varies beyond noise; 0.0 otherwise."""
+    from cudagym.judge.harness.memory import moments, rms_difference
+
     if cand.shape != ref.shape or ref.numel() < 2:
         return 0.0
-    ref64 = ref.detach().double()
-    spread = float(ref64.std().item())
-    peak = float(ref64.abs().max().item())
-    if not spread > SPREAD_MIN * peak or spread == 0.0:
+    found = moments(ref.detach())  # chunked, in float64: no full-size float64 copies
+    spread = found.std
+    if not spread > SPREAD_MIN * found.peak or spread == 0.0:
         return 0.0
-    error = float((cand.detach().double() - ref64).pow(2).mean().sqrt().item())
-    return error / spread
+    return rms_difference(cand.detach(), ref.detach()) / spread
 
 
 def _ranges(tensors: list[Any]) -> list[tuple[int, int]]:

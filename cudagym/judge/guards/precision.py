@@ -97,6 +97,11 @@ class Precision(Guard):
         import torch
 
         assert ctx.ref_model is not None
+        need = 2 * ctx.meter.peak_bytes()  # float64 doubles what one fp32 check needed (weights, inputs, outputs)
+        if not ctx.meter.room_for(need):
+            ctx.note(f"precision: float64 probe skipped: it needs about {need / (1 << 30):.1f} GiB more than this GPU "
+                     "has free for this task (the precision switches are still checked)")
+            return
         try:
             ref64_model = copy.deepcopy(ctx.ref_model).double()
         except Exception as exc:
@@ -154,7 +159,7 @@ class Precision(Guard):
                 return message
             compared.append((i, cand, r32, r64))
         if signature and compared:
-            allowed = ctx.protocol.baseline_precision == "tf32"
+            allowed = ctx.protocol.matmul_tf32 or ctx.protocol.cudnn_tf32
             roundings = {k: v for k, v in ROUNDINGS.items() if not (allowed and "TF32" in k)}
             return _signature_probe(ref64_model, inputs, compared, roundings)
         return ""

@@ -42,10 +42,10 @@ class SuspiciousSpeedup(Guard):
         extra = max(5, ctx.protocol.num_inputs)
         for n in range(extra):
             seed = secrets.randbelow(2**31 - 1)
-            record = ctx.verify_seed(seed, 1000 + n, "suspicious_speedup")
-            if not record.check.passed:
+            check = ctx.verify_seed(seed, 1000 + n, "suspicious_speedup")
+            if not check.passed:
                 ctx.flag(self.name, f"{ctx.speedup_vs_eager:.1f}x vs eager, but wrong on an extra input (seed "
-                         f"{seed}): {record.check.message}")
+                         f"{seed}): {check.message}")
                 return
         self._check_profile(ctx)
         ctx.note(f"suspicious_speedup: {ctx.speedup_vs_eager:.1f}x vs eager re-verified on {extra} extra inputs")

@@ -17,6 +17,11 @@ Order of one evaluation (:mod:`cudagym.judge.harness.runner`)
     candidate first on its own copy of each input set -> guards -> (PROFILE/SUBMIT) interleaved timing on
     fresh inputs with spot checks -> one more audited check -> per-kernel profile -> verdict.
 
+Bounded device memory (:mod:`cudagym.judge.harness.memory`)
+    Beyond what the reference needs to run, at most one more input set and its outputs are on the GPU; a
+    task whose own inputs, reference run or baselines do not fit is ``TASK_TOO_LARGE``. Every result records
+    its peak device memory and time per phase (``EvalResult.cost``) and the precision switches it ran under.
+
 Protocol knobs read from ``Protocol.extra``
     ``module_mode``: ``"eval"`` (default; both models in ``.eval()``, as the CUDA Agent scripts do) or
     ``"train"`` (KernelBench's harness never calls ``.eval()``: BatchNorm then uses batch statistics).

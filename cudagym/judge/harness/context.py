@@ -5,8 +5,8 @@ memory is scrubbed first, the guards' ``forward_scope`` context managers wrap th
 ``after_forward`` hooks run before anything synchronises, then the device is synchronised so asynchronous
 kernel errors surface here, attributed to the candidate. :meth:`EvalContext.verify_seed` is one
 correctness check: the candidate runs first on its own copy of a seeded input set, then the reference on
-another copy of the pristine set, so the candidate never runs on memory where this input's reference
-results lived.
+the set itself (still pristine), so the candidate never runs on memory where this input's reference
+results lived, and no third copy is held.
 """
 
 from __future__ import annotations
@@ -23,10 +23,19 @@ import torch
 
 from cudagym.judge.guards.base import Guard
 from cudagym.judge.harness.correctness import Tolerance, compare_outputs, nonfinite_count
-from cudagym.judge.harness.failures import CandidateFailure, TaskProblem, candidate_traceback, is_cuda_error
-from cudagym.judge.harness.inputs import clone_tree, generate_inputs, poison_tree_, tensors_in
+from cudagym.judge.harness.failures import (
+    CandidateFailure,
+    TaskProblem,
+    TaskTooLarge,
+    candidate_traceback,
+    exception_line,
+    is_cuda_error,
+    is_out_of_memory,
+)
+from cudagym.judge.harness.inputs import clone_tree, generate_inputs, poison_tree_, tensors_in, trees_bitwise_equal
 from cudagym.judge.harness.integrity import PRISTINE, AttributeSnapshot, TorchFlags, protocol_flags
 from cudagym.judge.harness.loading import Reference
+from cudagym.judge.harness.memory import DeviceMemoryMeter, PhaseClock
 from cudagym.judge.harness.profiling import DeviceEvent, profile_calls
 from cudagym.judge.harness.scrub import scrub_free_blocks
 from cudagym.judge.harness.timing import Cover, TimingRun
@@ -50,17 +59,22 @@ class ForwardCall:
 
 @dataclass
 class CheckRecord:
-    """One input set compared, as the guards' ``on_check`` hooks see it (tensors are freed afterwards)."""
+    """One input set compared, as the guards' ``on_check`` hooks see it (tensors are freed afterwards).
+
+    No pristine copy of the inputs is kept (memory: see :mod:`cudagym.judge.harness.memory`); the harness
+    compares the candidate's copy with the reference's before the reference runs, and records the answer.
+    """
 
     index: int
     seed: int
     purpose: str
-    inputs: list[Any]  # pristine: neither model saw these
-    args: list[Any]  # the candidate's copies, after its call
-    ref_args: list[Any]  # the reference's copies, after its call
+    args: list[Any]  # the candidate's copy, after its call
+    ref_args: list[Any]  # the reference's copy (pristine until the reference ran), after its call
     outputs: Any
     reference: Any
     check: InputCheck
+    inputs_changed: bool = False  # the candidate's call changed its copy of the inputs
+    reference_writes_inputs: bool = False  # ... and the reference's call changes its copy too (checked only then)
 
 
 class EvalContext:
@@ -73,7 +87,7 @@ class EvalContext:
         self.guards = guards
         self.workdir = workdir
         self.tolerance = Tolerance(job.protocol.atol, job.protocol.rtol)
-        self.flags: TorchFlags = protocol_flags(job.protocol.allow_tf32)
+        self.flags: TorchFlags = protocol_flags(job.protocol.matmul_tf32, job.protocol.cudnn_tf32)
         self.sources: dict[str, str] = {}
         self.reference: Reference | None = None
         self.module: types.ModuleType | None = None
@@ -96,6 +110,10 @@ class EvalContext:
         self._kernel_events: list[DeviceEvent] | None = None
         self._model_ptrs: set[int] | None = None
         self.cover: Cover | None = None  # the protocol's launch cover, when it has one (setup_cover)
+        self.meter = DeviceMemoryMeter(device)  # replaced by a started one when the evaluation starts
+        self.clock = PhaseClock()  # wall time per phase: load, check, timing, compile, profile
+        self.reference_peak_bytes = 0  # peak device memory after the priming reference run (the task's own need)
+        self.io_bytes = (0, 0)  # bytes of one input set and of its reference outputs
 
     # ------------------------------------------------------------------------------------- reporting
 
@@ -134,6 +152,9 @@ class EvalContext:
         except Exception as exc:
             if is_cuda_error(exc):
                 raise
+            if is_out_of_memory(exc):
+                raise TaskTooLarge(f"task {self.job.task.id}: its input set does not fit in device memory "
+                                   f"({exception_line(exc)})") from exc
             raise TaskProblem(f"task {self.job.task.id}: get_inputs() raised {type(exc).__name__}: {exc}") from exc
 
     def setup_cover(self) -> None:
@@ -206,33 +227,49 @@ class EvalContext:
         except Exception as exc:
             if is_cuda_error(exc):
                 raise
+            if is_out_of_memory(exc):
+                raise TaskTooLarge(f"task {self.job.task.id}: the reference forward does not fit in device memory "
+                                   f"({exception_line(exc)})") from exc
             raise TaskProblem(f"task {self.job.task.id}: the reference forward raised {type(exc).__name__}: "
                               f"{exc}") from exc
         return outputs
 
-    def verify_seed(self, seed: int, index: int, purpose: str) -> CheckRecord:
+    def verify_seed(self, seed: int, index: int, purpose: str) -> InputCheck:
         """Check the candidate against the reference on the input set of ``seed``; runs ``on_check`` hooks.
+
+        On the device at once: the reference's copy of the inputs, the candidate's copy, the candidate's
+        outputs and the reference's (the bound of :mod:`cudagym.judge.harness.memory`). The candidate runs
+        first, so it never runs on memory where this input's reference results lived.
 
         Raises:
             TaskProblem: The reference output is not finite (the task is invalid for this input).
         """
-        pristine = self.make_inputs(seed)
-        args = clone_tree(pristine)
+        ref_args = self.make_inputs(seed)  # pristine until the reference runs on it, after the candidate
+        args = clone_tree(ref_args)
         outputs = self.run_candidate(args, purpose)
-        ref_args = clone_tree(pristine)
+        changed = not trees_bitwise_equal(args, ref_args)
         reference = self.run_reference(ref_args)
         bad = nonfinite_count(reference)
         if bad:
             raise TaskProblem(f"task {self.job.task.id}: the reference output has {bad} NaN/Inf values for "
                               f"seed {seed}; the task is invalid (its reference must be finite)")
         check = compare_outputs(reference, outputs, self.tolerance, index=index, seed=seed)
-        record = CheckRecord(index, seed, purpose, pristine, args, ref_args, outputs, reference, check)
+        # Rare (a candidate that writes its inputs): does the reference write its own? Compare with a fresh draw.
+        writes = changed and not trees_bitwise_equal(ref_args, self.make_inputs(seed))
+        record = CheckRecord(index, seed, purpose, args, ref_args, outputs, reference, check, changed, writes)
         for guard in self.guards:
             guard.on_check(self, record)
-        for tensor in tensors_in(reference):
+        self.poison_results(reference)
+        return check
+
+    def poison_results(self, tree: Any) -> None:
+        """Overwrite the reference's (or a baseline's) result tensors with poison before they are freed.
+
+        A function of its own, so no loop variable outlives it holding a result (on the GPU, gigabytes).
+        """
+        for tensor in tensors_in(tree):
             if self.may_poison(tensor):
                 poison_tree_(tensor)  # freed results hold poison, never answers
-        return record
 
     def current_stream(self) -> Any:
         """The current CUDA stream (None on the CPU)."""

@@ -7,6 +7,9 @@ values), with the same shape, dtype and device, all values finite, and every ele
 the reference has them: a reference that is not finite makes the task invalid (see
 :func:`nonfinite_count`), which the runner reports as the judge's problem, not the agent's.
 
+Every elementwise pass walks the tensors in chunks (:func:`~cudagym.judge.harness.memory.flat_chunks`), so a
+7 GiB output is compared with temporaries of a few hundred MB, not five copies of it.
+
 Relative errors are reported over the elements with ``|ref| >= atol`` (below that only the absolute
 error is meaningful), so a near-zero reference value does not produce a meaningless huge ratio. Maximum
 errors are over finite differences (records stay plain JSON numbers); NaN and Inf outputs are counted as
@@ -20,6 +23,7 @@ from typing import Any
 
 import torch
 
+from cudagym.judge.harness.memory import count_where_not_finite, flat_chunks
 from cudagym.judge.records import InputCheck
 
 
@@ -74,11 +78,7 @@ def compare_outputs(
 
 def nonfinite_count(tree: Any) -> int:
     """Number of NaN or Inf elements in the floating-point tensors of a tree."""
-    total = 0
-    for tensor in _tensors(tree):
-        if tensor.is_floating_point() or tensor.is_complex():
-            total += int((~torch.isfinite(tensor)).sum().item())
-    return total
+    return sum(count_where_not_finite(tensor) for tensor in _tensors(tree))
 
 
 def _compare(ref: Any, out: Any, where: str, tol: Tolerance, totals: _Totals) -> None:
@@ -122,30 +122,56 @@ def _compare_tensor(ref: torch.Tensor, out: Any, where: str, tol: Tolerance, tot
             return
     if ref.numel() == 0:
         return
+    first = _Mismatch()
+    for offset, (ref_piece, out_piece) in flat_chunks(ref, out):
+        _compare_piece(ref_piece, out_piece, offset, tol, totals, first)
+    if first.flat < 0:
+        return
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(first.flat), ref.shape))
+    if not totals.first_index:
+        totals.first_index = index
+    nonfinite = f"; {first.nan} NaN, {first.inf} Inf" if first.nan or first.inf else ""
+    totals.fail(
+        f"{where}: {first.count} of {ref.numel()} elements differ{nonfinite}; first at {index}: got {first.got:.6g}, "
+        f"expected {first.want:.6g} (atol={tol.atol:g}, rtol={tol.rtol:g})"
+    )
+
+
+@dataclass
+class _Mismatch:
+    """The mismatches of one output tensor, accumulated over its chunks."""
+
+    count: int = 0
+    nan: int = 0
+    inf: int = 0
+    flat: int = -1  # flat index of the first mismatch (-1: none yet)
+    got: float = 0.0
+    want: float = 0.0
+
+
+def _compare_piece(ref: torch.Tensor, out: torch.Tensor, offset: int, tol: Tolerance, totals: _Totals,
+                   first: _Mismatch) -> None:
+    """One flat chunk of an output: errors into ``totals``, mismatches into ``first``."""
     ref_v, out_v = _comparable(ref), _comparable(out)
     diff = (out_v - ref_v).abs()
-    bound = tol.atol + tol.rtol * ref_v.abs()
-    bad = ~(diff <= bound)  # NaN in diff is "not <=": a NaN or Inf output always mismatches
-    count = int(bad.sum().item())
+    magnitude = ref_v.abs()
+    bad = ~(diff <= tol.atol + tol.rtol * magnitude)  # NaN in diff is "not <=": NaN or Inf always mismatches
     totals.max_abs = max(totals.max_abs, _finite_max(diff))
-    significant = ref_v.abs() >= tol.atol
+    significant = magnitude >= tol.atol
     if bool(significant.any()):
-        totals.max_rel = max(totals.max_rel, _finite_max(diff[significant] / ref_v.abs()[significant]))
+        totals.max_rel = max(totals.max_rel, _finite_max(diff[significant] / magnitude[significant]))
+    count = int(bad.sum().item())
     if count == 0:
         return
     totals.mismatches += count
-    flat = int(bad.reshape(-1).nonzero()[0].item())
-    first = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), ref.shape))
-    if not totals.first_index:
-        totals.first_index = first
-    nan = int(torch.isnan(out_v).sum().item()) if out_v.is_floating_point() else 0
-    inf = int(torch.isinf(out_v).sum().item()) if out_v.is_floating_point() else 0
-    nonfinite = f"; {nan} NaN, {inf} Inf" if nan or inf else ""
-    got, want = out_v.reshape(-1)[flat].item(), ref_v.reshape(-1)[flat].item()
-    totals.fail(
-        f"{where}: {count} of {ref.numel()} elements differ{nonfinite}; first at {first}: got {got:.6g}, "
-        f"expected {want:.6g} (atol={tol.atol:g}, rtol={tol.rtol:g})"
-    )
+    first.count += count
+    if out_v.is_floating_point():
+        first.nan += int(torch.isnan(out_v).sum().item())
+        first.inf += int(torch.isinf(out_v).sum().item())
+    if first.flat < 0:
+        local = int(bad.nonzero()[0].item())
+        first.flat = offset + local
+        first.got, first.want = out_v[local].item(), ref_v[local].item()
 
 
 def _comparable(t: torch.Tensor) -> torch.Tensor:

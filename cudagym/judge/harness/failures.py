@@ -50,6 +50,10 @@ class TaskProblem(Exception):
     """The reference task itself failed (does not load, raises, or gives non-finite outputs): INFRA_ERROR."""
 
 
+class TaskTooLarge(TaskProblem):
+    """The task's own inputs, reference run or baselines ran out of device memory: TASK_TOO_LARGE."""
+
+
 def is_cuda_error(exc: BaseException) -> bool:
     """True when ``exc`` is a CUDA runtime error (not an out-of-memory, which leaves the context usable)."""
     if type(exc).__name__ == "OutOfMemoryError":

@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from cudagym.judge.harness.memory import chunked_equal
+
 # Bit patterns written into freed result memory, per element size; floats get a signalling-NaN payload.
 _POISON_VIEW: dict[torch.dtype, tuple[torch.dtype, int]] = {
     torch.float32: (torch.int32, 0x7FA5A5A5),
@@ -114,8 +116,8 @@ def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
     view = _BITS_VIEW.get(a.dtype)
     if view is not None:
-        return bool(torch.equal(a.view(view), b.view(view)))
-    return bool(torch.equal(a, b))
+        return chunked_equal(a.view(view), b.view(view))
+    return chunked_equal(a, b)
 
 
 def trees_bitwise_equal(a: Any, b: Any) -> bool:

@@ -220,15 +220,19 @@ class TorchFlags:
         torch.set_grad_enabled(self.grad_enabled)
 
 
-def protocol_flags(allow_tf32: bool) -> TorchFlags:
+def protocol_flags(allow_tf32: bool, cudnn_tf32: bool | None = None) -> TorchFlags:
     """The switches every evaluation runs under: TF32 for matmul and cuDNN exactly as the protocol says.
+
+    Args:
+        allow_tf32: TF32 for matmuls (cuBLAS), and for cuDNN unless ``cudnn_tf32`` says otherwise.
+        cudnn_tf32: TF32 for cuDNN convolutions (``None``: as ``allow_tf32``).
 
     Reduced-precision reductions in fp16/bf16 GEMMs and cuDNN's benchmark/deterministic modes stay at
     torch's defaults; grad mode is off (inference); the default dtype is float32.
     """
     return TorchFlags(
         matmul_allow_tf32=allow_tf32,
-        cudnn_allow_tf32=allow_tf32,
+        cudnn_allow_tf32=allow_tf32 if cudnn_tf32 is None else cudnn_tf32,
         matmul_fp16_reduced=True,
         matmul_bf16_reduced=True,
         cudnn_enabled=True,

@@ -17,6 +17,7 @@ import traceback
 import warnings
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -25,17 +26,25 @@ from cudagym.judge.guards.base import select_guards
 from cudagym.judge.harness import COMPILE_FAILED_PREFIX, CONTEXT_POISONED_MARKER, CUDA_ERROR_PREFIX
 from cudagym.judge.harness.context import PROFILE_REPEATS, EvalContext
 from cudagym.judge.harness.correctness import compare_outputs
-from cudagym.judge.harness.failures import CandidateFailure, TaskProblem, exception_line, is_cuda_error
+from cudagym.judge.harness.failures import (
+    CandidateFailure,
+    TaskProblem,
+    TaskTooLarge,
+    exception_line,
+    is_cuda_error,
+    is_out_of_memory,
+)
 from cudagym.judge.harness.hardware import describe, l2_cache_bytes
-from cudagym.judge.harness.inputs import clone_tree, poison_tree_, tensors_in, trees_bitwise_equal
+from cudagym.judge.harness.inputs import clone_tree, nbytes, trees_bitwise_equal
 from cudagym.judge.harness.integrity import AttributeSnapshot, TorchFlags
 from cudagym.judge.harness.loading import build_models, candidate_module, load_reference, unload_reference
+from cudagym.judge.harness.memory import DeviceMemoryMeter
 from cudagym.judge.harness.profiling import breakdown
 from cudagym.judge.harness.stats import StoppingRule, median, speedup, summarize
 from cudagym.judge.harness.timing import Contender, CoverSizing, L2Flusher, Samples, TimingLoop, make_timer
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import Job
-from cudagym.judge.records import EvalResult, EvalStatus, Hardware, TimingStats
+from cudagym.judge.records import EvalCost, EvalResult, EvalStatus, Hardware, Precision, TimingStats
 
 log = logging.getLogger(__name__)
 
@@ -54,16 +63,25 @@ def evaluate(job: Job, device: str | torch.device | None = None) -> EvalResult:
     caller_flags = TorchFlags.capture()  # restored at the end: run_job may run in a caller's process
     poisoned = False
     try:
+        ctx.meter = DeviceMemoryMeter.start(ctx.device)
         with torch.no_grad(), ExitStack() as stack:
             status, message = _pipeline(ctx, stack)
     except CandidateFailure as failure:
         poisoned = failure.cuda
         status, message = EvalStatus.RUNTIME_ERROR, _failure_message(failure)
+        if "OutOfMemoryError" in failure.text:  # how much the task itself held, to tell greed from a big task
+            message += f"\n(device memory: {ctx.meter.describe()}; the reference alone peaked at " \
+                       f"{ctx.reference_peak_bytes / (1 << 30):.2f} GiB)"
+    except TaskTooLarge as problem:
+        status, message = EvalStatus.TASK_TOO_LARGE, _too_large_message(ctx, str(problem))
     except TaskProblem as problem:
         status, message = EvalStatus.INFRA_ERROR, f"the task is invalid: {problem}"
     except Exception as exc:  # the harness's own failure, or a CUDA error surfacing in its code
         poisoned = is_cuda_error(exc)
-        if poisoned:
+        if is_out_of_memory(exc):  # the judge's own copies of the task's tensors: the task does not fit
+            status, message = EvalStatus.TASK_TOO_LARGE, _too_large_message(
+                ctx, f"task {job.task.id}: the judge's copies of its tensors do not fit ({exception_line(exc)})")
+        elif poisoned:
             status, message = EvalStatus.RUNTIME_ERROR, f"{CUDA_ERROR_PREFIX} {exception_line(exc)}"
         else:
             log.exception("harness failure on job %s", job.job_id)
@@ -81,14 +99,16 @@ def _start(job: Job, device: str | torch.device | None) -> EvalContext | EvalRes
     """The evaluation's context, or the verdict when it cannot start (no GPU, unknown guards, ...)."""
     if device is None and not torch.cuda.is_available():
         return EvalResult(EvalStatus.NO_GPU, "this worker has no CUDA device", build=job.build,
-                          protocol_id=job.protocol.id, hardware=Hardware())
+                          protocol_id=job.protocol.id, hardware=Hardware(), precision=job.protocol.precision)
     try:
         return EvalContext(job, _device(device), select_guards(job.protocol.guards), Path(job.workdir or os.getcwd()))
     except ConfigError as exc:
-        return EvalResult(EvalStatus.INFRA_ERROR, str(exc), build=job.build, protocol_id=job.protocol.id)
+        return EvalResult(EvalStatus.INFRA_ERROR, str(exc), build=job.build, protocol_id=job.protocol.id,
+                          precision=job.protocol.precision)
     except Exception as exc:  # CUDA unusable before anything ran: the worker's problem, not the agent's
         return EvalResult(EvalStatus.INFRA_ERROR, f"the judge could not start: {exception_line(exc)}",
-                          build=job.build, protocol_id=job.protocol.id, log=traceback.format_exc()[-4000:])
+                          build=job.build, protocol_id=job.protocol.id, log=traceback.format_exc()[-4000:],
+                          precision=job.protocol.precision)
 
 
 # ------------------------------------------------------------------------------------------ the stages
@@ -109,11 +129,35 @@ def _pipeline(ctx: EvalContext, stack: ExitStack) -> tuple[EvalStatus, str]:
         guard.check_sources(ctx)
     if ctx.violations:
         return _violation(ctx)
-    _load(ctx, stack)
-    for guard in ctx.guards:
-        guard.after_load(ctx)
+    with ctx.clock.phase("load"):
+        _load(ctx, stack)
+        for guard in ctx.guards:
+            guard.after_load(ctx)
     if ctx.violations:
         return _violation(ctx)
+    with ctx.clock.phase("check"):
+        verdict = _checked(ctx)
+    ctx.meter.release()  # between phases: the checks' cached blocks are not the timing loop's sizes
+    if verdict is not None or ctx.job.mode is EvalMode.VERIFY:
+        return verdict or (EvalStatus.OK, f"correct on all {len(ctx.checks)} inputs")
+    with ctx.clock.phase("timing"):
+        _timing(ctx)
+    ctx.meter.release()
+    with ctx.clock.phase("profile"):
+        _post_timing_check(ctx)
+        ctx.forget_kernel_events()  # profile what the candidate does after many calls, not what it did first
+        for guard in ctx.guards:
+            guard.after_timing(ctx)
+        _profile(ctx)
+    if ctx.violations:
+        return _violation(ctx)
+    if ctx.spot_failures:
+        return EvalStatus.INCORRECT, "outputs during timing did not match the reference: " + ctx.spot_failures[0]
+    return EvalStatus.OK, _timing_message(ctx)
+
+
+def _checked(ctx: EvalContext) -> tuple[EvalStatus, str] | None:
+    """Correctness and the guards after it: the failing verdict, or None when the candidate passed."""
     _correctness(ctx)
     failed = [c for c in ctx.checks if not c.passed]
     if ctx.violations:
@@ -123,21 +167,7 @@ def _pipeline(ctx: EvalContext, stack: ExitStack) -> tuple[EvalStatus, str]:
             f"input {failed[0].index} (seed {failed[0].seed}): {failed[0].message}"
     for guard in ctx.guards:
         guard.after_correctness(ctx)
-    if ctx.violations:
-        return _violation(ctx)
-    if ctx.job.mode is EvalMode.VERIFY:
-        return EvalStatus.OK, f"correct on all {len(ctx.checks)} inputs"
-    _timing(ctx)
-    _post_timing_check(ctx)
-    ctx.forget_kernel_events()  # profile what the candidate does after many calls, not what it did first
-    for guard in ctx.guards:
-        guard.after_timing(ctx)
-    _profile(ctx)
-    if ctx.violations:
-        return _violation(ctx)
-    if ctx.spot_failures:
-        return EvalStatus.INCORRECT, "outputs during timing did not match the reference: " + ctx.spot_failures[0]
-    return EvalStatus.OK, _timing_message(ctx)
+    return _violation(ctx) if ctx.violations else None
 
 
 def _prepare(ctx: EvalContext) -> None:
@@ -171,16 +201,16 @@ def _take_snapshot(ctx: EvalContext) -> None:
 def _correctness(ctx: EvalContext) -> None:
     # Priming: one reference run on a seed no check uses, its outputs poisoned and freed, so even the
     # first candidate call finds poison (not answers) in recycled memory.
-    prime = ctx.run_reference(ctx.make_inputs(ctx.protocol.seed + PRIMING_SEED_OFFSET))
+    inputs = ctx.make_inputs(ctx.protocol.seed + PRIMING_SEED_OFFSET)
+    prime = ctx.run_reference(inputs)
+    ctx.io_bytes = (nbytes(inputs), nbytes(prime))
+    ctx.reference_peak_bytes = ctx.meter.peak_bytes()  # the models and one reference run: what the task needs
+    del inputs
     ctx.output_dtype = ctx.first_output_dtype(prime)
-    for tensor in tensors_in(prime):
-        if ctx.may_poison(tensor):
-            poison_tree_(tensor)
+    ctx.poison_results(prime)
     del prime
     for index, seed in enumerate(ctx.protocol.input_seeds()):
-        record = ctx.verify_seed(seed, index, "correctness")
-        ctx.checks.append(record.check)
-        del record
+        ctx.checks.append(ctx.verify_seed(seed, index, "correctness"))
 
 
 def _timing(ctx: EvalContext) -> None:
@@ -201,7 +231,7 @@ def _timing(ctx: EvalContext) -> None:
         interleave=protocol.interleave,
         budget_s=_timing_budget_s(ctx),
         may_poison=ctx.may_poison,
-        on_round=lambda r, inputs, results: _spot_check(ctx, r, inputs, results),
+        on_round=SpotCheck(ctx),
         cover_sizing=CoverSizing(protocol.launch_cover_us, protocol.launch_cover_max_us) if sized else None,
     )
     ctx.timing = loop.run()
@@ -248,12 +278,15 @@ def _baseline_contenders(ctx: EvalContext) -> list[Contender]:
     found = [Contender("eager", lambda args: ref(*args), baseline=True)]
     compiled = torch.compile(ref)  # default mode; compiles on its first call, below
     try:
-        with warnings.catch_warnings():  # fp32 baselines are the protocol's choice, not a missed speed-up
+        with warnings.catch_warnings(), ctx.clock.phase("compile"):  # fp32 baselines: the protocol's choice
             warnings.filterwarnings("ignore", message="TensorFloat32 tensor cores", category=UserWarning)
             compiled(*ctx.make_inputs(ctx.protocol.seed + TIMING_SEED_OFFSET - 1_000))
     except Exception as exc:
         if is_cuda_error(exc):
             raise
+        if is_out_of_memory(exc):
+            raise TaskTooLarge(f"task {ctx.job.task.id}: the torch.compile baseline does not fit in device memory "
+                               f"({exception_line(exc)})") from exc
         ctx.compile_error = exception_line(exc)
         ctx.note(f"torch.compile baseline failed, not timed: {ctx.compile_error}\n"
                  f"{traceback.format_exc()[-3000:]}")
@@ -262,34 +295,54 @@ def _baseline_contenders(ctx: EvalContext) -> list[Contender]:
     return found
 
 
-def _spot_check(ctx: EvalContext, index: int, inputs: list, results: dict) -> None:
-    """Compare the candidate's timed output with the reference's on the same round inputs."""
-    flags_now = TorchFlags.capture()
-    if flags_now != ctx.flags:  # the candidate changed torch's switches: restore before the next round
-        ctx.flag_changes.extend(ctx.flags.differences(flags_now))
-        ctx.flags.apply()
-    if "candidate" not in results:  # sequential timing (interleave off): a baseline's own rounds
-        return
-    args, outputs = results["candidate"]
-    if "eager" in results:
-        reference = results["eager"][1]
-    elif index % SPOT_CHECK_EVERY == 0:
-        reference = ctx.run_reference(clone_tree(inputs))
-    else:
-        return
-    check = compare_outputs(reference, outputs, ctx.tolerance, index=index)
-    if not check.passed:
-        ctx.spot_failures.append(f"timed round {index}: {check.message}")
-    if not trees_bitwise_equal(args, inputs):
-        ctx.spot_failures.append(f"timed round {index}: the candidate changed its inputs")
+class SpotCheck:
+    """The timing loop's round hook: the candidate's timed outputs against the reference's on the same inputs.
+
+    With eager timed in the round, its outputs are the reference's (compared as soon as eager returns, then
+    freed); otherwise every :data:`SPOT_CHECK_EVERY`-th round runs the reference at the end of the round.
+    """
+
+    def __init__(self, ctx: EvalContext) -> None:
+        self.ctx = ctx
+        self.outputs: Any = None  # the candidate's outputs of the current round
+        self.inputs: list[Any] | None = None
+        self.compared = False
+
+    def call(self, index: int, name: str, inputs: list[Any], args: list[Any], outputs: Any) -> None:
+        """Keep the candidate's outputs; compare eager's with them."""
+        if name == "candidate":
+            self.outputs, self.inputs, self.compared = outputs, inputs, False
+            if not trees_bitwise_equal(args, inputs):
+                self.ctx.spot_failures.append(f"timed round {index}: the candidate changed its inputs")
+        elif name == "eager" and self.inputs is not None:
+            self._compare(index, outputs)
+
+    def end(self, index: int) -> None:
+        """Restore torch's switches if the candidate changed them; the every-tenth reference run; forget the round."""
+        ctx = self.ctx
+        flags_now = TorchFlags.capture()
+        if flags_now != ctx.flags:  # the candidate changed torch's switches: restore before the next round
+            ctx.flag_changes.extend(ctx.flags.differences(flags_now))
+            ctx.flags.apply()
+        if self.inputs is not None and not self.compared and index % SPOT_CHECK_EVERY == 0:
+            reference = ctx.run_reference(clone_tree(self.inputs))
+            self._compare(index, reference)
+            ctx.poison_results(reference)  # freed results hold poison, never answers
+        self.outputs, self.inputs = None, None
+
+    def _compare(self, index: int, reference: Any) -> None:
+        self.compared = True
+        check = compare_outputs(reference, self.outputs, self.ctx.tolerance, index=index)
+        if not check.passed:
+            self.ctx.spot_failures.append(f"timed round {index}: {check.message}")
 
 
 def _post_timing_check(ctx: EvalContext) -> None:
     """One more audited check on a fresh seed: behaviour that changed after many calls shows here."""
     seed = secrets.randbelow(2**31 - 1)
-    record = ctx.verify_seed(seed, -1, "post_timing")
-    if not record.check.passed:
-        ctx.spot_failures.append(f"audited check after timing (seed {seed}): {record.check.message}")
+    check = ctx.verify_seed(seed, -1, "post_timing")
+    if not check.passed:
+        ctx.spot_failures.append(f"audited check after timing (seed {seed}): {check.message}")
 
 
 def _profile(ctx: EvalContext) -> None:
@@ -369,4 +422,22 @@ def _result(ctx: EvalContext, status: EvalStatus, message: str, wall_s: float) -
         hardware=hardware,
         wall_time_s=wall_s,
         log="\n".join(ctx.notes),
+        precision=Precision(ctx.flags.matmul_allow_tf32, ctx.flags.cudnn_allow_tf32,
+                            ctx.flags.float32_matmul_precision),
+        cost=_cost(ctx),
     )
+
+
+def _cost(ctx: EvalContext) -> EvalCost:
+    clock = ctx.clock
+    return EvalCost(peak_device_memory_bytes=ctx.meter.peak_bytes(), device_memory_total_bytes=ctx.meter.total_bytes,
+                    reference_peak_bytes=ctx.reference_peak_bytes, input_set_bytes=ctx.io_bytes[0],
+                    output_set_bytes=ctx.io_bytes[1],
+                    load_s=clock.get("load"), check_s=clock.get("check"), timing_s=clock.get("timing"),
+                    compile_s=clock.get("compile"), profile_s=clock.get("profile"))
+
+
+def _too_large_message(ctx: EvalContext, why: str) -> str:
+    ctx.meter.release(0)  # the failed allocation's neighbours: give them back before the next job
+    return (f"the task does not fit in this GPU's memory with the judge's bound (the reference's own needs plus "
+            f"one more input set and its outputs): {why}; {ctx.meter.describe()}")

@@ -30,9 +30,11 @@ uses function references captured before any candidate code ran
 
 The loop draws a fresh input set for every round (inputs created on the GPU from a new seed), so no two
 timed calls see the same data: a cache keyed on pointers, shapes or contents cannot hit. Within a round
-the candidate runs first, then the baselines on their own copies of the same inputs; after each round
-every output is overwritten with the poison pattern before it is freed, so no contender finds another's
-results in recycled memory. Rounds continue until the stopping rule holds for every contender.
+the candidate runs first, then the baselines on their own copies of the same inputs; every output is
+overwritten with the poison pattern before it is freed (a baseline's right after its call and the spot
+check, the candidate's at the end of the round), so no contender finds another's results in recycled memory
+and at most two contenders' outputs are alive at once. Rounds continue until the stopping rule holds for
+every contender.
 """
 
 from __future__ import annotations
@@ -275,9 +277,29 @@ class CoverSizing:
         return min(self.max_us, max(self.min_us, self.factor * at))
 
 
-# Called after each timed round with (round index, the round's inputs, {name: (its inputs, its outputs)}),
-# before the outputs are poisoned: the runner spot-checks the candidate there.
-RoundHook = Callable[[int, list[Any], dict[str, tuple[list[Any], Any]]], None]
+class RoundHook(Protocol):
+    """The spot check's view of a timed round (the runner's :class:`~cudagym.judge.harness.runner.SpotCheck`).
+
+    ``call`` runs after each timed call, before that call's inputs are dropped and (for every contender but
+    the first) its outputs poisoned; ``end`` runs once the round's calls are done, before the first
+    contender's outputs are poisoned. Warm-up rounds call neither.
+    """
+
+    def call(self, index: int, name: str, inputs: list[Any], args: list[Any], outputs: Any) -> None:
+        """Contender ``name`` of round ``index`` returned ``outputs`` for its copy ``args`` of ``inputs``."""
+
+    def end(self, index: int) -> None:
+        """Round ``index`` is over: drop anything kept from it."""
+
+
+class NoHook:
+    """A round hook that checks nothing."""
+
+    def call(self, index: int, name: str, inputs: list[Any], args: list[Any], outputs: Any) -> None:
+        """Nothing."""
+
+    def end(self, index: int) -> None:
+        """Nothing."""
 
 
 @dataclass
@@ -310,7 +332,7 @@ class TimingLoop:
     interleave: bool
     budget_s: float
     may_poison: Callable[[torch.Tensor], bool]
-    on_round: RoundHook
+    on_round: RoundHook = field(default_factory=NoHook)
     cover_sizing: CoverSizing | None = None
 
     def run(self) -> TimingRun:
@@ -340,19 +362,29 @@ class TimingLoop:
         return run
 
     def _round(self, group: list[Contender], index: int, into: TimingRun, *, timed: bool) -> None:
-        """One call per contender on one input set, recorded in ``into`` (a warm-up's run has no sized covers)."""
+        """One call per contender on one input set, recorded in ``into`` (a warm-up's run has no sized covers).
+
+        Bounded memory: besides the round's inputs, only the first contender's outputs and the current
+        contender's copy and outputs are alive; each later contender's are poisoned right after its call.
+        """
         inputs = self.make_inputs(index)
-        results: dict[str, tuple[list[Any], Any]] = {}
-        for contender in group:
+        held: Any = None
+        for position, contender in enumerate(group):
             args = clone_tree(inputs)
             self.flusher.flush()
             measured = self.timer.measure(functools.partial(contender.forward, args), into.cover_us.get(contender.name))
-            results[contender.name] = (args, measured.outputs)
             into.samples[contender.name].add(measured)
+            if timed:
+                self.on_round.call(index, contender.name, inputs, args, measured.outputs)
+            del args
+            if position == 0:
+                held = measured.outputs
+            else:
+                _poison_outputs(measured.outputs, self.may_poison)
+            del measured
         if timed:
-            self.on_round(index, inputs, results)
-        for _args, outputs in results.values():
-            _poison_outputs(outputs, self.may_poison)
+            self.on_round.end(index)
+        _poison_outputs(held, self.may_poison)
 
     def _stop_reason(self, group: list[Contender], run: TimingRun, deadline: float) -> str:
         samples = [run.samples[c.name].time_us for c in group]

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Every KernelBench task through the judge, reference as candidate, guards off (`cudagym baselines check`): per
+# level and protocol a table (markdown + CSV) of status, eager / torch.compile / candidate times, compile time,
+# peak device memory and time per phase. Resumable across device calls: each protocol's journal is read from
+# $STATE (default benchmarks/results/kernelbench) and written to $OUT after every task; copy $OUT/journal-*.jsonl
+# back into $STATE before the next call and it runs only what is left. It stops submitting tasks TAIL seconds
+# before its budget (default 150: jobs in flight finish) and is killed 10 s before it, so results are never lost.
+#   bash benchmarks/kernelbench_sweep.sh [TOTAL_SECONDS [STEP ...]]      (repository root, GPU host)
+# TOTAL_SECONDS defaults to 570 (a 10-minute call). A STEP is a protocol (kernelbench, cudagym, cuda-agent: its
+# sweep) or "throughput": the first $FIRST (default 20) L1 tasks under cudagym twice, the second time with a fresh
+# journal and the builds and baselines the first pass cached, for evaluations per GPU-hour and the time per phase
+# (throughput-cudagym-L1.md: its "This run" line). Steps default to "kernelbench
+# cudagym". Levels 1-3, and 4 when `transformers` imports (its tasks load Hugging Face weights: offline, they fail
+# at load as task errors). The baseline cache is carried like the journals ($STATE/baselines <-> $OUT/baselines).
+# Needs a KernelBench checkout: CUDAGYM_KERNELBENCH_DIR (default .data/kb). Uses every GPU (DEVICES=auto).
+# RETRY=1 runs once more the tasks whose journaled result is not OK (`baselines check --retry-failed`).
+set -u
+total=${1:-570}; shift 2>/dev/null || true
+steps=${*:-kernelbench cudagym}
+deadline=$(( $(date +%s) + total ))
+tail_s=${TAIL:-150}
+out=${OUT:-kernelbench-logs}; mkdir -p "$out"
+state=${STATE:-benchmarks/results/kernelbench}
+export PYTHONUNBUFFERED=1 CUDAGYM_OFFLINE=1 HF_HUB_OFFLINE=1
+export CUDAGYM_CACHE_DIR=${CUDAGYM_CACHE_DIR:-/tmp/cudagym-cache}
+export CUDAGYM_KERNELBENCH_DIR=${CUDAGYM_KERNELBENCH_DIR:-.data/kb}
+if [ ! -d "$CUDAGYM_KERNELBENCH_DIR" ]; then
+  echo "no KernelBench checkout at $CUDAGYM_KERNELBENCH_DIR (set CUDAGYM_KERNELBENCH_DIR)" | tee "$out/summary.txt"
+  exit 2
+fi
+{
+  flock 9
+  if [ -d .whl ] && [ ! -e /tmp/site/.cudagym-staged ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+      && touch /tmp/site/.cudagym-staged
+  fi
+  python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null 2>&1 || echo "editable install failed"
+} 9>/tmp/cudagym-setup.lock
+[ -d .whl ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+levels="1 2 3"
+python3 -c "import transformers" 2>/dev/null && levels="$levels 4"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$out/gpus.txt" 2>&1
+for f in "$state"/journal-*.jsonl; do  # carry each journal forward: $OUT always holds the newest
+  [ -f "$f" ] && [ ! -f "$out/$(basename "$f")" ] && cp "$f" "$out/"
+done
+mkdir -p "$CUDAGYM_CACHE_DIR/baselines"
+[ -d "$state/baselines" ] && cp -rn "$state/baselines/." "$CUDAGYM_CACHE_DIR/baselines/"
+summary=()
+check() {  # check NAME PROTOCOL LEVEL JOURNAL [ARG...]: one `cudagym baselines check` in the time left, a summary row
+  local name=$1 p=$2 level=$3 journal=$4 left start rc
+  shift 4
+  left=$(( deadline - $(date +%s) ))
+  if (( left < tail_s + 30 )); then summary+=("$name: skipped (budget spent)"); return; fi
+  start=$(date +%s)
+  timeout $(( left - 10 )) python3 -c "from cudagym.cli import main; raise SystemExit(main())" baselines check \
+    --suite kernelbench --level "$level" --protocol "$p" --devices "${DEVICES:-auto}" \
+    --journal "$journal" --table "$out/$name.md" --stop-after-s $(( left - tail_s )) ${RETRY:+--retry-failed} "$@" \
+    > "$out/$name.log" 2>&1
+  rc=$?
+  rm -rf "$out/baselines"; cp -r "$CUDAGYM_CACHE_DIR/baselines" "$out/baselines"  # *.lock files included: harmless
+  summary+=("$name: rc=$rc $(( $(date +%s) - start ))s; $(sed -n 3p "$out/$name.md" 2>/dev/null)")
+  printf '%s\n' "${summary[@]}" > "$out/summary.txt"
+}
+for step in $steps; do
+  if [ "$step" = throughput ]; then
+    check "throughput-warm-L1" cudagym 1 "$out/throughput-warm.jsonl" --first "${FIRST:-20}"
+    check "throughput-cudagym-L1" cudagym 1 "$out/throughput-$(date +%s).jsonl" --first "${FIRST:-20}"
+    continue
+  fi
+  for level in $levels; do check "kernelbench-$step-L$level" "$step" "$level" "$out/journal-$step.jsonl"; done
+  python3 benchmarks/kernelbench_compare.py --kernelbench-dir "$CUDAGYM_KERNELBENCH_DIR" \
+    --out "$out/compare-$step.md" "$out"/kernelbench-"$step"-L*.csv > "$out/compare-$step.log" 2>&1 || true
+done
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"

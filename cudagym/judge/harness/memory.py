@@ -1,0 +1,177 @@
+"""Bounded device memory: chunked elementwise passes, the job's peak-memory meter, and what a task needs.
+
+The bound (README, "How a solution is judged"): beyond what the reference itself needs to run (its weights,
+one input set, its outputs and its intermediates), an evaluation holds at most one more input set and its
+outputs on the device: the candidate's copy and the candidate's outputs during a correctness check, one
+contender's copy and outputs during a timed round. Every other input set is generated when it is used and
+freed after; reference outputs never outlive their comparison; comparisons, bitwise equality and
+reductions walk tensors in chunks of :data:`CHUNK_ELEMENTS`, so their temporaries are a few hundred MB
+whatever the output's size.
+
+A KernelBench v0.2 level-1 task can have a 7 GiB input and output (``L1/36_RMSNorm_``); before this
+bound the harness held every copy at once and ran out of an H200's 140 GiB on it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+# Elements per chunk of an elementwise pass: 16M elements, 64 MB of fp32 per temporary.
+CHUNK_ELEMENTS = 1 << 24
+
+GIB = float(1 << 30)
+
+
+def flat_chunks(*tensors: torch.Tensor, chunk: int | None = None) -> Iterator[tuple[int, list[torch.Tensor]]]:
+    """Matching flat pieces of same-shaped tensors: ``(offset, [piece of each])`` in row-major order.
+
+    Contiguous tensors are viewed flat and cut every ``chunk`` elements (no copy). Otherwise they are cut
+    along their first dimension into runs of whole rows of about ``chunk`` elements (each piece is then a
+    copy of that run only, never of the whole tensor).
+
+    Args:
+        tensors: Tensors of one shape.
+        chunk: Elements per piece (at least 1; default :data:`CHUNK_ELEMENTS`, read at each call).
+    """
+    chunk = chunk or CHUNK_ELEMENTS
+    first = tensors[0]
+    numel = first.numel()
+    if numel == 0:
+        return
+    if first.dim() == 0 or all(t.is_contiguous() for t in tensors):
+        flats = [t.reshape(-1) for t in tensors]
+        for start in range(0, numel, chunk):
+            yield start, [f[start:start + chunk] for f in flats]
+        return
+    rows = first.shape[0]
+    row = numel // rows
+    step = max(1, chunk // max(row, 1))
+    for start in range(0, rows, step):
+        yield start * row, [t[start:start + step].reshape(-1) for t in tensors]
+
+
+def count_where_not_finite(tensor: torch.Tensor) -> int:
+    """NaN and Inf elements of a floating-point or complex tensor, counted chunk by chunk (0 for others)."""
+    if not (tensor.is_floating_point() or tensor.is_complex()):
+        return 0
+    return sum(int((~torch.isfinite(piece)).sum().item()) for _, (piece,) in flat_chunks(tensor))
+
+
+def chunked_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """``torch.equal`` of two same-shaped tensors, chunk by chunk (no full-size temporary)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.numel() <= CHUNK_ELEMENTS:  # one piece: torch.equal's own temporary is small
+        return bool(torch.equal(a, b))
+    return all(bool(torch.equal(x, y)) for _, (x, y) in flat_chunks(a, b))
+
+
+@dataclass(frozen=True)
+class Moments:
+    """Mean and standard deviation (unbiased) of a tensor, and its largest magnitude, in float64."""
+
+    mean: float
+    std: float
+    peak: float
+
+
+def moments(tensor: torch.Tensor) -> Moments:
+    """Two chunked passes in float64: the mean and largest magnitude, then the spread about the mean."""
+    n = tensor.numel()
+    total, peak = 0.0, 0.0
+    for _, (piece,) in flat_chunks(tensor):
+        x = piece.double()
+        total += float(x.sum().item())
+        peak = max(peak, float(x.abs().max().item()))
+    mean = total / n if n else 0.0
+    squares = sum(float((piece.double() - mean).pow(2).sum().item()) for _, (piece,) in flat_chunks(tensor))
+    return Moments(mean, (squares / (n - 1)) ** 0.5 if n > 1 else 0.0, peak)
+
+
+def rms_difference(a: torch.Tensor, b: torch.Tensor) -> float:
+    """RMS of ``a - b`` in float64, chunk by chunk."""
+    n = a.numel()
+    if n == 0:
+        return 0.0
+    squares = sum(float((x.double() - y.double()).pow(2).sum().item()) for _, (x, y) in flat_chunks(a, b))
+    return (squares / n) ** 0.5
+
+
+@dataclass
+class DeviceMemoryMeter:
+    """The job's peak device memory: the allocator's cache emptied and its peak reset when the job starts.
+
+    The peak is ``torch.cuda.max_memory_reserved``: what the job held on the device. (The allocator scrub
+    takes every free cached block before each audited forward, so the allocated peak equals it anyway.)
+    On the CPU test path it reads 0.
+    """
+
+    device: torch.device
+    total_bytes: int = 0
+
+    @classmethod
+    def start(cls, device: torch.device) -> DeviceMemoryMeter:
+        """Empty the cache and reset the peak on ``device`` (nothing on the CPU)."""
+        if device.type != "cuda":
+            return cls(device)
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+        return cls(device, int(torch.cuda.get_device_properties(device).total_memory))
+
+    def peak_bytes(self) -> int:
+        """Peak bytes reserved on the device since :meth:`start` (0 on the CPU or when unreadable)."""
+        if self.device.type != "cuda":
+            return 0
+        try:
+            return int(torch.cuda.max_memory_reserved(self.device))
+        except Exception:  # a poisoned context cannot answer; the verdict must still come back
+            return 0
+
+    def room_for(self, nbytes: int) -> bool:
+        """Whether ``nbytes`` more could be allocated now: free device memory plus the cache's free blocks."""
+        if self.device.type != "cuda":
+            return True
+        free, _total = torch.cuda.mem_get_info(self.device)
+        cached = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+        return nbytes <= free + cached
+
+    def release(self, min_cached_bytes: int = 1 << 30) -> None:
+        """Give cached blocks back between phases, so one phase's leftovers do not fragment the next.
+
+        Only when the cache holds at least ``min_cached_bytes`` unused: small tasks keep their blocks (and skip
+        the ``cudaMalloc`` calls of getting them back).
+        """
+        if self.device.type != "cuda":
+            return
+        if torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device) >= min_cached_bytes:
+            torch.cuda.empty_cache()
+
+    def describe(self) -> str:
+        """``peak X GiB of Y GiB`` for messages."""
+        return f"peak {self.peak_bytes() / GIB:.2f} GiB of {self.total_bytes / GIB:.2f} GiB"
+
+
+@dataclass
+class PhaseClock:
+    """Wall time per phase of one evaluation, in seconds (a phase may be entered more than once)."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Add the time spent in the ``with`` body to ``name``."""
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.monotonic() - began
+
+    def get(self, name: str) -> float:
+        """Seconds spent in ``name`` (0.0 when it never ran)."""
+        return self.seconds.get(name, 0.0)

@@ -1,0 +1,244 @@
+"""``cudagym baselines check``: the reference as the candidate, guards off, on every task; a per-task table.
+
+One PROFILE job per task proves the harness can load the task, run it, check it against itself and time it
+(its baselines are timed and cached on the way, as ``baselines precompute`` would, or read from the cache).
+The table has one row per task: status, eager, torch.compile and reference-as-candidate times, the
+eager/compile ratio, torch.compile's compile time, peak device memory and the time per phase.
+
+Resumable: jobs have stable ids, so a run given the same ``--journal`` answers the tasks it already finished
+from the journal and runs the rest; the table (markdown and CSV) is rewritten after every finished task,
+so a run that is killed leaves a table of everything done so far. ``--stop-after-s`` stops submitting new
+tasks after that many seconds and waits for the ones in flight, so a time-boxed session (a 10-minute device
+call) ends cleanly with its results written.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from cudagym.judge.protocol import Protocol
+from cudagym.judge.records import EvalResult, EvalStatus
+from cudagym.task import Task
+
+GIB = float(1 << 30)
+MAX_MESSAGE_CHARS = 160
+NOT_RUN = "not_run"  # the status of a task the run never reached (time budget)
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """One task's line of the table; times in microseconds, memory in GiB, phases in seconds."""
+
+    task_id: str
+    level: int
+    status: str
+    eager_us: float = 0.0
+    compile_us: float = 0.0
+    candidate_us: float = 0.0
+    eager_over_compile: float = 0.0  # eager / torch.compile: above 1, torch.compile is faster
+    compile_s: float = 0.0  # torch.compile's first call (0: baselines came from the cache)
+    peak_memory_gib: float = 0.0
+    reference_peak_gib: float = 0.0  # after the models were built and the reference ran once: the task's own need
+    input_output_gib: float = 0.0  # one input set and its outputs
+    over_bound_gib: float = 0.0  # peak - (reference peak + one input set and its outputs); <= 0 within the bound
+    device_memory_gib: float = 0.0
+    load_s: float = 0.0
+    check_s: float = 0.0
+    timing_s: float = 0.0
+    profile_s: float = 0.0
+    wall_s: float = 0.0
+    message: str = ""
+
+
+def row_of(task: Task, result: EvalResult) -> TaskRow:
+    """The table row of ``task``'s reference-as-candidate result."""
+    eager, compiled, cost = result.eager.median_us, result.compiled.median_us, result.cost
+    io_bytes = cost.input_set_bytes + cost.output_set_bytes
+    measured = cost.reference_peak_bytes > 0 and cost.peak_device_memory_bytes > 0
+    message = " ".join(result.message.split())
+    return TaskRow(
+        task_id=task.id, level=task.level, status=result.status.value, eager_us=eager, compile_us=compiled,
+        candidate_us=result.candidate.median_us, eager_over_compile=eager / compiled if compiled > 0 else 0.0,
+        compile_s=cost.compile_s, peak_memory_gib=cost.peak_device_memory_bytes / GIB,
+        reference_peak_gib=cost.reference_peak_bytes / GIB, input_output_gib=io_bytes / GIB,
+        over_bound_gib=(cost.peak_device_memory_bytes - cost.reference_peak_bytes - io_bytes) / GIB * measured,
+        device_memory_gib=cost.device_memory_total_bytes / GIB, load_s=cost.load_s, check_s=cost.check_s,
+        timing_s=cost.timing_s, profile_s=cost.profile_s, wall_s=result.wall_time_s,
+        message=message[:MAX_MESSAGE_CHARS],
+    )
+
+
+def passed(row: TaskRow) -> bool:
+    """The harness loaded, checked and timed the task: OK, and eager and torch.compile both have times."""
+    return row.status == EvalStatus.OK.value and row.eager_us > 0 and row.compile_us > 0
+
+
+def to_csv(rows: Sequence[TaskRow]) -> str:
+    """The rows as CSV with a header line (full precision)."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=[f.name for f in fields(TaskRow)], lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow(asdict(row))
+    return out.getvalue()
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What one check run did, for the table's summary (rows answered from the journal ran in an earlier run)."""
+
+    wall_s: float = 0.0
+    evaluated: int = 0  # jobs this run sent to a GPU
+    from_journal: int = 0
+    gpus: int = 1
+
+
+def to_markdown(rows: Sequence[TaskRow], title: str, facts: RunFacts | None = None) -> str:
+    """A summary (counts by status, throughput, median time per phase) and the per-task table as markdown."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.status] = counts.get(row.status, 0) + 1
+    summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    lines = [f"# {title}", "", f"{len(rows)} tasks: {summary or 'none'}; {sum(map(passed, rows))} loaded, checked "
+             "and timed.", ""]
+    lines += _phase_summary([r for r in rows if passed(r)], facts)
+    lines += ["| task | status | eager us | compile us | ref-as-candidate us | eager/compile | compile s | peak GiB "
+              "| ref peak GiB | in+out GiB | over bound GiB | load s | check s | timing s | profile s | message |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        note = "" if passed(r) else r.message.replace("|", "/")
+        lines.append(f"| {r.task_id} | {r.status} | {r.eager_us:.1f} | {r.compile_us:.1f} | {r.candidate_us:.1f} | "
+                     f"{r.eager_over_compile:.3f} | {r.compile_s:.1f} | {r.peak_memory_gib:.2f} | "
+                     f"{r.reference_peak_gib:.2f} | {r.input_output_gib:.2f} | {r.over_bound_gib:.2f} | "
+                     f"{r.load_s:.2f} | {r.check_s:.2f} | {r.timing_s:.2f} | {r.profile_s:.2f} | {note} |")
+    return "\n".join(lines) + "\n"
+
+
+def _phase_summary(rows: Sequence[TaskRow], facts: RunFacts | None) -> list[str]:
+    """Median seconds per phase over the passed rows, and this run's evaluations per GPU-hour of wall time."""
+    lines = []
+    if rows:
+        import statistics
+
+        phases = {name: statistics.median(getattr(r, f"{name}_s") for r in rows)
+                  for name in ("load", "check", "timing", "profile", "wall")}
+        lines.append("Median per task: " + ", ".join(f"{name} {sec:.2f} s" for name, sec in phases.items())
+                     + f"; largest peak {max(r.peak_memory_gib for r in rows):.2f} GiB, largest excess over the "
+                     f"bound {max(r.over_bound_gib for r in rows):.2f} GiB.")
+    if facts is not None and facts.evaluated and facts.wall_s > 0:
+        rate = 3600.0 * facts.evaluated / (facts.wall_s * max(1, facts.gpus))
+        lines.append(f"This run: {facts.evaluated} evaluations in {facts.wall_s:.0f} s of wall time on {facts.gpus} "
+                     f"GPU(s), {rate:.0f} per GPU-hour; {facts.from_journal} answered from the journal.")
+    return [*lines, ""] if lines else []
+
+
+def write_tables(rows: Sequence[TaskRow], path: str | os.PathLike[str], title: str,
+                 facts: RunFacts | None = None) -> None:
+    """Write ``path`` (markdown) and the same rows beside it as ``.csv``, each atomically."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    ordered = sorted(rows, key=lambda r: (r.level, _natural(r.task_id)))
+    for where, text in ((target, to_markdown(ordered, title, facts)), (target.with_suffix(".csv"), to_csv(ordered))):
+        tmp = where.with_name(f".{where.name}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, where)
+
+
+def _job_id(base: str, journal: Any, retry_failed: bool) -> str:
+    """``base``, or its retry id when retrying and the journal holds a failed result under ``base``."""
+    if not retry_failed or journal is None:
+        return base
+    known = journal.result(base)
+    return base if known is None or known.status is EvalStatus.OK else f"{base}:retry"
+
+
+def _natural(task_id: str) -> tuple[Any, ...]:
+    """``L1/9_x`` before ``L1/10_y``: digit runs compare as numbers."""
+    import re
+
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", task_id))
+
+
+@dataclass(frozen=True)
+class CheckPlan:
+    """How a check run goes.
+
+    Attributes:
+        table: The markdown table's path (the CSV lies beside it).
+        stop_after_s: Submit no new task after this many seconds (0: no limit); running ones finish.
+        window: Jobs handed to the judge at once per GPU: enough that a GPU never waits for the next build,
+            few enough that the jobs still running when the budget ends finish soon.
+        retry_failed: Run once more the tasks whose journaled result is not OK (under a second job id, so
+            the retry is journaled and resumable too).
+    """
+
+    table: str
+    stop_after_s: float = 0.0
+    window: int = 2
+    retry_failed: bool = False
+
+
+def check_tasks(
+    tasks: Sequence[Task], protocol: Protocol, judge: Any, plan: CheckPlan,
+    solution_of: Callable[[Task], Any], *, gpus: int = 1, log: Any = None,
+) -> list[TaskRow]:
+    """Run the reference of every task as its candidate (PROFILE) through ``judge``; write the table as it goes.
+
+    Args:
+        tasks: The tasks, run in this order.
+        protocol: The protocol the judge runs (its guards should be off).
+        judge: A judge with ``submit(task, solution, mode, job_id=...)`` (a ``LocalJudge``).
+        plan: The table's path, the time budget and the window.
+        solution_of: The reference-as-candidate solution of a task.
+        gpus: The judge's GPUs (the window is per GPU; the throughput line divides by them).
+        log: Where progress lines go (stderr by default).
+
+    Returns:
+        One row per task, in task order; tasks never reached have status :data:`NOT_RUN`.
+    """
+    from cudagym.judge.interface import EvalMode
+
+    stream = log or sys.stderr
+    started = time.monotonic()
+    gpus = max(1, gpus)
+    window = max(1, plan.window) * gpus
+    journal = getattr(judge, "journal", None)
+    rows: dict[str, TaskRow] = {}
+    flying: dict[Future[EvalResult], Task] = {}
+    queue = list(tasks)
+    title = f"Reference-as-candidate check, protocol {protocol.id} (guards off)"
+    evaluated = answered = 0
+    while queue or flying:
+        budget_over = plan.stop_after_s > 0 and time.monotonic() - started > plan.stop_after_s
+        while queue and len(flying) < window and not budget_over:
+            task = queue.pop(0)
+            job_id = _job_id(f"check:{protocol.timing_key}:{task.content_hash[:16]}", journal, plan.retry_failed)
+            known = journal is not None and journal.result(job_id) is not None
+            answered, evaluated = answered + known, evaluated + (not known)
+            flying[judge.submit(task, solution_of(task), EvalMode.PROFILE, job_id=job_id)] = task
+        if not flying:
+            break
+        done, _ = wait(flying, return_when=FIRST_COMPLETED)
+        for future in done:
+            task = flying.pop(future)
+            row = row_of(task, future.result())
+            rows[task.id] = row
+            print(f"[{len(rows)}/{len(tasks)} {time.monotonic() - started:5.0f}s] {task.id}: {row.status} "
+                  f"eager {row.eager_us:.1f} us, compile {row.compile_us:.1f} us, peak {row.peak_memory_gib:.2f} GiB",
+                  file=stream, flush=True)
+        facts = RunFacts(time.monotonic() - started, evaluated, answered, gpus)
+        write_tables(list(rows.values()), plan.table, title, facts)
+    for task in queue:
+        rows[task.id] = TaskRow(task.id, task.level, NOT_RUN, message="not reached within --stop-after-s")
+    facts = RunFacts(time.monotonic() - started, evaluated, answered, gpus)
+    write_tables(list(rows.values()), plan.table, title, facts)
+    return [rows[t.id] for t in tasks]
