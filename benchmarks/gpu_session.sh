@@ -13,20 +13,7 @@ limit=${1:-150}; total=${2:-570}; shift 2 2>/dev/null || shift $#
 steps=${*:-prebuild build formats local env hacks judge bundled bench_bld bench_eval}
 deadline=$(( $(date +%s) + total ))
 out=${OUT:-gpu-logs}; mkdir -p "$out"
-{  # once per host at a time: two sessions side by side (benchmarks/gpu_lanes.sh) share these installs
-  flock 9
-  if [ -d .whl ] && [ ! -e /tmp/site/.cudagym-staged ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-      && touch /tmp/site/.cudagym-staged
-  fi
-  python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null 2>&1 || echo "editable install failed"
-} 9>/tmp/cudagym-setup.lock
-[ -d .whl ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-# the GPU host has no package index: bubblewrap travels as Debian's .deb (apt-get download bubblewrap, in .debs/)
-if ! command -v bwrap >/dev/null 2>&1 && [ -z "${CUDAGYM_BWRAP:-}" ] && ls .debs/bubblewrap_*.deb >/dev/null 2>&1; then
-  mkdir -p /tmp/bwrap-pkg && dpkg -x .debs/bubblewrap_*.deb /tmp/bwrap-pkg && export CUDAGYM_BWRAP=/tmp/bwrap-pkg/usr/bin/bwrap
-fi
-export PYTHONUNBUFFERED=1 CUDAGYM_OFFLINE=1 CUDAGYM_CACHE_DIR=${CUDAGYM_CACHE_DIR:-/tmp/cudagym-cache}
+source benchmarks/gpu_setup.sh
 summary=()
 run_step() {  # run_step NAME COMMAND...: one command under min(limit, time left), its log, one summary row
   local name=$1; shift

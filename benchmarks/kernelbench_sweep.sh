@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Every KernelBench task through the judge, reference as candidate, guards off (`cudagym baselines check`): per
 # level and protocol a table (markdown + CSV) of status, eager / torch.compile / candidate times, compile time,
-# peak device memory and time per phase. Resumable across device calls: each protocol's journal is read from
-# $STATE (default benchmarks/results/kernelbench) and written to $OUT after every task; copy $OUT/journal-*.jsonl
-# back into $STATE before the next call and it runs only what is left. It stops submitting tasks TAIL seconds
+# peak device memory and time per phase. Resumable across device calls: journals, tables and the baseline cache
+# are packed into $OUT/sweep.tgz after every level; put that file in $STATE (default .kbstate/) before the next
+# call and it runs only what is left. It stops submitting tasks TAIL seconds
 # before its budget (default 150: jobs in flight finish) and is killed 10 s before it, so results are never lost.
 #   bash benchmarks/kernelbench_sweep.sh [TOTAL_SECONDS [STEP ...]]      (repository root, GPU host)
 # TOTAL_SECONDS defaults to 570 (a 10-minute call). A STEP is a protocol (kernelbench, cudagym, cuda-agent: its
@@ -19,32 +19,23 @@ total=${1:-570}; shift 2>/dev/null || true
 steps=${*:-kernelbench cudagym}
 deadline=$(( $(date +%s) + total ))
 tail_s=${TAIL:-150}
-out=${OUT:-kernelbench-logs}; mkdir -p "$out"
-state=${STATE:-benchmarks/results/kernelbench}
-export PYTHONUNBUFFERED=1 CUDAGYM_OFFLINE=1 HF_HUB_OFFLINE=1
-export CUDAGYM_CACHE_DIR=${CUDAGYM_CACHE_DIR:-/tmp/cudagym-cache}
+# everything is written under $work and packed after every task level into $OUT/sweep.tgz (a device call returns
+# at most 8 files): copy that file to $STATE/sweep.tgz (default .kbstate/, an ignored folder; carry it) for the next
+ret=${OUT:-kernelbench-logs}; mkdir -p "$ret"
+out=${WORK:-/tmp/kernelbench-sweep}; mkdir -p "$out"
+state=${STATE:-.kbstate}
+[ -f "$state/sweep.tgz" ] && tar xzf "$state/sweep.tgz" -C "$out"
 export CUDAGYM_KERNELBENCH_DIR=${CUDAGYM_KERNELBENCH_DIR:-.data/kb}
 if [ ! -d "$CUDAGYM_KERNELBENCH_DIR" ]; then
   echo "no KernelBench checkout at $CUDAGYM_KERNELBENCH_DIR (set CUDAGYM_KERNELBENCH_DIR)" | tee "$out/summary.txt"
   exit 2
 fi
-{
-  flock 9
-  if [ -d .whl ] && [ ! -e /tmp/site/.cudagym-staged ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-      && touch /tmp/site/.cudagym-staged
-  fi
-  python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null 2>&1 || echo "editable install failed"
-} 9>/tmp/cudagym-setup.lock
-[ -d .whl ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+source benchmarks/gpu_setup.sh
 levels="1 2 3"
 python3 -c "import transformers" 2>/dev/null && levels="$levels 4"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$out/gpus.txt" 2>&1
-for f in "$state"/journal-*.jsonl; do  # carry each journal forward: $OUT always holds the newest
-  [ -f "$f" ] && [ ! -f "$out/$(basename "$f")" ] && cp "$f" "$out/"
-done
 mkdir -p "$CUDAGYM_CACHE_DIR/baselines"
-[ -d "$state/baselines" ] && cp -rn "$state/baselines/." "$CUDAGYM_CACHE_DIR/baselines/"
+[ -d "$out/baselines" ] && cp -rn "$out/baselines/." "$CUDAGYM_CACHE_DIR/baselines/"
 summary=()
 check() {  # check NAME PROTOCOL LEVEL JOURNAL [ARG...]: one `cudagym baselines check` in the time left, a summary row
   local name=$1 p=$2 level=$3 journal=$4 left start rc
@@ -60,6 +51,7 @@ check() {  # check NAME PROTOCOL LEVEL JOURNAL [ARG...]: one `cudagym baselines 
   rm -rf "$out/baselines"; cp -r "$CUDAGYM_CACHE_DIR/baselines" "$out/baselines"  # *.lock files included: harmless
   summary+=("$name: rc=$rc $(( $(date +%s) - start ))s; $(sed -n 3p "$out/$name.md" 2>/dev/null)")
   printf '%s\n' "${summary[@]}" > "$out/summary.txt"
+  cp "$out/summary.txt" "$ret/summary.txt"; tar czf "$ret/sweep.tgz" -C "$out" .
 }
 for step in $steps; do
   if [ "$step" = throughput ]; then

@@ -77,7 +77,7 @@ log = logging.getLogger(__name__)
 DEFAULT_JOB_FN = "cudagym.judge.harness:run_job"
 MAX_MESSAGE_BYTES = 64 << 20
 # After these, the worker's process state is suspect (patched modules, stray threads): replace it.
-_SUSPECT = frozenset({EvalStatus.RUNTIME_ERROR, EvalStatus.CRASHED, EvalStatus.TIMEOUT,
+_SUSPECT = frozenset({EvalStatus.RUNTIME_ERROR, EvalStatus.CRASHED, EvalStatus.TIMEOUT, EvalStatus.TASK_TOO_LARGE,
                       EvalStatus.RULE_VIOLATION, EvalStatus.INFRA_ERROR})
 
 
