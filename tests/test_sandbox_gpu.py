@@ -48,24 +48,25 @@ def _escaping_model_new(reference: str, port: int, home: Path) -> str:
     solution_file = Path(__import__("cudagym.envs", fromlist=["x"]).__file__).parent / "bundled" / "solutions"
     targets = {"passwd": "/etc/passwd", "home": str(home / ".token"), "solutions": str(solution_file / "L1"),
                "cache": os.environ.get("CUDAGYM_CACHE_DIR", "/tmp/cudagym-cache")}
+    # no try/except (the reference_reuse guard rejects it statically, before any code runs): contextlib.suppress
+    # and connect_ex, so the attempts really happen at import
     probe = f'''
-import json as _json, os as _os, socket as _socket
+import contextlib as _cl, json as _json, socket as _socket
 FOUND = {{}}
 for _name, _path in {targets!r}.items():
-    try:
-        FOUND[_name] = str(_os.listdir(_path) if _os.path.isdir(_path) else open(_path).read()[:100])
-    except OSError as _exc:
-        FOUND[_name] = "refused: " + type(_exc).__name__
-try:
-    _socket.create_connection(("127.0.0.1", {port}), timeout=2).close()
-    FOUND["loopback"] = "connected"
-except OSError as _exc:
-    FOUND["loopback"] = "refused: " + type(_exc).__name__
-    try:
+    FOUND[_name] = "refused"
+    with _cl.suppress(OSError):
+        FOUND[_name] = open(_path).read()[:100]
+_sock = _socket.socket()
+_sock.settimeout(2)
+_code = _sock.connect_ex(("127.0.0.1", {port}))
+_sock.close()
+FOUND["loopback"] = "connected" if _code == 0 else f"refused: errno {{_code}}"
+if _code != 0:
+    FOUND["resolve"] = "refused"
+    with _cl.suppress(OSError):
         _socket.getaddrinfo("cudagym-escape-test.invalid", 80)
         FOUND["resolve"] = "resolved"
-    except OSError as _exc2:
-        FOUND["resolve"] = "refused: " + type(_exc2).__name__
 print("FOUND=" + _json.dumps(FOUND), flush=True)
 '''
     return reference + "\n" + probe
@@ -88,6 +89,7 @@ def test_run_time_escapes_are_stopped_and_named_through_the_real_judge(swish, tm
     assert {"file_access", "network"} <= {v.guard for v in result.violations}
     found = json.loads(result.log.split("FOUND=", 1)[1].splitlines()[0])
     assert all(str(v).startswith("refused") for v in found.values()), found
+    assert not {v.guard for v in result.violations} - {"file_access", "network"}  # no unrelated static match
     assert loopback_listener.accepted == 0
     assert SECRET not in text and "root:x:0" not in text and str(home) not in text
     assert result.isolation.confined and result.isolation.pid_namespace and "bubblewrap" in result.isolation.sandbox

@@ -273,14 +273,17 @@ def view_for(*, reads: Iterable[str] = (), writes: Iterable[str] = (), gpu: bool
              chdir: str | os.PathLike[str] = "", tools: Sequence[str] = ()) -> View:
     """The view of a confined process.
 
-    The system, Python and its packages, ``tools``' install folders, the CUDA toolkit and driver, plus the
-    job's own ``reads`` (read-only) and ``writes`` (read-write).
+    The system, Python and its packages, ``tools``' and the host C/C++ compilers' install folders (torch.compile
+    compiles with them), the CUDA toolkit and driver, plus the job's own ``reads`` (read-only) and ``writes``
+    (read-write).
     """
     python, masked = python_paths()
+    compilers = [os.environ.get(v, "") for v in ("CC", "CXX", "CUDAHOSTCXX")]
+    compilers += [shutil.which(name) or "" for name in ("cc", "c++", "gcc", "g++")]  # torch.compile's inductor
     cuda = [os.environ.get("CUDA_HOME", ""), "/usr/local/cuda", os.path.realpath("/usr/local/cuda"),
             "/usr/local/nvidia"]
     libs = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
-    return View(read_only=(*python, *cuda, *libs, *tool_prefixes(*tools), *map(str, reads)),
+    return View(read_only=(*python, *cuda, *libs, *tool_prefixes(*tools, *compilers), *map(str, reads)),
                 writable=tuple(map(str, writes)), masked=masked, gpu=gpu, chdir=str(chdir))
 
 
