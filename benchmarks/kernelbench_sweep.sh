@@ -3,7 +3,7 @@
 # level and protocol a table (markdown + CSV) of status, eager / torch.compile / candidate times, compile time,
 # peak device memory and time per phase. Resumable across device calls: journals, tables and the baseline cache
 # are packed into $OUT/sweep.tgz after every level; put that file in $STATE (default .kbstate/) before the next
-# call and it runs only what is left. It stops submitting tasks TAIL seconds
+# It stops submitting tasks TAIL seconds
 # before its budget (default 150: jobs in flight finish) and is killed 10 s before it, so results are never lost.
 #   bash benchmarks/kernelbench_sweep.sh [TOTAL_SECONDS [STEP ...]]      (repository root, GPU host)
 # TOTAL_SECONDS defaults to 570 (a 10-minute call). A STEP is a protocol (kernelbench, cudagym, cuda-agent: its
@@ -20,10 +20,10 @@ steps=${*:-kernelbench cudagym}
 deadline=$(( $(date +%s) + total ))
 tail_s=${TAIL:-150}
 # everything is written under $work and packed after every task level into $OUT/sweep.tgz (a device call returns
-# at most 8 files): copy that file to $STATE/sweep.tgz (default .kbstate/, an ignored folder; carry it) for the next
+# at most 8 files): copy that file to $STATE/sweep.tgz (default benchmarks/results/kernelbench/) for the next
 ret=${OUT:-kernelbench-logs}; mkdir -p "$ret"
 out=${WORK:-/tmp/kernelbench-sweep}; mkdir -p "$out"
-state=${STATE:-.kbstate}
+state=${STATE:-benchmarks/results/kernelbench}
 [ -f "$state/sweep.tgz" ] && tar xzf "$state/sweep.tgz" -C "$out"
 export CUDAGYM_KERNELBENCH_DIR=${CUDAGYM_KERNELBENCH_DIR:-.data/kb}
 if [ ! -d "$CUDAGYM_KERNELBENCH_DIR" ]; then
