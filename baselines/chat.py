@@ -28,9 +28,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-import httpx
-
 from cudagym.errors import ConfigError
+
+try:
+    import httpx
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError("cudagym.baselines.chat needs httpx: pip install 'cudagym[chat]' (or httpx)") from exc
+
 from cudagym.rollout import AgentError
 from cudagym.toolcalls import tool_schemas
 
