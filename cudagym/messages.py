@@ -202,8 +202,8 @@ def _encoder(tokenizer: Any) -> Encoder:
             takes_flag = False
         if takes_flag:
             return lambda text: encode(text, add_special_tokens=False)
-        return encode  # type: ignore[no-any-return]
+        return encode
     if callable(tokenizer):
-        return tokenizer  # type: ignore[no-any-return]
+        return tokenizer
     raise ConfigError(f"expected a tokenizer (tiktoken Encoding, Hugging Face tokenizer or a callable "
                       f"str -> ids), got {type(tokenizer).__name__}")
