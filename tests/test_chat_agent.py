@@ -20,7 +20,7 @@ from fakes import FakeJudge
 
 from cudagym.env import CudaKernelEnv
 from cudagym.errors import ConfigError
-from cudagym.rollout import AgentError, EpisodeSpec, run_episode, run_episodes
+from cudagym.rollout import AgentError, EpisodeRecord, EpisodeSpec, run_episode, run_episodes
 from cudagym.sources.bundled import BundledSource
 from cudagym.toolcalls import ToolCall, parse_action
 
@@ -237,3 +237,25 @@ def test_random_agent_sends_valid_calls_and_is_seeded(bundled: Path) -> None:
     env.close()
     with pytest.raises(ConfigError, match="weights"):
         RandomAgent(weights={"fly": 1.0})
+
+
+def test_the_chat_episode_example_runs_through_the_stand_in(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+    import sys
+
+    root = write_bundled_tree(tmp_path / "bundled")
+    path = Path(__file__).parent.parent / "examples" / "chat_episode.py"
+    spec = importlib.util.spec_from_file_location("chat_episode", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["chat_episode"] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules["chat_episode"]
+    record = module.main(["--task", TASK, "--out", str(tmp_path / "out"), "--bundled-root", str(root),
+                          "--tokenizer", TOKENIZER], judge=FakeJudge())
+    out = capsys.readouterr().out
+    assert record.terminated and record.reward == 2.0 and "reward 2 (submit" in out
+    again = EpisodeRecord.from_json((tmp_path / "out" / "chat_episode.json").read_text())
+    assert again.tools == record.tools
