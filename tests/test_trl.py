@@ -72,3 +72,45 @@ def test_it_pickles_for_the_async_trainer(root: Path) -> None:
     assert clone.get_reward() == -1.0
     env._close()
     clone._close()
+
+
+def test_one_grpo_step_on_cpu_with_a_tiny_random_model(root: Path, tmp_path: Path) -> None:
+    # A real GRPOTrainer step: TRL probes the class for its tools, calls reset(**row) per rollout, generates
+    # with a random 2-layer Qwen3 and a byte-level BPE trained here (no downloads), and scores with get_reward.
+    pytest.importorskip("trl")
+    import functools
+
+    import torch
+    from datasets import Dataset
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
+    from trl.chat_template_utils import qwen3_chat_template
+
+    factory = functools.partial(CudaKernelTools, "bundled", suite_options={"root": str(root)}, judge=FakeJudge(),
+                                token_counter=TOKENIZER)
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<tool_response>",
+                "</tool_response>", "<think>", "</think>"]
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator([factory().reset(task=TASK)], trainers.BpeTrainer(
+        vocab_size=600, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    tokenizer.chat_template = qwen3_chat_template
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(Qwen3Config(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, max_position_embeddings=16384, pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id))
+    rows = Dataset.from_list([{"prompt": [{"role": "user", "content": "Make it fast."}], "task": TASK}] * 2)
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, num_generations=2,
+                      max_completion_length=8, max_steps=1, report_to="none", use_cpu=True, bf16=False,
+                      save_strategy="no", max_tool_calling_iterations=1, logging_steps=1)
+    trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=args, train_dataset=rows,
+                          environment_factory=factory)
+    output = trainer.train()
+    assert output.global_step == 1
+    logged = trainer.state.log_history[0]
+    # the random model writes no tool call, so each rollout is scored by submitting the empty workspace
+    assert logged["rewards/CudaKernelTools/mean"] == -1.0 and "tools/call_frequency" in logged
