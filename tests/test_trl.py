@@ -82,22 +82,13 @@ def test_one_grpo_step_on_cpu_with_a_tiny_random_model(root: Path, tmp_path: Pat
 
     import torch
     from datasets import Dataset
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+    from tiny_lm import tiny_tokenizer
+    from transformers import Qwen3Config, Qwen3ForCausalLM
     from trl import GRPOConfig, GRPOTrainer
-    from trl.chat_template_utils import qwen3_chat_template
 
     factory = functools.partial(CudaKernelTools, "bundled", suite_options={"root": str(root)}, judge=FakeJudge(),
                                 token_counter=TOKENIZER)
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<tool_response>",
-                "</tool_response>", "<think>", "</think>"]
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator([factory().reset(task=TASK)], trainers.BpeTrainer(
-        vocab_size=600, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    tokenizer.chat_template = qwen3_chat_template
+    tokenizer = tiny_tokenizer([factory().reset(task=TASK)])
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(Qwen3Config(
         vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
