@@ -7,10 +7,11 @@ thread (vectors each thread handles, ``#pragma unroll``-ed), and vector width (1
 which is what the Stable-Baselines3 wrapper (:mod:`cudagym.integrations.sb3`) tunes.
 
 Families exist for the bundled elementwise tasks, whose speed depends on exactly these three knobs:
-``bundled/L1/01_Swish``, ``bundled/L1/02_NewGELU``, ``bundled/L1/03_Mish`` and
-``bundled/L2/05_BiasGeluResidual`` (:data:`FAMILIES`). The device functions follow the bundled extension
-solutions' numerics (``expf``, ``tanhf``, ``erff``; the reference's operation order), so every
-configuration passes the default protocol's 1e-4 check.
+``bundled/L1/01_Swish``, ``bundled/L1/02_NewGELU``, ``bundled/L1/03_Mish``,
+``bundled/L2/05_BiasGeluResidual`` and ``bundled/L2/08_BNReLUResidual`` (:data:`FAMILIES`). The device
+functions follow the bundled extension solutions' numerics (``expf``, ``tanhf``, ``erff``; the reference's
+operation order) to pass the default protocol's 1e-4 check; ``tests/test_sb3_gpu.py`` checks corners of
+the grid on a GPU.
 """
 
 from __future__ import annotations
@@ -56,10 +57,54 @@ class LaunchParams:
         return self.block_size * self.items_per_thread * self.vector_width
 
 
+def _values(layout: Layout, lane: str) -> dict[str, str]:
+    """Each stream's value in one lane of the loaded vectors (``x_s.y``)."""
+    return {s: f"{s}_s{lane}" for s in layout.streams}
+
+
 def all_params() -> Iterator[LaunchParams]:
     """Every configuration of the grid (block size x items per thread x vector width), in a fixed order."""
     for b, i, v in itertools.product(BLOCK_SIZES, ITEMS_PER_THREAD, VECTOR_WIDTHS):
         yield LaunchParams(b, i, v)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a family's kernel reads its inputs and what ``ModelNew`` passes it.
+
+    Attributes:
+        streams: Inputs read elementwise as vectors (``forward``'s tensor arguments, in order).
+        extra_params: Kernel parameters after ``y, n`` (C, with a leading comma).
+        op_args: The device function's arguments; ``{<stream>}`` is that input's value, ``{j}`` the
+            element's index.
+        init_args: ``__init__`` parameters after ``self`` (with a leading comma).
+        init_body: ``__init__``'s body after ``super().__init__()`` (the reference's parameter names).
+        launch_extra: Launch arguments after ``y, n`` (Python, with a leading comma).
+    """
+
+    streams: tuple[str, ...] = ("x",)
+    extra_params: str = ""
+    op_args: str = "{x}"
+    init_args: str = ""
+    init_body: str = ""
+    launch_extra: str = ""
+
+
+UNARY = Layout()
+ROW_BIAS = Layout(
+    streams=("x", "h"), extra_params=", const float* __restrict__ b, long long hidden",
+    op_args="{h}, b[{j} % hidden], {x}", init_args=", hidden: int",
+    init_body="self.bias = nn.Parameter(torch.empty(hidden))", launch_extra=", self.bias, self.bias.numel()",
+)
+BN_RESIDUAL = Layout(
+    streams=("x", "identity"),
+    extra_params=", const float* __restrict__ mean, const float* __restrict__ var, const float* __restrict__ w, "
+                 "const float* __restrict__ b, long long hw, long long channels, float eps",
+    op_args="{x}, {identity}, ({j} / hw) % channels, mean, var, w, b, eps", init_args=", channels: int",
+    init_body="self.bn = nn.BatchNorm2d(channels)  # parameter and buffer holder (the reference's names)",
+    launch_extra=", self.bn.running_mean, self.bn.running_var, self.bn.weight, self.bn.bias, "
+                 "x.shape[2] * x.shape[3], x.shape[1], float(self.bn.eps)",
+)
 
 
 @dataclass(frozen=True)
@@ -69,64 +114,55 @@ class KernelFamily:
     Attributes:
         task_id: The bundled task it solves.
         name: The kernel's (and the ``.cu`` file's) name.
-        device_fn: CUDA source of ``__device__ float op(float v)`` (unary) or ``op(float h, float b, float x)``.
-        bias: True for ``out = op(h, bias[col], x)`` over (rows, hidden) with a ``bias`` parameter; False
-            for ``y = op(x)``.
+        device_fn: CUDA source of ``__device__ float op(...)``, called with ``layout.op_args``.
+        layout: How inputs are read and passed.
     """
 
     task_id: str
     name: str
     device_fn: str
-    bias: bool = False
+    layout: Layout = UNARY
 
     def files(self, params: LaunchParams) -> dict[str, str]:
         """The raw-format solution for ``params``: ``model_new.py`` and ``kernels/<name>.cu``."""
         return {"model_new.py": self._model(params), f"kernels/{self.name}.cu": self._kernel(params)}
 
     def _kernel(self, p: LaunchParams) -> str:
-        vt, lanes = _VECTOR_TYPES[p.vector_width], _LANES[p.vector_width]
-        if self.bias:
-            params = "const float* __restrict__ x, const float* __restrict__ h, const float* __restrict__ b, " \
-                     "float* __restrict__ y, long long n, long long hidden"
-            load = f"    const {vt} xs = xv[i];\n    const {vt} hs = hv[i];\n    {vt} out;\n"
-            body = "".join(f"    out{lane} = op(hs{lane}, b[(i * {p.vector_width} + {k}) % hidden], xs{lane});\n"
-                           for k, lane in enumerate(lanes))
-            views = f"  const {vt}* xv = reinterpret_cast<const {vt}*>(x);\n" \
-                    f"  const {vt}* hv = reinterpret_cast<const {vt}*>(h);\n"
-            tail = "y[j] = op(h[j], b[j % hidden], x[j]);"
-        else:
-            params = "const float* __restrict__ x, float* __restrict__ y, long long n"
-            load = f"    const {vt} xs = xv[i];\n    {vt} out;\n"
-            body = "".join(f"    out{lane} = op(xs{lane});\n" for lane in lanes)
-            views = f"  const {vt}* xv = reinterpret_cast<const {vt}*>(x);\n"
-            tail = "y[j] = op(x[j]);"
+        vt, lanes, lay = _VECTOR_TYPES[p.vector_width], _LANES[p.vector_width], self.layout
+        inputs = ", ".join(f"const float* __restrict__ {s}" for s in lay.streams)
+        views = "".join(f"  const {vt}* {s}_v = reinterpret_cast<const {vt}*>({s});\n" for s in lay.streams)
+        loads = "".join(f"    const {vt} {s}_s = {s}_v[i];\n" for s in lay.streams) + f"    {vt} out;\n"
+        body = "".join(
+            f"    out{lane} = op({lay.op_args.format(j=f'(i * {p.vector_width} + {k})', **_values(lay, lane))});\n"
+            for k, lane in enumerate(lanes)
+        )
+        tail = f"y[j] = op({lay.op_args.format(j='j', **{s: f'{s}[j]' for s in lay.streams})});"
         return (
             f"// {self.task_id} in the raw format: {p.block_size} threads per block, {p.items_per_thread} "
             f"vector(s) of {p.vector_width} float(s) per thread.\n"
             f"// Rendered by cudagym.integrations.kernel_families; every configuration computes the same values.\n"
             f"{self.device_fn.strip()}\n\n"
-            f'extern "C" __global__ void __launch_bounds__({p.block_size}) {self.name}({params}) {{\n'
+            f'extern "C" __global__ void __launch_bounds__({p.block_size}) '
+            f"{self.name}({inputs}, float* __restrict__ y, long long n{lay.extra_params}) {{\n"
             f"  const long long nv = n / {p.vector_width};\n{views}"
             f"  {vt}* yv = reinterpret_cast<{vt}*>(y);\n"
             f"  const long long first = (long long)blockIdx.x * {p.block_size * p.items_per_thread} + threadIdx.x;\n"
             f"#pragma unroll\n"
             f"  for (int k = 0; k < {p.items_per_thread}; ++k) {{\n"
             f"    const long long i = first + (long long)k * {p.block_size};\n"
-            f"    if (i >= nv) break;\n{load}{body}    yv[i] = out;\n  }}\n"
+            f"    if (i >= nv) break;\n{loads}{body}    yv[i] = out;\n  }}\n"
             f"  if (blockIdx.x == 0) {{  // the last n % {p.vector_width} elements, one per thread\n"
             f"    for (long long j = nv * {p.vector_width} + threadIdx.x; j < n; j += {p.block_size}) {tail}\n"
             f"  }}\n}}\n"
         )
 
     def _model(self, p: LaunchParams) -> str:
-        if self.bias:
-            init = "def __init__(self, hidden: int):\n        super().__init__()\n" \
-                   "        self.bias = nn.Parameter(torch.empty(hidden))"
-            signature, inputs = "x: torch.Tensor, h: torch.Tensor", "x = x.contiguous()\n        h = h.contiguous()\n"
-            args = "(x, h, self.bias, y, n, self.bias.numel())"
-        else:
-            init = "def __init__(self):\n        super().__init__()"
-            signature, inputs, args = "x: torch.Tensor", "x = x.contiguous()\n", "(x, y, n)"
+        lay = self.layout
+        first = lay.streams[0]  # the output has the first input's shape
+        signature = ", ".join(f"{s}: torch.Tensor" for s in lay.streams)
+        inputs = "".join(f"        {s} = {s}.contiguous()\n" for s in lay.streams)
+        body = f"\n        {lay.init_body}" if lay.init_body else ""
+        args = ", ".join(lay.streams) + f", y, n{lay.launch_extra}"
         return (
             "import torch\nimport torch.nn as nn\n\nfrom cudagym import runtime\n\n"
             f'kernels = runtime.load("kernels/{self.name}.cu")\n'
@@ -134,12 +170,11 @@ class KernelFamily:
             "class ModelNew(nn.Module):\n"
             f'    """{self.task_id}: one raw kernel, {p.block_size} threads x {p.items_per_thread} x '
             f'{p.vector_width} floats."""\n\n'
-            f"    {init}\n\n"
-            f"    def forward(self, {signature}) -> torch.Tensor:\n"
-            f"        {inputs}"
-            "        y = torch.empty_like(x)\n        n = x.numel()\n"
+            f"    def __init__(self{lay.init_args}):\n        super().__init__(){body}\n\n"
+            f"    def forward(self, {signature}) -> torch.Tensor:\n{inputs}"
+            f"        y = torch.empty_like({first})\n        n = {first}.numel()\n"
             "        grid = max((n + PER_BLOCK - 1) // PER_BLOCK, 1)\n"
-            f"        kernels.{self.name}(grid=(grid,), block=(BLOCK,), args={args})\n"
+            f"        kernels.{self.name}(grid=(grid,), block=(BLOCK,), args=({args}))\n"
             "        return y\n"
         )
 
@@ -163,12 +198,21 @@ __device__ __forceinline__ float op(float h, float b, float x) {
   return x + v * 0.5f * (1.0f + erff(v * 0.70710678118654752f));  // torch's exact (erf) GELU
 }"""
 
+_BN_ADD_RELU = """
+__device__ __forceinline__ float op(float x, float r, long long c, const float* mean, const float* var,
+                                    const float* w, const float* b, float eps) {
+  // inference batch norm as torch computes it, (x - mean) / sqrt(var + eps) * w + b, then + identity, ReLU
+  const float y = (x - mean[c]) / sqrtf(var[c] + eps) * w[c] + b[c];
+  return fmaxf(y + r, 0.0f);
+}"""
+
 FAMILIES: dict[str, KernelFamily] = {
     f.task_id: f for f in (
         KernelFamily("bundled/L1/01_Swish", "swish", _SWISH),
         KernelFamily("bundled/L1/02_NewGELU", "new_gelu", _NEW_GELU),
         KernelFamily("bundled/L1/03_Mish", "mish", _MISH),
-        KernelFamily("bundled/L2/05_BiasGeluResidual", "bias_gelu_residual", _BIAS_GELU_RESIDUAL, bias=True),
+        KernelFamily("bundled/L2/05_BiasGeluResidual", "bias_gelu_residual", _BIAS_GELU_RESIDUAL, ROW_BIAS),
+        KernelFamily("bundled/L2/08_BNReLUResidual", "bn_add_relu", _BN_ADD_RELU, BN_RESIDUAL),
     )
 }
 
