@@ -25,7 +25,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from cudagym.errors import ConfigError
@@ -205,6 +205,11 @@ class ChatAgent:
             for key, value in ex.usage.items():
                 total[key] = total.get(key, 0) + value
         return total
+
+    def transcript(self) -> dict[str, Any]:
+        """The episode's conversation as JSON-serialisable data: ``messages``, and per reply ``exchanges``."""
+        return {"model": self.config.model, "base_url": self.config.base_url, "messages": list(self.messages),
+                "exchanges": [asdict(ex) for ex in self.exchanges]}
 
     def close(self) -> None:
         """Close the HTTP client if this agent made it."""

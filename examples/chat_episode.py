@@ -53,6 +53,7 @@ def main(argv: Sequence[str] | None = None, judge: object = "local") -> EpisodeR
     try:
         print(f"ChatAgent on {args.task} via {agent.config.base_url} (model {args.model})")
         record = run_episode(env, agent, options={"task": args.task}, on_turn=print_turn)
+        transcript = agent.transcript()
     finally:
         agent.close()
         env.close()
@@ -66,6 +67,7 @@ def main(argv: Sequence[str] | None = None, judge: object = "local") -> EpisodeR
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         (Path(args.out) / "chat_episode.json").write_text(json.dumps(record.to_dict(), indent=1))
+        (Path(args.out) / "chat_transcript.json").write_text(json.dumps(transcript, indent=1))
     return record
 
 

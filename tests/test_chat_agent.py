@@ -75,6 +75,8 @@ def test_native_tool_calls_play_a_whole_episode(bundled: Path, files: dict[str, 
     assert all(t.usage["completion_tokens"] > 0 for t in record.turns)
     assert record.model_tokens == agent.usage and agent.usage["total_tokens"] > 0
     assert all(ex.attempts == 1 and ex.tool_mode == "native" for ex in agent.exchanges)
+    saved = json.loads(json.dumps(agent.transcript()))
+    assert saved["messages"] == agent.messages and saved["exchanges"][0]["usage"] == dict(record.turns[0].usage)
     env.close()
     agent.close()
 
