@@ -23,7 +23,10 @@ from typing import Any, Literal
 import gymnasium as gym
 
 from cudagym.errors import ConfigError
+from cudagym.rollout import EpisodeRecord, Turn, play
 from cudagym.solution import Solution
+
+__all__ = ["JUDGE_STEPS", "EpisodeRecord", "ScriptedAgent", "Turn", "replay"]
 
 JUDGE_STEPS: tuple[str, ...] = ("compile", "verify", "profile", "submit")
 
@@ -77,8 +80,8 @@ class ScriptedAgent:
         """Start the plan again."""
         self._queue = deque(self.plan())
 
-    def act(self, observation: str) -> str:
-        """The next action (``submit`` once the plan is spent); the observation is not read."""
+    def act(self, observation: str, info: Mapping[str, Any] | None = None) -> str:
+        """The next action (``submit`` once the plan is spent); the observation and info are not read."""
         return self._queue.popleft() if self._queue else self._action("submit", {})
 
     def _action(self, name: str, arguments: dict[str, Any]) -> str:
@@ -88,53 +91,12 @@ class ScriptedAgent:
         return call
 
 
-@dataclass(frozen=True)
-class Turn:
-    """One step of a replayed episode.
-
-    Attributes:
-        turn: 1-based step number.
-        tool: The tool that ran.
-        ok: Whether it did what was asked.
-        observation: The full observation text.
-        reward: The step's reward.
-        info: The step's info dict.
-    """
-
-    turn: int
-    tool: str
-    ok: bool
-    observation: str
-    reward: float
-    info: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class EpisodeRecord:
-    """A replayed episode.
-
-    Attributes:
-        task_id: The task.
-        turns: Every step.
-        reward: The final reward.
-        evaluated: False when the reward did not come from a real evaluation (e.g. no GPU).
-        terminated: True when it ended on ``submit``.
-        last_eval: ``info["last_eval"]`` of the last step (empty when nothing was evaluated).
-    """
-
-    task_id: str
-    turns: tuple[Turn, ...]
-    reward: float
-    evaluated: bool
-    terminated: bool
-    last_eval: Mapping[str, Any]
-
-
 def replay(
     env: gym.Env[str, str],
     agent: ScriptedAgent,
     *,
     observation: str = "",
+    info: Mapping[str, Any] | None = None,
     on_turn: Callable[[Turn], None] | None = None,
     max_steps: int = 1000,
 ) -> EpisodeRecord:
@@ -144,6 +106,7 @@ def replay(
         env: A reset CudaKernelEnv (or a wrapper of one).
         agent: The agent; reset here.
         observation: The reset observation (handed to the agent's first ``act``).
+        info: The reset info (the task id and token count the record starts from).
         on_turn: Called after every step (the demo prints from it).
         max_steps: Safety stop for envs without a turn limit.
 
@@ -153,18 +116,4 @@ def replay(
     env_format = getattr(env.unwrapped, "solution_format", None)
     if env_format is not None and env_format.name != agent.format:
         raise ConfigError(f"expected an env with the {agent.format} format for this solution, got {env_format.name}")
-    agent.reset()
-    turns: list[Turn] = []
-    info: Mapping[str, Any] = {}
-    reward, terminated, truncated = 0.0, False, False
-    while not (terminated or truncated) and len(turns) < max_steps:
-        observation, step_reward, terminated, truncated, info = env.step(agent.act(observation))
-        reward = float(step_reward)
-        turn = Turn(len(turns) + 1, str(info.get("tool", "")), bool(info.get("ok")), observation, reward, info)
-        turns.append(turn)
-        if on_turn is not None:
-            on_turn(turn)
-    return EpisodeRecord(
-        task_id=str(info.get("task_id", "")), turns=tuple(turns), reward=reward,
-        evaluated=bool(info.get("evaluated")), terminated=terminated, last_eval=dict(info.get("last_eval", {})),
-    )
+    return play(env, agent, observation, info or {}, on_turn=on_turn, max_steps=max_steps)

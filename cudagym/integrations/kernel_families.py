@@ -1,0 +1,228 @@
+"""Parametrised raw-format kernel families for bundled tasks: one solution per launch configuration.
+
+A :class:`KernelFamily` renders a complete ``raw``-format solution (``model_new.py`` and one
+``kernels/<name>.cu``) of one bundled task for a :class:`LaunchParams`: threads per block, items per
+thread (vectors each thread handles, ``#pragma unroll``-ed), and vector width (1, 2 or 4 floats per load:
+``float``, ``float2``, ``float4``). Every configuration computes the same result; only speed differs,
+which is what the Stable-Baselines3 wrapper (:mod:`cudagym.integrations.sb3`) tunes.
+
+Families exist for the bundled elementwise tasks, whose speed depends on exactly these three knobs:
+``bundled/L1/01_Swish``, ``bundled/L1/02_NewGELU``, ``bundled/L1/03_Mish``,
+``bundled/L2/05_BiasGeluResidual`` and ``bundled/L2/08_BNReLUResidual`` (:data:`FAMILIES`). The device
+functions follow the bundled extension solutions' numerics (``expf``, ``tanhf``, ``erff``; the reference's
+operation order) to pass the default protocol's 1e-4 check; ``tests/test_sb3_gpu.py`` checks corners of
+the grid on a GPU.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from cudagym.errors import ConfigError
+
+BLOCK_SIZES: tuple[int, ...] = (64, 128, 256, 512, 1024)
+ITEMS_PER_THREAD: tuple[int, ...] = (1, 2, 4, 8)
+VECTOR_WIDTHS: tuple[int, ...] = (1, 2, 4)
+_VECTOR_TYPES = {1: "float", 2: "float2", 4: "float4"}
+_LANES = {1: ("",), 2: (".x", ".y"), 4: (".x", ".y", ".z", ".w")}
+
+
+@dataclass(frozen=True)
+class LaunchParams:
+    """One launch configuration.
+
+    Attributes:
+        block_size: Threads per block.
+        items_per_thread: Vectors each thread handles.
+        vector_width: Floats per load and store (1, 2 or 4).
+    """
+
+    block_size: int = 256
+    items_per_thread: int = 1
+    vector_width: int = 4
+
+    def __post_init__(self) -> None:
+        if self.block_size not in BLOCK_SIZES or self.items_per_thread not in ITEMS_PER_THREAD \
+                or self.vector_width not in VECTOR_WIDTHS:
+            raise ConfigError(
+                f"expected block_size in {BLOCK_SIZES}, items_per_thread in {ITEMS_PER_THREAD}, vector_width in "
+                f"{VECTOR_WIDTHS}; got {self.block_size}, {self.items_per_thread}, {self.vector_width}"
+            )
+
+    @property
+    def per_block(self) -> int:
+        """Floats one block covers."""
+        return self.block_size * self.items_per_thread * self.vector_width
+
+
+def _values(layout: Layout, lane: str) -> dict[str, str]:
+    """Each stream's value in one lane of the loaded vectors (``x_s.y``)."""
+    return {s: f"{s}_s{lane}" for s in layout.streams}
+
+
+def all_params() -> Iterator[LaunchParams]:
+    """Every configuration of the grid (block size x items per thread x vector width), in a fixed order."""
+    for b, i, v in itertools.product(BLOCK_SIZES, ITEMS_PER_THREAD, VECTOR_WIDTHS):
+        yield LaunchParams(b, i, v)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a family's kernel reads its inputs and what ``ModelNew`` passes it.
+
+    Attributes:
+        streams: Inputs read elementwise as vectors (``forward``'s tensor arguments, in order).
+        extra_params: Kernel parameters after ``y, n`` (C, with a leading comma).
+        op_args: The device function's arguments; ``{<stream>}`` is that input's value, ``{j}`` the
+            element's index.
+        init_args: ``__init__`` parameters after ``self`` (with a leading comma).
+        init_body: ``__init__``'s body after ``super().__init__()`` (the reference's parameter names).
+        launch_extra: Launch arguments after ``y, n`` (Python, with a leading comma).
+    """
+
+    streams: tuple[str, ...] = ("x",)
+    extra_params: str = ""
+    op_args: str = "{x}"
+    init_args: str = ""
+    init_body: str = ""
+    launch_extra: str = ""
+
+
+UNARY = Layout()
+ROW_BIAS = Layout(
+    streams=("x", "h"), extra_params=", const float* __restrict__ b, long long hidden",
+    op_args="{h}, b[{j} % hidden], {x}", init_args=", hidden: int",
+    init_body="self.bias = nn.Parameter(torch.empty(hidden))", launch_extra=", self.bias, self.bias.numel()",
+)
+BN_RESIDUAL = Layout(
+    streams=("x", "identity"),
+    extra_params=", const float* __restrict__ mean, const float* __restrict__ var, const float* __restrict__ w, "
+                 "const float* __restrict__ b, long long hw, long long channels, float eps",
+    op_args="{x}, {identity}, ({j} / hw) % channels, mean, var, w, b, eps", init_args=", channels: int",
+    init_body="self.bn = nn.BatchNorm2d(channels)  # parameter and buffer holder (the reference's names)",
+    launch_extra=", self.bn.running_mean, self.bn.running_var, self.bn.weight, self.bn.bias, "
+                 "x.shape[2] * x.shape[3], x.shape[1], float(self.bn.eps)",
+)
+
+
+@dataclass(frozen=True)
+class KernelFamily:
+    """A task's solution as a function of the launch configuration.
+
+    Attributes:
+        task_id: The bundled task it solves.
+        name: The kernel's (and the ``.cu`` file's) name.
+        device_fn: CUDA source of ``__device__ float op(...)``, called with ``layout.op_args``.
+        layout: How inputs are read and passed.
+    """
+
+    task_id: str
+    name: str
+    device_fn: str
+    layout: Layout = UNARY
+
+    def files(self, params: LaunchParams) -> dict[str, str]:
+        """The raw-format solution for ``params``: ``model_new.py`` and ``kernels/<name>.cu``."""
+        return {"model_new.py": self._model(params), f"kernels/{self.name}.cu": self._kernel(params)}
+
+    def _kernel(self, p: LaunchParams) -> str:
+        vt, lanes, lay = _VECTOR_TYPES[p.vector_width], _LANES[p.vector_width], self.layout
+        inputs = ", ".join(f"const float* __restrict__ {s}" for s in lay.streams)
+        views = "".join(f"  const {vt}* {s}_v = reinterpret_cast<const {vt}*>({s});\n" for s in lay.streams)
+        loads = "".join(f"    const {vt} {s}_s = {s}_v[i];\n" for s in lay.streams) + f"    {vt} out;\n"
+        body = "".join(
+            f"    out{lane} = op({lay.op_args.format(j=f'(i * {p.vector_width} + {k})', **_values(lay, lane))});\n"
+            for k, lane in enumerate(lanes)
+        )
+        tail = f"y[j] = op({lay.op_args.format(j='j', **{s: f'{s}[j]' for s in lay.streams})});"
+        return (
+            f"// {self.task_id} in the raw format: {p.block_size} threads per block, {p.items_per_thread} "
+            f"vector(s) of {p.vector_width} float(s) per thread.\n"
+            f"// Rendered by cudagym.integrations.kernel_families; every configuration computes the same values.\n"
+            f"{self.device_fn.strip()}\n\n"
+            f'extern "C" __global__ void __launch_bounds__({p.block_size}) '
+            f"{self.name}({inputs}, float* __restrict__ y, long long n{lay.extra_params}) {{\n"
+            f"  const long long nv = n / {p.vector_width};\n{views}"
+            f"  {vt}* yv = reinterpret_cast<{vt}*>(y);\n"
+            f"  const long long first = (long long)blockIdx.x * {p.block_size * p.items_per_thread} + threadIdx.x;\n"
+            f"#pragma unroll\n"
+            f"  for (int k = 0; k < {p.items_per_thread}; ++k) {{\n"
+            f"    const long long i = first + (long long)k * {p.block_size};\n"
+            f"    if (i >= nv) break;\n{loads}{body}    yv[i] = out;\n  }}\n"
+            f"  if (blockIdx.x == 0) {{  // the last n % {p.vector_width} elements, one per thread\n"
+            f"    for (long long j = nv * {p.vector_width} + threadIdx.x; j < n; j += {p.block_size}) {tail}\n"
+            f"  }}\n}}\n"
+        )
+
+    def _model(self, p: LaunchParams) -> str:
+        lay = self.layout
+        first = lay.streams[0]  # the output has the first input's shape
+        signature = ", ".join(f"{s}: torch.Tensor" for s in lay.streams)
+        inputs = "".join(f"        {s} = {s}.contiguous()\n" for s in lay.streams)
+        body = f"\n        {lay.init_body}" if lay.init_body else ""
+        args = ", ".join(lay.streams) + f", y, n{lay.launch_extra}"
+        return (
+            "import torch\nimport torch.nn as nn\n\nfrom cudagym import runtime\n\n"
+            f'kernels = runtime.load("kernels/{self.name}.cu")\n'
+            f"BLOCK, PER_BLOCK = {p.block_size}, {p.per_block}  # threads; floats per block\n\n\n"
+            "class ModelNew(nn.Module):\n"
+            f'    """{self.task_id}: one raw kernel, {p.block_size} threads x {p.items_per_thread} x '
+            f'{p.vector_width} floats."""\n\n'
+            f"    def __init__(self{lay.init_args}):\n        super().__init__(){body}\n\n"
+            f"    def forward(self, {signature}) -> torch.Tensor:\n{inputs}"
+            f"        y = torch.empty_like({first})\n        n = {first}.numel()\n"
+            "        grid = max((n + PER_BLOCK - 1) // PER_BLOCK, 1)\n"
+            f"        kernels.{self.name}(grid=(grid,), block=(BLOCK,), args=({args}))\n"
+            "        return y\n"
+        )
+
+
+_SWISH = "__device__ __forceinline__ float op(float v) { return v / (1.0f + expf(-v)); }"
+_NEW_GELU = """
+__device__ __forceinline__ float op(float v) {
+  const float k = 0.7978845608028654f;  // sqrt(2 / pi); pow(x, 3) as x*x*x, the reference's order
+  const float inner = k * (v + 0.044715f * (v * v * v));
+  return 0.5f * v * (1.0f + tanhf(inner));
+}"""
+_MISH = """
+__device__ __forceinline__ float op(float v) {
+  // softplus with torch's threshold 20 (above it softplus(x) = x), then x * tanh(softplus(x))
+  const float sp = v > 20.0f ? v : log1pf(expf(v));
+  return v * tanhf(sp);
+}"""
+_BIAS_GELU_RESIDUAL = """
+__device__ __forceinline__ float op(float h, float b, float x) {
+  const float v = h + b;
+  return x + v * 0.5f * (1.0f + erff(v * 0.70710678118654752f));  // torch's exact (erf) GELU
+}"""
+
+_BN_ADD_RELU = """
+__device__ __forceinline__ float op(float x, float r, long long c, const float* mean, const float* var,
+                                    const float* w, const float* b, float eps) {
+  // inference batch norm as torch computes it, (x - mean) / sqrt(var + eps) * w + b, then + identity, ReLU
+  const float y = (x - mean[c]) / sqrtf(var[c] + eps) * w[c] + b[c];
+  return fmaxf(y + r, 0.0f);
+}"""
+
+FAMILIES: dict[str, KernelFamily] = {
+    f.task_id: f for f in (
+        KernelFamily("bundled/L1/01_Swish", "swish", _SWISH),
+        KernelFamily("bundled/L1/02_NewGELU", "new_gelu", _NEW_GELU),
+        KernelFamily("bundled/L1/03_Mish", "mish", _MISH),
+        KernelFamily("bundled/L2/05_BiasGeluResidual", "bias_gelu_residual", _BIAS_GELU_RESIDUAL, ROW_BIAS),
+        KernelFamily("bundled/L2/08_BNReLUResidual", "bn_add_relu", _BN_ADD_RELU, BN_RESIDUAL),
+    )
+}
+
+
+def get_family(task_id: str) -> KernelFamily:
+    """The kernel family of a bundled task.
+
+    Raises:
+        ConfigError: No family is defined for ``task_id``.
+    """
+    if task_id not in FAMILIES:
+        raise ConfigError(f"expected a task with a kernel family, one of {sorted(FAMILIES)}; got {task_id!r}")
+    return FAMILIES[task_id]

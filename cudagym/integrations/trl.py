@@ -1,0 +1,157 @@
+"""TRL: a class for ``GRPOTrainer(environment_factory=...)`` whose public methods are cudagym's tools.
+
+TRL builds one instance per rollout, exposes every public method except ``reset`` and ``get_reward`` as a
+tool (schema from the type hints and the Google-style docstring), calls ``reset(**row)`` with the dataset
+row before generating (the returned text is appended to the last user message), runs the model's tool
+calls against the methods, and scores the rollout with ``get_reward()``.
+
+A row names its task with ``task`` (or ``task_id``), e.g. ``{"prompt": [{"role": "user", "content":
+"Make this faster."}], "task": "bundled/L1/01_Swish"}``; without one, the task is drawn from ``seed``.
+
+The instance is picklable (TRL's async trainer ships it to a rollout process): the env inside drops a
+judge it made and builds it again where it is unpickled, so that process reaches the judge it is
+configured for (``judge=`` a backend name from :data:`cudagym.env.JUDGES`, e.g. a client of a remote
+judge, since the rollout process may have no GPU), or carries a Judge instance that pickles itself.
+
+Example:
+    >>> from functools import partial
+    >>> from trl import GRPOConfig, GRPOTrainer
+    >>> from cudagym.integrations.trl import CudaKernelTools
+    >>> trainer = GRPOTrainer(model, args=GRPOConfig(...), train_dataset=rows,  # doctest: +SKIP
+    ...                       environment_factory=partial(CudaKernelTools, suite="bundled"))
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from cudagym.env import CudaKernelEnv
+
+
+class CudaKernelTools:
+    """One cudagym episode driven by TRL's tool-calling loop (methods = tools)."""
+
+    def __init__(self, suite: str = "bundled", **env_kwargs: Any) -> None:
+        """Build the env (nothing is loaded until the first reset).
+
+        Args:
+            suite: The task suite.
+            **env_kwargs: More :class:`~cudagym.env.CudaKernelEnv` arguments (``judge``, ``solution_format``,
+                ``max_turns``, ``token_counter``, ...).
+        """
+        self._env = CudaKernelEnv(suite, **env_kwargs)
+        self._done = True
+        self._reward = 0.0
+        self._task_id = ""
+        self._last_info: dict[str, Any] = {}
+
+    # -- the trainer's hooks (not tools) -----------------------------------------------------------
+
+    def reset(self, **row: Any) -> str:
+        """Start an episode on the row's task; the task prompt is appended to the row's user message.
+
+        Args:
+            **row: The dataset row: ``task`` or ``task_id`` names the task, ``seed`` draws one; other
+                fields (``prompt``, ...) are ignored.
+        """
+        task = row.get("task") or row.get("task_id")
+        seed = row.get("seed")
+        observation, info = self._env.reset(seed=int(seed) if seed is not None else None,
+                                            options={"task": task} if task else None)
+        self._done, self._reward = False, 0.0
+        self._task_id = str(info.get("task_id", ""))
+        self._last_info = dict(info)
+        return observation
+
+    def get_reward(self) -> float:
+        """The episode's reward: its final score, or, when the model never submitted, the score of a submit now."""
+        if not self._done and self._task_id:
+            self._call("submit")
+        return self._reward
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """The env's info dict of the last step."""
+        return dict(self._last_info)
+
+    # -- the tools ---------------------------------------------------------------------------------
+
+    def read_file(self, path: str, offset: int | None = None, limit: int | None = None) -> str:
+        """Read a text file of the workspace, with line numbers.
+
+        Args:
+            path: Path relative to the workspace root, e.g. kernels/relu.cu.
+            offset: First line to show (1-based).
+            limit: Most lines to show.
+        """
+        return self._call("read_file", path=path, offset=offset, limit=limit)
+
+    def write_file(self, path: str, content: str) -> str:
+        """Create or overwrite a writable file (model_new.py, kernels/...) with the given text.
+
+        Args:
+            path: Path relative to the workspace root, e.g. kernels/relu.cu.
+            content: The whole new file.
+        """
+        return self._call("write_file", path=path, content=content)
+
+    def edit_file(self, path: str, old: str, new: str, replace_all: bool = False) -> str:
+        """Replace an exact string in a writable file; it must occur exactly once unless replace_all is true.
+
+        Args:
+            path: Path relative to the workspace root.
+            old: Exact text to find (whitespace matters).
+            new: Replacement text.
+            replace_all: Replace every occurrence.
+        """
+        return self._call("edit_file", path=path, old=old, new=new, replace_all=replace_all)
+
+    def list_files(self, path: str | None = None) -> str:
+        """List the files of the workspace (or of one folder) with sizes and which are read-only.
+
+        Args:
+            path: Folder relative to the workspace root (default: the root).
+        """
+        return self._call("list_files", path=path)
+
+    def compile(self) -> str:
+        """Build the solution and report compiler errors, warnings and per-kernel resources."""
+        return self._call("compile")
+
+    def verify(self) -> str:
+        """Build, then check the outputs against the reference on the protocol's inputs."""
+        return self._call("verify")
+
+    def profile(self) -> str:
+        """Verify, then time candidate, eager PyTorch and torch.compile, with a per-kernel breakdown."""
+        return self._call("profile")
+
+    def submit(self) -> str:
+        """End the episode: the final evaluation scores the current files."""
+        return self._call("submit")
+
+    # -- plumbing ----------------------------------------------------------------------------------
+
+    def _call(self, name: str, **arguments: Any) -> str:
+        if not self._task_id:
+            return "No episode is running: the trainer calls reset() with a dataset row first."
+        if self._done:
+            return f"The episode is over (reward {self._reward:g}); {name} did not run."
+        action = json.dumps({"name": name, "arguments": {k: v for k, v in arguments.items() if v is not None}})
+        observation, reward, terminated, truncated, info = self._env.step(action)
+        self._last_info = dict(info)
+        if terminated or truncated:
+            self._done, self._reward = True, float(reward)
+        return observation
+
+    # Not a public method: TRL would offer it to the model as a tool. Each reset removes the last workspace.
+    def _close(self) -> None:
+        """Remove the workspace (and stop a judge the env made)."""
+        self._env.close()
+
+    def __enter__(self) -> CudaKernelTools:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._close()

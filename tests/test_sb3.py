@@ -1,0 +1,158 @@
+"""Launch-configuration tuning for Stable-Baselines3: the kernel families, the numeric env, check_env, PPO."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from conftest_env import TOKENIZER
+from fakes import FakeJudge, incorrect_result
+
+from cudagym.errors import ConfigError
+from cudagym.integrations.kernel_families import FAMILIES, LaunchParams, all_params, get_family
+from cudagym.integrations.sb3 import FEATURES, LaunchTuningEnv
+from cudagym.judge.build.kernel_signature import parse_kernels
+
+sb3 = pytest.importorskip("stable_baselines3")
+from stable_baselines3.common.env_checker import check_env  # noqa: E402
+
+
+def test_every_family_renders_every_configuration() -> None:
+    configs = list(all_params())
+    assert len(configs) == 60 and len(set(configs)) == 60
+    for family in FAMILIES.values():
+        for params in configs:
+            files = family.files(params)
+            (kernel,) = parse_kernels(files[f"kernels/{family.name}.cu"])
+            assert kernel.name == family.name
+            assert f"BLOCK, PER_BLOCK = {params.block_size}, {params.per_block}" in files["model_new.py"]
+            compile(files["model_new.py"], "model_new.py", "exec")  # valid Python
+    assert "float4" in get_family("bundled/L1/01_Swish").files(LaunchParams(vector_width=4))["kernels/swish.cu"]
+    with pytest.raises(ConfigError, match="block_size"):
+        LaunchParams(block_size=100)
+    with pytest.raises(ConfigError, match="kernel family"):
+        get_family("bundled/L1/05_Softmax")
+
+
+def fake_env(**kwargs: object) -> LaunchTuningEnv:
+    judge = kwargs.pop("judge", FakeJudge())
+    return LaunchTuningEnv("bundled/L1/01_Swish", judge=judge, env_kwargs={"token_counter": TOKENIZER},
+                           **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_step_writes_the_solution_and_observes_the_verdict() -> None:
+    judge = FakeJudge()
+    env = fake_env(judge=judge, budget=2)
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (len(FEATURES),) and not obs.any()
+    obs, reward, terminated, truncated, info = env.step(np.array([2, 0, 2]))
+    assert info["params"] == {"block_size": 256, "items_per_thread": 1, "vector_width": 4}
+    assert reward == pytest.approx(100 / 90) and not terminated and not truncated
+    named = dict(zip(FEATURES, obs, strict=True))
+    assert named["tier"] == 2 and named["correct"] == 1 and named["registers"] == 16
+    assert named["speedup_vs_eager"] == pytest.approx(100 / 90) and named["budget_spent"] == 0.5
+    assert named["vector_width_index"] == 1.0 and named["block_size_index"] == 0.5
+    files = env.inner.workspace.snapshot().files
+    assert "swish(grid=(grid,)" in files["model_new.py"] and "__launch_bounds__(256)" in files["kernels/swish.cu"]
+    assert judge.evaluations("profile")
+    *_, truncated, _ = env.step(np.array([0, 0, 0]))
+    assert truncated
+    env.close()
+
+
+def test_wrong_and_unevaluated_configurations() -> None:
+    env = fake_env(judge=FakeJudge(eval_fn=lambda *a: incorrect_result()), action_space="discrete")
+    env.reset()
+    obs, reward, *_ = env.step(59)
+    assert reward == -1.0 and obs[0] == -1
+    assert env.decode(59) == LaunchParams(1024, 8, 4)
+    with pytest.raises(ConfigError, match="expected an action"):
+        env.step(60)
+    env.close()
+    cpu = fake_env(judge=FakeJudge(gpu="none"))
+    cpu.reset()
+    obs, reward, *_ = cpu.step(np.array([1, 1, 1]))
+    assert reward == 0.0 and obs[1] == 0 and obs[3] == 1  # not evaluated, but built
+    cpu.close()
+    with pytest.raises(ConfigError, match="budget"):
+        fake_env(budget=0)
+
+
+def test_check_env_passes_for_both_action_spaces() -> None:
+    for space in ("multidiscrete", "discrete"):
+        env = fake_env(action_space=space, budget=3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # SB3's checker warns about what it dislikes: none may fire
+            check_env(env)
+        env.close()
+
+
+def test_sb3_ppo_trains_on_it() -> None:
+    from stable_baselines3 import PPO
+
+    env = fake_env(budget=4)
+    model = PPO("MlpPolicy", env, n_steps=8, batch_size=8, n_epochs=1, seed=0, device="cpu")
+    model.learn(total_timesteps=16)
+    action, _ = model.predict(env.reset()[0], deterministic=True)
+    assert env.action_space.contains(action)
+    env.close()
+
+
+def test_check_env_with_the_real_judge_builds_on_cpu() -> None:
+    # no GPU here: verify/profile report no_gpu, but the raw build (NVRTC or nvcc) runs and ptxas counts
+    env = LaunchTuningEnv("bundled/L2/05_BiasGeluResidual", budget=2)
+    try:
+        check_env(env)
+        env.reset()
+        obs, reward, *_ , info = env.step(np.array([4, 3, 0]))
+        if info["status"] == "no_gpu":
+            assert reward == 0.0 and obs[FEATURES.index("built")] == 1 and obs[FEATURES.index("registers")] > 0
+        else:  # on a GPU machine
+            assert info["status"] == "ok"
+    finally:
+        env.close()
+
+
+def test_the_example_compares_ppo_with_random_search(tmp_path, capsys) -> None:
+    import importlib.util
+    import json
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "examples" / "sb3_launch_tuning.py"
+    spec = importlib.util.spec_from_file_location("sb3_launch_tuning", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sb3_launch_tuning"] = module  # dataclasses look their module up there
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules["sb3_launch_tuning"]
+
+    def timed_by_block(task, solution, mode):  # bigger blocks are faster: a landscape with one best corner
+        from fakes import timed_result
+        block = int(solution.files["model_new.py"].split("BLOCK, PER_BLOCK = ")[1].split(",")[0])
+        return timed_result(1000.0 / block)
+
+    summary = module.main(["--budget", "6", "--confirm", "2", "--out", str(tmp_path)],
+                          judge=FakeJudge(eval_fn=timed_by_block))
+    out = capsys.readouterr().out
+    assert "random: 6 evaluations" in out and "   ppo: 6 evaluations" in out and "confirm (2 rounds)" in out
+    assert summary["ppo"]["evaluations"] == summary["random"]["evaluations"] == 6
+    assert json.loads((tmp_path / "sb3_launch_tuning.json").read_text())["confirm"]["random_median_us"] > 0
+
+
+def test_every_family_builds_with_the_real_judge() -> None:
+    # the raw build (NVRTC, else nvcc) and ptxas run without a GPU: every family compiles at both vector ends
+    from cudagym.judge.local import default_judge
+    from cudagym.solution import Solution
+    from cudagym.sources.bundled import BundledSource
+
+    source = BundledSource()
+    judge = default_judge()
+    for task_id, family in FAMILIES.items():
+        task = next(t for t in source.tasks() if t.id == task_id)
+        for params in (LaunchParams(64, 1, 1), LaunchParams(1024, 8, 4)):
+            result = judge.build(task, Solution("raw", family.files(params)))
+            assert result.ok, (task_id, params, result.message, result.log[:2000])
+            assert result.kernels and result.kernels[0].registers > 0
