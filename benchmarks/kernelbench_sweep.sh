@@ -2,7 +2,7 @@
 # Every KernelBench task through the judge, reference as candidate, guards off (`cudagym baselines check`): per
 # level and protocol a table (markdown + CSV) of status, eager / torch.compile / candidate times, compile time,
 # peak device memory and time per phase. Resumable across device calls: journals, tables and the baseline cache
-# are packed into $OUT/sweep.tgz after every level; put that file in $STATE (default .kbstate/) before the next
+# are packed into $OUT/sweep.tgz after every level; put that file in $STATE (default benchmarks/results/kernelbench/) before the next
 # It stops submitting tasks TAIL seconds
 # before its budget (default 150: jobs in flight finish) and is killed 10 s before it, so results are never lost.
 #   bash benchmarks/kernelbench_sweep.sh [TOTAL_SECONDS [STEP ...]]      (repository root, GPU host)
@@ -11,7 +11,7 @@
 # journal and the builds and baselines the first pass cached, for evaluations per GPU-hour and the time per phase
 # (throughput-cudagym-L1.md: its "This run" line). Steps default to "kernelbench
 # cudagym". Levels 1-3, and 4 when `transformers` imports (its tasks load Hugging Face weights: offline, they fail
-# at load as task errors). The baseline cache is carried like the journals ($STATE/baselines <-> $OUT/baselines).
+# at load as task errors). The baseline cache travels in the same file.
 # Needs a KernelBench checkout: CUDAGYM_KERNELBENCH_DIR (default .data/kb). Uses every GPU (DEVICES=auto).
 # RETRY=1 runs once more the tasks whose journaled result is not OK (`baselines check --retry-failed`).
 set -u

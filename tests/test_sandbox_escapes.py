@@ -35,21 +35,23 @@ def _bundled_solution() -> Path:
 
 @pytest.fixture
 def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, loopback_listener):
-    """A host with secrets where an escape would find them: $HOME, an env variable, the cache folder."""
+    """A host with secrets where an escape would find them: a home folder, an env variable, the cache folder."""
+    from cudagym.judge.build.cache import default_cache_root
+
     home = tmp_path / "home"
     home.mkdir()
     (home / ".token").write_text(SECRET)
-    cache = tmp_path / "cache"
-    (cache / "baselines").mkdir(parents=True)
-    (cache / "baselines" / "planted.json").write_text(SECRET)
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("CUDAGYM_CACHE_DIR", str(cache))
+    cache = default_cache_root()  # the real cache folder (warm builds), with a secret planted in it
+    (cache / "baselines").mkdir(parents=True, exist_ok=True)
+    planted = cache / "baselines" / f"planted-{uuid.uuid4().hex}.json"
+    planted.write_text(SECRET)
     monkeypatch.setenv("CUDAGYM_API_TOKEN", SECRET)
     marker = f"escape-{uuid.uuid4().hex}"
-    return {"home": home, "cache": cache, "port": loopback_listener.port, "listener": loopback_listener,
-            "marker": marker, "targets": {
-                "passwd": "/etc/passwd", "home": str(home / ".token"), "cache": str(cache / "baselines/planted.json"),
-                "solution": str(_bundled_solution())}}
+    yield {"home": home, "cache": cache, "port": loopback_listener.port, "listener": loopback_listener,
+           "marker": marker, "targets": {
+               "passwd": "/etc/passwd", "home": str(home / ".token"), "cache": str(planted),
+               "solution": str(_bundled_solution())}}
+    planted.unlink(missing_ok=True)
 
 
 def _probe_code(h: dict) -> str:
@@ -111,8 +113,17 @@ def _step(env, name: str, **arguments) -> str:
 
 
 @pytest.fixture
-def inline_env(host, tmp_path: Path):
-    env = gym.make("CudaKernel-Bundled-v0", solution_format="inline", workspace_dir=str(tmp_path))
+def judge():
+    """A judge of this test's own (the process-wide default may belong to another test), on the user cache."""
+    from cudagym.judge.local import LocalJudge
+
+    with LocalJudge(devices="none") as j:
+        yield j
+
+
+@pytest.fixture
+def inline_env(host, judge, tmp_path: Path):
+    env = gym.make("CudaKernel-Bundled-v0", solution_format="inline", workspace_dir=str(tmp_path), judge=judge)
     env.reset(options={"task": "bundled/L1/01_Swish"})
     yield env
     env.close()
@@ -147,8 +158,8 @@ def test_forbidden_build_flags_are_refused_and_named(host, inline_env, flags: st
 
 
 @pytest.fixture
-def extension_env(host, tmp_path: Path):
-    env = gym.make("CudaKernel-Bundled-v0", workspace_dir=str(tmp_path))
+def extension_env(host, judge, tmp_path: Path):
+    env = gym.make("CudaKernel-Bundled-v0", workspace_dir=str(tmp_path), judge=judge)
     env.reset(options={"task": "bundled/L1/01_Swish"})
     yield env
     env.close()
