@@ -26,6 +26,7 @@ from cudagym.errors import BuildToolError, ConfigError
 from cudagym.judge.build.cache import BuildCache, default_cache_root
 from cudagym.judge.build.extension import build_extension
 from cudagym.judge.build.inline import build_inline
+from cudagym.judge.build.pycheck import check_model_new, failed_python_checks, has_errors, with_python_checks
 from cudagym.judge.build.raw import build_raw
 from cudagym.judge.protocol import Protocol, get_protocol
 from cudagym.judge.records import BuildResult, BuildStatus
@@ -78,10 +79,16 @@ def build(
         raise ConfigError(f"expected a solution format with a builder ({', '.join(sorted(BUILDERS))}), "
                           f"got {solution.format!r}; register one with register_builder()")
     start = time.monotonic()
+    # model_new.py read statically, never run here: the builders of extension and raw never look at it
+    checks = check_model_new(solution.files.get("model_new.py"), solution.format)
     try:
-        result = builder(task, solution, get_protocol(protocol), cache or default_cache())
+        if has_errors(checks) and solution.format == "inline":  # its build would run the broken file
+            result = failed_python_checks(solution.format, checks)
+        else:
+            result = with_python_checks(builder(task, solution, get_protocol(protocol), cache or default_cache()),
+                                        checks)
     except BuildToolError as exc:
-        result = BuildResult(BuildStatus.TOOL_ERROR, solution.format, message=str(exc))
+        result = with_python_checks(BuildResult(BuildStatus.TOOL_ERROR, solution.format, message=str(exc)), checks)
     wall = time.monotonic() - start
     logger.info("build %s (%s): %s in %.2f s%s", task.id, solution.format, result.status.value, wall,
                 " (cached)" if result.cached else "")
