@@ -29,7 +29,7 @@ SUMMARY_CHARS = 110
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the demo's arguments."""
     which = parser.add_mutually_exclusive_group()
-    which.add_argument("--tasks", nargs="+", metavar="ID", help="bundled task ids, e.g. bundled/L1/01_ReLU")
+    which.add_argument("--tasks", nargs="+", metavar="ID", help="bundled task ids, e.g. bundled/L1/01_Swish")
     which.add_argument("--count", type=int, default=DEFAULT_COUNT,
                        help=f"how many tasks, spread over the levels (default {DEFAULT_COUNT})")
     which.add_argument("--all", action="store_true", help="every bundled task")

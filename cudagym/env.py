@@ -423,6 +423,7 @@ class CudaKernelEnv(gym.Env[str, str]):
                     f"filters={filters}); loosen the filters"
                 )
             self._pool = tuple(pool)
+            _warn_missing_modules(self._pool)
         return self._pool
 
     def _pick_task(self, options: Mapping[str, Any]) -> Task:
@@ -468,3 +469,13 @@ class CudaKernelEnv(gym.Env[str, str]):
                 )
             return judge.protocol
         return get_protocol(protocol)
+
+
+def _warn_missing_modules(pool: Sequence[Task]) -> None:
+    """One warning when tasks import an optional package that is not installed (KernelBench level 4)."""
+    from cudagym.suites import OPTIONAL_TASK_MODULES, missing_task_modules
+
+    for module, users in missing_task_modules(pool).items():
+        logger.warning(
+            "%d task(s) (e.g. %s) import %s, which is not installed: their references cannot run in the GPU "
+            "worker; pip install \"cudagym[%s]\"", len(users), users[0], module, OPTIONAL_TASK_MODULES[module])

@@ -103,7 +103,10 @@ def test_missing_checkout_says_how_to_provide_it(tmp_path):
     with pytest.raises(DataUnavailableError) as err:
         source.tasks()
     message = str(err.value)
-    assert "root=" in message and "CUDAGYM_KERNELBENCH_DIR" in message and "git clone" in message
+    for needle in ('gym.make("CudaKernel-L1-v0", suite_options={"root": "<path>"})', "--root <path>",
+                   "CUDAGYM_KERNELBENCH_DIR=<path>", "git clone", 'suite_options={"parquet": "<path>"}',
+                   "CUDAGYM_KERNELBENCH_PARQUET=<path>", "hf download ScalingIntelligence/KernelBench"):
+        assert needle in message
     with pytest.raises(DataUnavailableError, match="level1"):
         KernelBenchSource(1, root=tmp_path).tasks()
 
@@ -212,9 +215,11 @@ def test_offline_without_cache_says_how_to_provide_data():
     with pytest.raises(DataUnavailableError) as err:
         KernelBenchHubSource(1).tasks()
     message = str(err.value)
-    for needle in ("ScalingIntelligence/KernelBench", "HF_HUB_OFFLINE", "parquet=", "CUDAGYM_KERNELBENCH_PARQUET",
-                   'pip install "cudagym[hf]"', "hf download ScalingIntelligence/KernelBench"):
+    for needle in ("ScalingIntelligence/KernelBench", "unset HF_HUB_OFFLINE", 'suite_options={"root": "<path>"}',
+                   "CUDAGYM_KERNELBENCH_DIR", 'suite_options={"parquet": "<path>"}', "--parquet <path>",
+                   "CUDAGYM_KERNELBENCH_PARQUET", "hf download ScalingIntelligence/KernelBench"):
         assert needle in message
+    assert "pip install" not in message  # huggingface_hub and pyarrow are installed here
     assert not_chained(err.value)
 
 

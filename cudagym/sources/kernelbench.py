@@ -20,7 +20,14 @@ from typing import Any
 
 from cudagym.errors import ConfigError, DataUnavailableError
 from cudagym.sources.base import TaskSource
-from cudagym.sources.hub import HubDataset, fetch_snapshot, files_for_split, parquet_files, read_rows
+from cudagym.sources.hub import (
+    HubDataset,
+    fetch_snapshot,
+    files_for_split,
+    parquet_files,
+    provide_option,
+    read_rows,
+)
 from cudagym.task import Task, make_task
 
 logger = logging.getLogger(__name__)
@@ -30,11 +37,19 @@ LEVELS = (1, 2, 3, 4)
 ROOT_ENV = "CUDAGYM_KERNELBENCH_DIR"
 PARQUET_ENV = "CUDAGYM_KERNELBENCH_PARQUET"
 REPO_URL = "https://github.com/ScalingIntelligence/KernelBench"
+ENV_ID = "CudaKernel-L1-v0"
+CHECKOUT_WAY = (
+    f"a KernelBench checkout (`git clone {REPO_URL}`; the repository root or its KernelBench/ folder): "
+    + provide_option(ENV_ID, SUITE, "root", ROOT_ENV)
+)
 HF_DATASET = HubDataset(
     repo_id="ScalingIntelligence/KernelBench",
     allow_patterns=("*.parquet",),
     path_env=PARQUET_ENV,
     path_arg="parquet",
+    suite=SUITE,
+    env_id=ENV_ID,
+    other_ways=(CHECKOUT_WAY,),
 )
 HF_COLUMNS = ("code", "level", "name", "problem_id")
 
@@ -62,11 +77,7 @@ def task_id(level: int, name: str) -> str:
 
 
 def _checkout_hint() -> str:
-    return (
-        f"pass root=<path>, or set {ROOT_ENV}=<path> to a KernelBench checkout "
-        f"(`git clone {REPO_URL}`; the repository root or its KernelBench/ folder), "
-        f"or load the Hugging Face copy instead (kernelbench_source() without a root)"
-    )
+    return HF_DATASET.how_to_provide()
 
 
 def find_checkout(root: str | Path | None = None) -> Path:
