@@ -24,6 +24,7 @@ from cudagym.errors import UnknownTaskError
 from cudagym.judge.harness import COMPILE_FAILED_PREFIX
 from cudagym.judge.interface import Judge
 from cudagym.judge.protocol import get_protocol
+from cudagym.progress import ShowProgress, waiting
 from cudagym.task import Task
 
 DEFAULT_COUNT = 3
@@ -57,13 +58,14 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     source = BundledSource(root=args.bundled_root)
     tasks = _choose(source.tasks(), args)
     judge = JUDGES[args.judge](get_protocol(args.protocol))
-    env = CudaKernelEnv(
+    env = ShowProgress(CudaKernelEnv(  # an elapsed-time line on the terminal while the judge works
         "bundled", tasks=[t.id for t in tasks], suite_options={"root": args.bundled_root}, judge=judge,
         token_counter=args.tokenizer,
-    )
+    ))
     records: list[EpisodeRecord] = []
     try:
-        has_gpu = _header(judge, tasks, out)
+        with waiting("starting the judge (the first start on a host imports torch and finds the compilers)"):
+            has_gpu = _header(judge, tasks, out)
         # without a GPU, run only what needs none: the writes and the (real) compile; submit ends the episode
         steps = JUDGE_STEPS if has_gpu else ("compile", "submit")
         for task in tasks:
