@@ -42,7 +42,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--protocol", default=None, help="evaluation protocol (default: cudagym-v1)")
     parser.add_argument("--bundled-root", default=None,
                         help="a folder laid out like envs/bundled/ (default: the installed suite)")
-    parser.add_argument("--tokenizer", default=None, help="token counter spec (default: o200k_base, else shipped)")
+    parser.add_argument("--tokenizer", default=None,
+                        help="token counter (default: the shipped cudagym:code-bpe-16k; e.g. o200k_base)")
     parser.add_argument("--full", action="store_true", help="print whole observations, not one line per turn")
 
 

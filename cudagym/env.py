@@ -140,7 +140,7 @@ class CudaKernelEnv(gym.Env[str, str]):
     | judge | str or Judge | "local" | a judge backend name or a Judge instance |
     | reward | str or dict or RewardConfig | "tier" | tier or speedup, or a RewardConfig |
     | scoring | str or None | None | final or best (the reward config's own when None) |
-    | token_counter | object | None | tiktoken Encoding, HF tokenizer or callable; o200k_base when None |
+    | token_counter | object | None | a name, tiktoken Encoding, HF tokenizer or callable; shipped BPE when None |
     | max_turns | int | 200 | tool calls before truncation |
     | token_budget | int | 131072 | tokens before truncation |
     | max_action_chars | int | 1048576 | longest action accepted |
@@ -154,6 +154,11 @@ class CudaKernelEnv(gym.Env[str, str]):
 
     * v0: Initial version: tiered reward (-1/1/2/3), eight text tools, tool calls as JSON or
       ``<tool_call>`` tags, truncation at 200 turns or 131,072 tokens.
+    * v0, token counting fixed (no id change): ``token_budget`` is counted with the shipped
+      ``cudagym:code-bpe-16k`` unless ``token_counter`` names another. Before, the default was tiktoken's
+      ``o200k_base`` where it happened to be cached or downloadable and the shipped BPE elsewhere, so the
+      same episode was cut off at different points on different hosts; ``info["token_counter"]`` says which
+      counted. Pass ``token_counter="o200k_base"`` for the old count where o200k_base is available.
     """
 
     # render_fps: a text env has no frame rate; 1 keeps gymnasium's checker from warning about it
