@@ -27,7 +27,7 @@ import os
 import socket
 import tempfile
 import threading
-from collections.abc import Callable, Sized
+from collections.abc import Callable, Iterator, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -225,6 +225,12 @@ def tiktoken_cache_path(url: str) -> Path | None:
 # Counting functions: small picklable objects, one per kind of tokenizer
 
 
+# tiktoken's pre-tokenizer regex overflows its stack on a run of about a million whitespace characters and
+# panics (pyo3's PanicException, a BaseException); 300,000 are fine. Longer texts are counted in pieces of
+# at most this many characters, cut after a newline where there is one in the second half of a piece.
+CHUNK_CHARS = 1 << 16
+
+
 @dataclass(frozen=True)
 class _EncodingLength:
     """Counts with a tiktoken encoding; special-token text is ordinary text (agent output must not raise)."""
@@ -232,7 +238,20 @@ class _EncodingLength:
     encoding: tiktoken.Encoding
 
     def __call__(self, text: str) -> int:
-        return len(self.encoding.encode_ordinary(text))
+        if len(text) <= CHUNK_CHARS:
+            return len(self.encoding.encode_ordinary(text))
+        return sum(len(self.encoding.encode_ordinary(piece)) for piece in _pieces(text))
+
+
+def _pieces(text: str, size: int = CHUNK_CHARS) -> Iterator[str]:
+    """``text`` in consecutive pieces of at most ``size`` characters, preferably ending after a newline."""
+    start = 0
+    while len(text) - start > size:
+        cut = text.rfind("\n", start + size // 2, start + size)
+        end = cut + 1 if cut >= 0 else start + size
+        yield text[start:end]
+        start = end
+    yield text[start:]
 
 
 @dataclass(frozen=True)

@@ -384,3 +384,10 @@ def test_info_last_eval_is_the_records_dict(env: CudaKernelEnv) -> None:
     *_, info = env.step(act("profile"))
     assert info["last_eval"] == to_dict(timed_result(90.0))
     assert json.loads(json.dumps(info)) == info
+
+
+def test_an_action_of_a_million_spaces_is_an_observation_not_an_exception(env: CudaKernelEnv) -> None:
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step(" " * 1_000_000)
+    assert obs.startswith("Error:") and info["ok"] is False and reward == 0.0
+    assert not terminated and info["tokens_used"] > 0

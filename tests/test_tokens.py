@@ -578,3 +578,23 @@ def test_cli_trains_on_given_files(tmp_path):
     assert len(ranks) == 300
     assert isinstance(train_bpe(count_words([corpus.read_text()]), 300), BpeVocabulary)
     assert ranks == train_bpe(count_words([corpus.read_text()]), 300).ranks
+
+
+@pytest.mark.parametrize("text", [" " * 1_000_000, "\n" * 1_000_000, " \t" * 600_000, "x " * 700_000])
+def test_a_million_characters_of_whitespace_count_without_a_panic(text):
+    counter = get_token_counter(SHIPPED_NAME)
+    assert counter.count(text) > 0
+
+
+def test_pieces_cover_the_text_and_prefer_newlines():
+    text = ("a" * 40 + "\n") * 5_000
+    pieces = list(tokens._pieces(text, size=1000))
+    assert "".join(pieces) == text and all(len(p) <= 1000 for p in pieces)
+    assert all(p.endswith("\n") for p in pieces)
+    assert list(tokens._pieces("abc", size=1000)) == ["abc"]
+    assert [len(p) for p in tokens._pieces(" " * 2500, size=1000)] == [1000, 1000, 500]
+
+
+def test_short_texts_count_as_before():
+    counter = get_token_counter(SHIPPED_NAME)
+    assert counter.count(CUDA_SAMPLE) == len(shipped_encoding().encode_ordinary(CUDA_SAMPLE))
