@@ -28,6 +28,8 @@ from cudagym.workspace import Workspace, WorkspaceLimits
 logger = logging.getLogger(__name__)
 
 MAX_OBSERVATION_CHARS = 1 << 20  # the prompt and every observation are cut to this (a visible marker shows it)
+# suite_options that say where the data is or how to read it, not which tasks to keep
+_DATA_OPTIONS = frozenset({"root", "parquet", "path", "revision", "refresh", "strict"})
 
 
 def _local_judge(protocol: Protocol) -> Judge:
@@ -414,22 +416,33 @@ class CudaKernelEnv(gym.Env[str, str]):
 
     def _task_pool(self) -> tuple[Task, ...]:
         if self._pool is None:
-            from cudagym.suites import load_tasks
+            from cudagym.suites import load_source
 
             filters = dict(self._suite_options)
             if self._level is not None:
                 filters["level"] = self._level
-            pool = load_tasks(self._suite, ids=self._task_ids, **filters)
+            source = load_source(self._suite, **filters)
+            pool = source.tasks() if self._task_ids is None else tuple(source.get(i) for i in self._task_ids)
             if self._task_filter is not None:
                 pool = tuple(t for t in pool if self._task_filter(t))
             if not pool:
-                raise UnknownTaskError(
-                    f"no task of suite {self._suite!r} matched (level={self._level}, tasks={self._task_ids}, "
-                    f"filters={filters}); loosen the filters"
-                )
+                skipped = getattr(source, "skipped", 0)
+                raise UnknownTaskError(self._empty_pool_message(source.describe(), filters, skipped))
             self._pool = tuple(pool)
             _warn_missing_modules(self._pool)
         return self._pool
+
+    def _empty_pool_message(self, where: str, filters: Mapping[str, Any], skipped: int) -> str:
+        """Why no task is left: the filters that were set, or the data itself (and its malformed rows)."""
+        chosen = {k: v for k, v in filters.items() if k not in _DATA_OPTIONS and v is not None}
+        if self._task_filter is not None:
+            chosen["task_filter"] = getattr(self._task_filter, "__qualname__", "a callable")
+        bad = f"; {skipped} malformed row(s) or file(s) were skipped (strict=True in suite_options names them)" \
+            if skipped else ""
+        if chosen:
+            shown = ", ".join(f"{k}={v!r}" for k, v in chosen.items())
+            return f"no task of suite {self._suite!r} in {where} matched {shown}{bad}; loosen these filters"
+        return f"suite {self._suite!r} loaded no task from {where}: the data holds none{bad}; check the data"
 
     def _pick_task(self, options: Mapping[str, Any]) -> Task:
         wanted = options.get("task")

@@ -103,7 +103,7 @@ register_suite(Suite(
     name="kernelbench",
     summary="KernelBench levels 1-4 (a checkout via $CUDAGYM_KERNELBENCH_DIR, parquet, or the HF hub)",
     factory=_kernelbench,
-    filters=("level", "root", "parquet", "revision"),
+    filters=("level", "root", "parquet", "revision", "strict"),
     id_pattern=re.compile(r"^L([1-4])/\S+$"),
     route=lambda m: {"level": int(m.group(1))},
     level_filter=lambda level: {"level": level},

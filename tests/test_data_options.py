@@ -89,7 +89,8 @@ def test_cli_ops6k_filters(capsys, ops6k_parquet) -> None:
 
 def test_cli_data_option_of_another_suite_is_a_clear_usage_error(capsys, kernelbench_tree) -> None:
     code, _, err = run_cli(capsys, "tasks", "list", "--suite", "kernelbench", "--path", "x.parquet")
-    assert code == 2 and "accepts the options (suite_options keys) level, root, parquet, revision; got path" in err
+    assert code == 2
+    assert "accepts the options (suite_options keys) level, root, parquet, revision, strict; got path" in err
 
 
 def test_level_4_without_transformers_warns_with_the_extra_to_install(kernelbench_tree, monkeypatch,
@@ -116,3 +117,28 @@ def test_level_1_warns_about_nothing(kernelbench_tree, caplog) -> None:
     finally:
         env.close()
     assert not [r for r in caplog.records if "is not installed" in r.getMessage()]
+
+
+def test_an_empty_ops6k_result_without_filters_blames_the_data_not_the_filters(tmp_path) -> None:
+    from conftest import write_ops6k_parquet
+
+    from cudagym.errors import UnknownTaskError
+
+    bad = write_ops6k_parquet(tmp_path / "data.parquet", [
+        {"ops": ["ReLU"], "data_source": "torch#1", "code": "not python ((("},
+        {"ops": ["Tanh"], "data_source": "torch#1", "code": "x = 1\n"},
+    ])
+    env = gym.make("CudaKernel-Ops6K-v0", suite_options={"path": str(bad)})
+    with pytest.raises(UnknownTaskError) as err:
+        _ = env.unwrapped.tasks
+    message = str(err.value)
+    assert "loaded no task" in message and "the data holds none" in message and "loosen" not in message
+    assert "2 malformed row(s) or file(s) were skipped" in message
+
+
+def test_an_empty_result_with_filters_names_the_filters(ops6k_parquet) -> None:
+    from cudagym.errors import UnknownTaskError
+
+    env = gym.make("CudaKernel-Ops6K-v0", suite_options={"path": str(ops6k_parquet), "ops": ["NoSuchOp"]})
+    with pytest.raises(UnknownTaskError, match=r"matched ops=\['NoSuchOp'\]; loosen these filters"):
+        _ = env.unwrapped.tasks

@@ -58,7 +58,7 @@ def test_a_misspelt_option_names_each_accepted_one_once_and_the_close_match():
     with pytest.raises(ConfigError) as err:
         load_source("kernelbench", rooot="/data")
     message = str(err.value)
-    assert "level, root, parquet, revision; got rooot; did you mean 'root' for 'rooot'?" in message
+    assert "level, root, parquet, revision, strict; got rooot; did you mean 'root' for 'rooot'?" in message
     assert message.count("level") == 1
 
 
