@@ -200,6 +200,8 @@ class CudaKernelEnv(gym.Env[str, str]):
         self._task_ids = list(tasks) if tasks is not None else None
         self._task_filter = task_filter
         self._suite_options = dict(suite_options or {})
+        if not isinstance(judge, Judge) and not (isinstance(judge, str) and judge in JUDGES):
+            raise ConfigError(f"expected judge to be a Judge or one of {sorted(JUDGES)}, got {judge!r}")
         self._format = get_format(solution_format)
         self._protocol = self._resolve_protocol(protocol, judge)
         self._judge_spec = judge
@@ -304,8 +306,9 @@ class CudaKernelEnv(gym.Env[str, str]):
             text = f"{text}\n\n{ending}"
             ep.done = True
         observation = truncate(text, self.max_observation_chars)
-        self._last_observation = observation
-        info = self._info(result, reward_evaluated=evaluated)
+        if self._episode is ep:  # a reset() during this step (another thread) started a new episode: keep its
+            self._last_observation = observation  # observation; this result goes to this step's caller only
+        info = self._info(result, reward_evaluated=evaluated, ep=ep)
         if terminated or truncated:
             info["episode_end"] = "submit" if terminated else self._truncation_cause(ep)
         return observation, reward, terminated, truncated, info
@@ -374,8 +377,8 @@ class CudaKernelEnv(gym.Env[str, str]):
         ep.last_eval = verdict if better(rejudged, final) else ep.last_eval
         return rejudged if better(rejudged, final) else final
 
-    def _info(self, result: ToolResult | None, *, reward_evaluated: bool) -> dict[str, Any]:
-        ep = self._require_episode(allow_done=True)
+    def _info(self, result: ToolResult | None, *, reward_evaluated: bool, ep: _Episode | None = None) -> dict[str, Any]:
+        ep = ep if ep is not None else self._require_episode(allow_done=True)
         info: dict[str, Any] = {
             "task_id": ep.task.id,
             "suite": ep.task.suite,
@@ -456,7 +459,8 @@ class CudaKernelEnv(gym.Env[str, str]):
                 return task
         raise UnknownTaskError(
             f"reset(options={{'task': {wanted!r}}}): expected one of this env's {len(pool)} tasks "
-            f"(suite {self._suite!r}), e.g. {pool[0].id!r}; pass tasks=[...] or another suite to reach it"
+            f"(suite {self._suite!r}){_did_you_mean(str(wanted), [t.id for t in pool])}; pass tasks=[...] or "
+            "another suite to reach it"
         )
 
     def _get_judge(self) -> Judge:
@@ -497,3 +501,14 @@ def _warn_missing_modules(pool: Sequence[Task]) -> None:
         logger.warning(
             "%d task(s) (e.g. %s) import %s, which is not installed: their references cannot run in the GPU "
             "worker; pip install \"cudagym[%s]\"", len(users), users[0], module, OPTIONAL_TASK_MODULES[module])
+
+
+def _did_you_mean(wanted: str, ids: Sequence[str]) -> str:
+    """``; did you mean ...?`` with ids ending in ``wanted`` (``19_ReLU`` -> ``L1/19_ReLU``) or close to it."""
+    import difflib
+
+    suffix = [i for i in ids if i.endswith("/" + wanted.lstrip("/"))]
+    close = suffix or difflib.get_close_matches(wanted, ids, n=3, cutoff=0.6)
+    if not close:
+        return f", e.g. {ids[0]!r}" if ids else ""
+    return f"; did you mean {', '.join(repr(c) for c in close[:3])}?"
