@@ -425,7 +425,7 @@ def test_a_reset_during_a_running_step_keeps_the_new_episode(tree: Path, tmp_pat
         env.step(act("write_file", path="model_new.py", content="import cuda_extension\n"))
         old: dict = {}
         worker = threading.Thread(target=lambda: old.update(zip(("obs", "r", "te", "tr", "info"),
-                                                                env.step(act("compile")))))
+                                                                env.step(act("compile")), strict=True)))
         worker.start()
         assert started.wait(30)
         prompt, info = env.reset(options={"task": second})
