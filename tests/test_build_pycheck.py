@@ -118,3 +118,10 @@ def test_kernels_that_build_do_not_hide_a_broken_model_new(fmt: str, tmp_path: P
     assert result.status is BuildStatus.INVALID, render_build(result)
     text = render_build(result)
     assert "defines no module-level `class ModelNew(nn.Module)`" in text and "model_new.py" in text
+
+
+def test_inline_recording_still_runs_when_only_modelnew_is_missing(tmp_path: Path) -> None:
+    src = "import torch\nraise ValueError('broken at import')\n"
+    result = build(TASK, Solution("inline", {"model_new.py": src}), DEFAULT_PROTOCOL, BuildCache(tmp_path / "c"))
+    assert result.status is BuildStatus.INVALID and "broken at import" in result.message  # the recorder's verdict
+    assert "defines no module-level `class ModelNew(nn.Module)`" in render_build(result)  # and the check's

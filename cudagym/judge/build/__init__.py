@@ -26,7 +26,7 @@ from cudagym.errors import BuildToolError, ConfigError
 from cudagym.judge.build.cache import BuildCache, default_cache_root
 from cudagym.judge.build.extension import build_extension
 from cudagym.judge.build.inline import build_inline
-from cudagym.judge.build.pycheck import check_model_new, failed_python_checks, has_errors, with_python_checks
+from cudagym.judge.build.pycheck import check_model_new, failed_python_checks, not_python, with_python_checks
 from cudagym.judge.build.raw import build_raw
 from cudagym.judge.protocol import Protocol, get_protocol
 from cudagym.judge.records import BuildResult, BuildStatus
@@ -82,7 +82,7 @@ def build(
     # model_new.py read statically, never run here: the builders of extension and raw never look at it
     checks = check_model_new(solution.files.get("model_new.py"), solution.format)
     try:
-        if has_errors(checks) and solution.format == "inline":  # its build would run the broken file
+        if not_python(checks) and solution.format == "inline":  # its build would run a file that cannot run
             result = failed_python_checks(solution.format, checks)
         else:
             result = with_python_checks(builder(task, solution, get_protocol(protocol), cache or default_cache()),

@@ -30,6 +30,7 @@ from cudagym.judge.records import BuildResult, BuildStatus, Diagnostic, Severity
 PYTHON_FILE = "model_new.py"
 CLASS_NAME = "ModelNew"
 TOOL = "python"
+NOT_PYTHON = "does not compile as Python"
 
 _RUNTIME = "cudagym.runtime"
 _CPP_EXTENSION = "torch.utils.cpp_extension"
@@ -95,6 +96,11 @@ def has_errors(diagnostics: tuple[Diagnostic, ...]) -> bool:
     return any(d.severity is Severity.ERROR for d in diagnostics)
 
 
+def not_python(diagnostics: tuple[Diagnostic, ...]) -> bool:
+    """True when the checks found that ``model_new.py`` does not compile at all (running it is pointless)."""
+    return any(d.severity is Severity.ERROR and d.message.startswith(NOT_PYTHON) for d in diagnostics)
+
+
 def _error(message: str, line: int = 0, column: int = 0) -> Diagnostic:
     return Diagnostic(Severity.ERROR, message, file=PYTHON_FILE, line=line, column=column, tool=TOOL)
 
@@ -108,9 +114,9 @@ def _compile(source: str) -> tuple[ast.Module | None, tuple[Diagnostic, ...]]:
             compile(tree, PYTHON_FILE, "exec", dont_inherit=True)  # bytecode only: 'return' outside function
         except SyntaxError as exc:
             text = f"{type(exc).__name__}: {exc.msg}" + (f": {exc.text.strip()}" if exc.text else "")
-            return None, (_error(f"does not compile as Python ({text})", exc.lineno or 0, exc.offset or 0),)
+            return None, (_error(f"{NOT_PYTHON} ({text})", exc.lineno or 0, exc.offset or 0),)
         except (ValueError, RecursionError, MemoryError) as exc:  # NUL bytes; nesting too deep to parse
-            return None, (_error(f"does not compile as Python ({type(exc).__name__}: {exc})"),)
+            return None, (_error(f"{NOT_PYTHON} ({type(exc).__name__}: {exc})"),)
     notes = tuple(
         Diagnostic(Severity.WARNING, f"{w.category.__name__}: {w.message}", file=PYTHON_FILE,
                    line=int(w.lineno or 0), tool=TOOL)
@@ -243,10 +249,10 @@ def with_python_checks(result: BuildResult, diagnostics: tuple[Diagnostic, ...])
 
 
 def failed_python_checks(format_name: str, diagnostics: tuple[Diagnostic, ...]) -> BuildResult:
-    """The result for a format whose build runs ``model_new.py`` (``inline``) when the checks found errors."""
+    """The result for a format whose build runs ``model_new.py`` (``inline``) when it does not compile."""
     return BuildResult(BuildStatus.INVALID, format_name, diagnostics=diagnostics,
                        message=f"{PYTHON_FILE} has errors; nothing was built")
 
 
 __all__ = ["FORMAT_IMPORTS", "FormatImports", "check_model_new", "failed_python_checks", "has_errors",
-           "with_python_checks"]
+           "not_python", "with_python_checks"]
