@@ -12,6 +12,7 @@ compile: building  12s
 from __future__ import annotations
 
 import contextlib
+import shutil
 import sys
 import threading
 import time
@@ -39,8 +40,11 @@ def waiting(label: str, stream: TextIO | None = None, *, delay_s: float = DEFAUL
     except ImportError:  # tqdm is a dependency; a stripped install just shows no progress
         yield
         return
+    # disable=None: off when the stream is not a terminal. The size from shutil, which falls back to 80x24
+    # where the terminal reports none (a pty without a size: tqdm's own guess, -1 rows, draws nothing).
+    size = shutil.get_terminal_size()
     bar = tqdm(total=None, desc=label, bar_format="{desc}  {elapsed}", file=stream, delay=delay_s, leave=False,
-               disable=None, dynamic_ncols=True)  # disable=None: off when the stream is not a terminal
+               disable=None, ncols=size.columns, nrows=size.lines)
     done = threading.Event()
 
     def tick() -> None:
