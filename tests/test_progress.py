@@ -72,3 +72,29 @@ def test_the_wrapper_shows_the_tool_on_the_terminal_and_not_in_the_observation(t
         env.close()
     assert "compile: waiting for the judge  00:01" in term.getvalue()
     assert "waiting for the judge" not in obs and "waiting" not in str(info)
+
+
+def test_draws_on_a_real_terminal_that_reports_no_size() -> None:
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    master, slave = pty.openpty()  # a fresh pty reports 0x0, as under `script` or some CI runners
+    code = "import time\nfrom cudagym.progress import waiting\nwith waiting('building', delay_s=0.1):\n" \
+           "    time.sleep(1.3)\n"
+    try:
+        done = subprocess.run([sys.executable, "-c", code], stderr=slave, stdout=subprocess.DEVNULL, timeout=120)
+    finally:
+        os.close(slave)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the other side is closed and everything was read
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    os.close(master)
+    assert done.returncode == 0 and b"building  00:01" in drawn
