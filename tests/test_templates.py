@@ -89,13 +89,18 @@ def test_every_extension_and_inline_example_builds(example: str, fmt: str, tmp_p
     assert result.status is BuildStatus.OK, result.message + result.log
 
 
+@pytest.fixture(scope="module")
+def gpu_judge(tmp_path_factory: pytest.TempPathFactory):
+    from cudagym.judge.local import LocalJudge
+
+    with LocalJudge(cache_dir=tmp_path_factory.mktemp("judge")) as judge:  # one judge: workers start once
+        yield judge
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("example", [e.name for e in EXAMPLES])
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
-def test_every_example_solves_its_task_on_the_gpu(example: str, fmt: str, tmp_path: Path) -> None:
-    from cudagym.judge.local import LocalJudge
-
-    with LocalJudge(cache_dir=tmp_path) as judge:
-        result = judge.evaluate(example_task("test", example), Solution(fmt, get_format(fmt).example_files(example)),
-                                EvalMode.VERIFY)
+def test_every_example_solves_its_task_on_the_gpu(example: str, fmt: str, gpu_judge) -> None:
+    solution = Solution(fmt, get_format(fmt).example_files(example))
+    result = gpu_judge.evaluate(example_task("test", example), solution, EvalMode.VERIFY)
     assert result.status is EvalStatus.OK, result.message
