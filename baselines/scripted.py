@@ -8,8 +8,8 @@ Example:
     >>> import cudagym
     >>> from cudagym.baselines.scripted import ScriptedAgent, replay
     >>> env = cudagym.CudaKernelEnv("bundled")  # doctest: +SKIP
-    >>> env.reset(options={"task": "bundled/L1/01_ReLU"})  # doctest: +SKIP
-    >>> record = replay(env, ScriptedAgent.from_bundled("bundled/L1/01_ReLU"))  # doctest: +SKIP
+    >>> env.reset(options={"task": "bundled/L1/01_Swish"})  # doctest: +SKIP
+    >>> record = replay(env, ScriptedAgent.from_bundled("bundled/L1/01_Swish"))  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class ScriptedAgent:
         """An agent replaying the bundled reference solution of ``task_id``.
 
         Args:
-            task_id: A bundled id, e.g. ``bundled/L1/01_ReLU``.
+            task_id: A bundled id, e.g. ``bundled/L1/01_Swish``.
             source: A ``cudagym.sources.bundled.BundledSource`` (the installed suite when None).
             **kwargs: Further :class:`ScriptedAgent` fields.
         """

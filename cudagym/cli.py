@@ -6,7 +6,8 @@ and ``run(args: argparse.Namespace) -> int`` (the exit code). Importing it only 
 traceback.
 
 Exit codes: 0 ok; 2 usage or data errors (message on stderr); 1 when the reader of stdout closed the
-pipe (``| head``); anything else is the command's own.
+pipe (``| head``) or the command's work failed (``demo``: a solution did not build or scored -1); 130 on
+Ctrl-C.
 """
 
 from __future__ import annotations

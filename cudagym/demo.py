@@ -5,6 +5,10 @@ then calls ``compile``, ``verify``, ``profile`` and ``submit``; every turn and t
 Without a GPU the demo says so at the top and still runs what needs none: the writes and the compile (a
 real build by the judge); verify and profile are skipped, and submit ends each episode with reward 0, marked
 not evaluated.
+
+Exit status: 0 when every reference solution built (and, where a GPU judged it, scored 0 or more); 1 when a
+build failed for any reason, a missing ``nvcc`` included (the compile line then names what is missing), or a
+judged solution scored -1.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from cudagym.errors import UnknownTaskError
 from cudagym.judge.harness import COMPILE_FAILED_PREFIX
 from cudagym.judge.interface import Judge
 from cudagym.judge.protocol import get_protocol
+from cudagym.progress import ShowProgress, waiting
 from cudagym.task import Task
 
 DEFAULT_COUNT = 3
@@ -29,7 +34,7 @@ SUMMARY_CHARS = 110
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the demo's arguments."""
     which = parser.add_mutually_exclusive_group()
-    which.add_argument("--tasks", nargs="+", metavar="ID", help="bundled task ids, e.g. bundled/L1/01_ReLU")
+    which.add_argument("--tasks", nargs="+", metavar="ID", help="bundled task ids, e.g. bundled/L1/01_Swish")
     which.add_argument("--count", type=int, default=DEFAULT_COUNT,
                        help=f"how many tasks, spread over the levels (default {DEFAULT_COUNT})")
     which.add_argument("--all", action="store_true", help="every bundled task")
@@ -37,25 +42,31 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--protocol", default=None, help="evaluation protocol (default: cudagym-v1)")
     parser.add_argument("--bundled-root", default=None,
                         help="a folder laid out like envs/bundled/ (default: the installed suite)")
-    parser.add_argument("--tokenizer", default=None, help="token counter spec (default: o200k_base, else shipped)")
+    parser.add_argument("--tokenizer", default=None,
+                        help="token counter (default: the shipped cudagym:code-bpe-16k; e.g. o200k_base)")
     parser.add_argument("--full", action="store_true", help="print whole observations, not one line per turn")
 
 
+EXIT_OK = 0
+EXIT_FAILED = 1  # a reference solution did not build, or was evaluated and scored below 0
+
+
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    """Replay the chosen tasks; returns 0, or 1 when a reference solution was evaluated and scored -1."""
+    """Replay the chosen tasks; returns 0 when every solution built (and, where judged, scored >= 0), else 1."""
     out = out or sys.stdout
     from cudagym.sources.bundled import BundledSource
 
     source = BundledSource(root=args.bundled_root)
     tasks = _choose(source.tasks(), args)
     judge = JUDGES[args.judge](get_protocol(args.protocol))
-    env = CudaKernelEnv(
+    env = ShowProgress(CudaKernelEnv(  # an elapsed-time line on the terminal while the judge works
         "bundled", tasks=[t.id for t in tasks], suite_options={"root": args.bundled_root}, judge=judge,
         token_counter=args.tokenizer,
-    )
+    ))
     records: list[EpisodeRecord] = []
     try:
-        has_gpu = _header(judge, tasks, out)
+        with waiting("starting the judge (the first start on a host imports torch and finds the compilers)"):
+            has_gpu = _header(judge, tasks, out)
         # without a GPU, run only what needs none: the writes and the (real) compile; submit ends the episode
         steps = JUDGE_STEPS if has_gpu else ("compile", "submit")
         for task in tasks:
@@ -70,7 +81,18 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         env.close()
         judge.close()
     _summary(records, out)
-    return 1 if any(r.evaluated and r.reward < 0 for r in records) else 0
+    failed = [r.task_id for r in records if _failed(r)]
+    if failed:
+        print(f"\nFAILED: {len(failed)} of {len(records)} reference solution(s) did not build or scored below 0 "
+              f"({', '.join(failed)})", file=out)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _failed(record: EpisodeRecord) -> bool:
+    """A compile that did not build (whatever the reason: a missing nvcc too), or a judged reward below 0."""
+    built = all(t.ok for t in record.turns if t.tool == "compile")
+    return not built or (record.evaluated and record.reward < 0)
 
 
 def _choose(tasks: Sequence[Task], args: argparse.Namespace) -> list[Task]:
@@ -109,16 +131,22 @@ def _print_turn(turn: Turn, full: bool, out: TextIO) -> None:
     if full:
         print(f"-- turn {turn.turn} {turn.tool} [{mark}]\n{turn.observation}", file=out)
         return
-    summary = turn.observation.strip().splitlines()[0] if turn.observation.strip() else ""
+    lines = turn.observation.strip().splitlines()
+    summary = lines[0] if lines else ""
     last = turn.info.get("last_eval", {})
     if turn.tool in ("profile", "submit") and last.get("speedup_vs_eager"):
         reason = str(last.get("message", "")).partition(COMPILE_FAILED_PREFIX)[2] or "no time recorded"
         versus = f"{last['speedup_vs_compile']:.2f}x vs compile" if last.get("speedup_vs_compile") \
             else f"torch.compile: not timed ({reason})"
         summary += f" ({last['speedup_vs_eager']:.2f}x vs eager, {versus})"
-    if len(summary) > SUMMARY_CHARS:
-        summary = summary[: SUMMARY_CHARS - 3] + "..."
+    summary = _clip(summary, SUMMARY_CHARS)
     print(f"   turn {turn.turn:>2}  {turn.tool:<10} {mark}  {summary}", file=out)
+    if turn.tool == "compile" and not turn.ok and len(lines) > 1:  # why, e.g. which build tool is missing
+        print(f"{'':<23}{_clip(lines[1], SUMMARY_CHARS * 2)}", file=out)
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _summary(records: Sequence[EpisodeRecord], out: TextIO) -> None:

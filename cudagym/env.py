@@ -28,6 +28,8 @@ from cudagym.workspace import Workspace, WorkspaceLimits
 logger = logging.getLogger(__name__)
 
 MAX_OBSERVATION_CHARS = 1 << 20  # the prompt and every observation are cut to this (a visible marker shows it)
+# suite_options that say where the data is or how to read it, not which tasks to keep
+_DATA_OPTIONS = frozenset({"root", "parquet", "path", "revision", "refresh", "strict"})
 
 
 def _local_judge(protocol: Protocol) -> Judge:
@@ -140,7 +142,7 @@ class CudaKernelEnv(gym.Env[str, str]):
     | judge | str or Judge | "local" | a judge backend name or a Judge instance |
     | reward | str or dict or RewardConfig | "tier" | tier or speedup, or a RewardConfig |
     | scoring | str or None | None | final or best (the reward config's own when None) |
-    | token_counter | object | None | tiktoken Encoding, HF tokenizer or callable; o200k_base when None |
+    | token_counter | object | None | a name, tiktoken Encoding, HF tokenizer or callable; shipped BPE when None |
     | max_turns | int | 200 | tool calls before truncation |
     | token_budget | int | 131072 | tokens before truncation |
     | max_action_chars | int | 1048576 | longest action accepted |
@@ -154,6 +156,11 @@ class CudaKernelEnv(gym.Env[str, str]):
 
     * v0: Initial version: tiered reward (-1/1/2/3), eight text tools, tool calls as JSON or
       ``<tool_call>`` tags, truncation at 200 turns or 131,072 tokens.
+    * v0, token counting fixed (no id change): ``token_budget`` is counted with the shipped
+      ``cudagym:code-bpe-16k`` unless ``token_counter`` names another. Before, the default was tiktoken's
+      ``o200k_base`` where it happened to be cached or downloadable and the shipped BPE elsewhere, so the
+      same episode was cut off at different points on different hosts; ``info["token_counter"]`` says which
+      counted. Pass ``token_counter="o200k_base"`` for the old count where o200k_base is available.
     """
 
     # render_fps: a text env has no frame rate; 1 keeps gymnasium's checker from warning about it
@@ -193,6 +200,8 @@ class CudaKernelEnv(gym.Env[str, str]):
         self._task_ids = list(tasks) if tasks is not None else None
         self._task_filter = task_filter
         self._suite_options = dict(suite_options or {})
+        if not isinstance(judge, Judge) and not (isinstance(judge, str) and judge in JUDGES):
+            raise ConfigError(f"expected judge to be a Judge or one of {sorted(JUDGES)}, got {judge!r}")
         self._format = get_format(solution_format)
         self._protocol = self._resolve_protocol(protocol, judge)
         self._judge_spec = judge
@@ -297,8 +306,9 @@ class CudaKernelEnv(gym.Env[str, str]):
             text = f"{text}\n\n{ending}"
             ep.done = True
         observation = truncate(text, self.max_observation_chars)
-        self._last_observation = observation
-        info = self._info(result, reward_evaluated=evaluated)
+        if self._episode is ep:  # a reset() during this step (another thread) started a new episode: keep its
+            self._last_observation = observation  # observation; this result goes to this step's caller only
+        info = self._info(result, reward_evaluated=evaluated, ep=ep)
         if terminated or truncated:
             info["episode_end"] = "submit" if terminated else self._truncation_cause(ep)
         return observation, reward, terminated, truncated, info
@@ -367,8 +377,8 @@ class CudaKernelEnv(gym.Env[str, str]):
         ep.last_eval = verdict if better(rejudged, final) else ep.last_eval
         return rejudged if better(rejudged, final) else final
 
-    def _info(self, result: ToolResult | None, *, reward_evaluated: bool) -> dict[str, Any]:
-        ep = self._require_episode(allow_done=True)
+    def _info(self, result: ToolResult | None, *, reward_evaluated: bool, ep: _Episode | None = None) -> dict[str, Any]:
+        ep = ep if ep is not None else self._require_episode(allow_done=True)
         info: dict[str, Any] = {
             "task_id": ep.task.id,
             "suite": ep.task.suite,
@@ -409,21 +419,33 @@ class CudaKernelEnv(gym.Env[str, str]):
 
     def _task_pool(self) -> tuple[Task, ...]:
         if self._pool is None:
-            from cudagym.suites import load_tasks
+            from cudagym.suites import load_source
 
             filters = dict(self._suite_options)
             if self._level is not None:
                 filters["level"] = self._level
-            pool = load_tasks(self._suite, ids=self._task_ids, **filters)
+            source = load_source(self._suite, **filters)
+            pool = source.tasks() if self._task_ids is None else tuple(source.get(i) for i in self._task_ids)
             if self._task_filter is not None:
                 pool = tuple(t for t in pool if self._task_filter(t))
             if not pool:
-                raise UnknownTaskError(
-                    f"no task of suite {self._suite!r} matched (level={self._level}, tasks={self._task_ids}, "
-                    f"filters={filters}); loosen the filters"
-                )
+                skipped = getattr(source, "skipped", 0)
+                raise UnknownTaskError(self._empty_pool_message(source.describe(), filters, skipped))
             self._pool = tuple(pool)
+            _warn_missing_modules(self._pool)
         return self._pool
+
+    def _empty_pool_message(self, where: str, filters: Mapping[str, Any], skipped: int) -> str:
+        """Why no task is left: the filters that were set, or the data itself (and its malformed rows)."""
+        chosen = {k: v for k, v in filters.items() if k not in _DATA_OPTIONS and v is not None}
+        if self._task_filter is not None:
+            chosen["task_filter"] = getattr(self._task_filter, "__qualname__", "a callable")
+        bad = f"; {skipped} malformed row(s) or file(s) were skipped (strict=True in suite_options names them)" \
+            if skipped else ""
+        if chosen:
+            shown = ", ".join(f"{k}={v!r}" for k, v in chosen.items())
+            return f"no task of suite {self._suite!r} in {where} matched {shown}{bad}; loosen these filters"
+        return f"suite {self._suite!r} loaded no task from {where}: the data holds none{bad}; check the data"
 
     def _pick_task(self, options: Mapping[str, Any]) -> Task:
         wanted = options.get("task")
@@ -437,7 +459,8 @@ class CudaKernelEnv(gym.Env[str, str]):
                 return task
         raise UnknownTaskError(
             f"reset(options={{'task': {wanted!r}}}): expected one of this env's {len(pool)} tasks "
-            f"(suite {self._suite!r}), e.g. {pool[0].id!r}; pass tasks=[...] or another suite to reach it"
+            f"(suite {self._suite!r}){_did_you_mean(str(wanted), [t.id for t in pool])}; pass tasks=[...] or "
+            "another suite to reach it"
         )
 
     def _get_judge(self) -> Judge:
@@ -468,3 +491,24 @@ class CudaKernelEnv(gym.Env[str, str]):
                 )
             return judge.protocol
         return get_protocol(protocol)
+
+
+def _warn_missing_modules(pool: Sequence[Task]) -> None:
+    """One warning when tasks import an optional package that is not installed (KernelBench level 4)."""
+    from cudagym.suites import OPTIONAL_TASK_MODULES, missing_task_modules
+
+    for module, users in missing_task_modules(pool).items():
+        logger.warning(
+            "%d task(s) (e.g. %s) import %s, which is not installed: their references cannot run in the GPU "
+            "worker; pip install \"cudagym[%s]\"", len(users), users[0], module, OPTIONAL_TASK_MODULES[module])
+
+
+def _did_you_mean(wanted: str, ids: Sequence[str]) -> str:
+    """``; did you mean ...?`` with ids ending in ``wanted`` (``19_ReLU`` -> ``L1/19_ReLU``) or close to it."""
+    import difflib
+
+    suffix = [i for i in ids if i.endswith("/" + wanted.lstrip("/"))]
+    close = suffix or difflib.get_close_matches(wanted, ids, n=3, cutoff=0.6)
+    if not close:
+        return f", e.g. {ids[0]!r}" if ids else ""
+    return f"; did you mean {', '.join(repr(c) for c in close[:3])}?"

@@ -47,7 +47,7 @@ _EVAL_HEADLINES: dict[EvalStatus, str] = {
 _BUILD_HEADLINES: dict[BuildStatus, str] = {
     BuildStatus.OK: "OK",
     BuildStatus.COMPILE_ERROR: "FAILED: compile errors",
-    BuildStatus.INVALID: "FAILED: the solution's files are not a valid layout",
+    BuildStatus.INVALID: "FAILED: the solution's files are not valid (layout or model_new.py)",
     BuildStatus.TIMEOUT: "FAILED: the build ran past its time limit",
     BuildStatus.OUTPUT_LIMIT: "FAILED: the build wrote more output than allowed",
     BuildStatus.TOOL_ERROR: "NOT RUN: a build tool is missing on the judge (not your solution's fault)",

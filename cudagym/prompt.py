@@ -1,9 +1,10 @@
 """The task prompt an agent reads at reset (also written to the workspace as ``INSTRUCTIONS.md``).
 
 Sections, in order: the task, the rules, the tools and how to call them, the solution format with a worked
-example, how the solution is judged (the GPU, the protocol's inputs, tolerances, precision, timing and
-reward thresholds), the episode's limits, and the reference source. Deterministic: the same inputs give
-the same text (no paths, times or random ids), so a seeded reset is reproducible.
+example (one whose operators the task does not use: :func:`cudagym.templates.pick_example`), how the solution
+is judged (the GPU, the protocol's inputs, tolerances, precision, timing and reward thresholds), the episode's
+limits, and the reference source. Deterministic: the same inputs give the same text (no paths, times or random
+ids), so a seeded reset is reproducible.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from cudagym.judge.records import Hardware
 from cudagym.reward import RewardConfig
 from cudagym.solution import SolutionFormat
 from cudagym.task import Task
+from cudagym.templates import pick_example
 from cudagym.toolcalls import EXPECTED_FORM, TOOL_SCHEMAS, signature
 from cudagym.workspace import INSTRUCTIONS, REFERENCE, WorkspaceLimits
 
@@ -87,7 +89,7 @@ def build_prompt(
         "call `submit` when done.",
         "## Rules\n\n" + _rules(fmt),
         "## Tools\n\n" + _tools(),
-        "## Solution format: " + fmt.name + "\n\n" + _format(fmt),
+        "## Solution format: " + fmt.name + "\n\n" + _format(fmt, task),
         "## How it is judged\n\n" + _judging(protocol, hardware, reward),
         "## Limits\n\n" + _limits(limits),
         f"## Reference: `{REFERENCE}`\n\n```python\n{task.source.rstrip()}\n```",
@@ -106,26 +108,29 @@ def _tools() -> str:
     return "\n".join(lines) + "\n\n" + EXPECTED_FORM
 
 
-def _format(fmt: SolutionFormat) -> str:
+def _format(fmt: SolutionFormat, task: Task) -> str:
     parts = [
         f"{fmt.summary}.",
         f"Writable: {', '.join(f'`{p}`' for p in fmt.editable)}. Required: {', '.join(fmt.required)}.",
     ]
     if fmt.protected:
         parts.append(f"Protected (read them, do not edit): {', '.join(f'`{p}`' for p in fmt.protected)}.")
-    example = _example(fmt)
-    if example:
-        parts.append("A worked example (a different operator), file by file:\n\n" + example)
+    example = pick_example(task)  # never one that computes an operator this task uses
+    shown = _example(fmt, example.name) if example is not None else ""
+    if example is not None and shown:
+        parts.append(f"A worked example for another task ({example.summary}; your task does not use this "
+                     f"operator), file by file:\n\n{shown}")
     else:
-        parts.append("(No worked example is shipped for this format.)")
+        parts.append("(No worked example is shown: every shipped example computes an operator this task uses.)"
+                     if example is None else "(No worked example is shipped for this format.)")
     return "\n".join(parts)
 
 
-def _example(fmt: SolutionFormat) -> str:
+def _example(fmt: SolutionFormat, name: str) -> str:
     try:
-        files = fmt.example_files()
+        files = fmt.example_files(name)
     except (OSError, ModuleNotFoundError) as exc:  # the examples ship with the templates; tolerate their absence
-        logger.debug("no worked example for the %s format: %s", fmt.name, exc)
+        logger.debug("no worked example %s for the %s format: %s", name, fmt.name, exc)
         return ""
     fence = {".py": "python", ".cu": "cuda", ".cuh": "cuda", ".cpp": "cpp", ".h": "cpp"}
     blocks = []

@@ -1,6 +1,6 @@
 """Launch ``raw``-format CUDA kernels from model_new.py with torch tensors, on torch's current stream.
 
-Worked example (``cudagym/templates/raw/example/``)::
+Worked example (``cudagym/templates/examples/relu/raw/``)::
 
     # kernels/relu.cu
     extern "C" __global__ void relu(const float* x, float* y, long long n) { ... }

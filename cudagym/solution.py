@@ -59,9 +59,9 @@ class SolutionFormat:
         root = resources.files(TEMPLATES).joinpath(self.name)
         return {rel: root.joinpath(rel).read_text(encoding="utf-8") for rel in self.protected}
 
-    def example_files(self) -> dict[str, str]:
-        """A worked example solution (the prompt shows it; the demo and tests build it)."""
-        root = resources.files(TEMPLATES).joinpath(self.name).joinpath("example")
+    def example_files(self, example: str = "relu") -> dict[str, str]:
+        """A worked example solution in this format (``cudagym.templates.EXAMPLES`` names them)."""
+        root = resources.files(TEMPLATES).joinpath("examples").joinpath(example).joinpath(self.name)
         out: dict[str, str] = {}
         stack = [(root, "")]
         while stack:

@@ -7,7 +7,7 @@ suite         ids                                                         data
 ============  ==========================================================  ================================
 kernelbench   ``L1/19_ReLU`` (levels 1-4)                                 checkout, parquet, or the hub
 ops6k         ``ops6k/000123_Conv2d_ReLU``                                parquet or the hub
-bundled       ``bundled/L1/01_ReLU``                                      shipped in the package
+bundled       ``bundled/L1/01_Swish``                                     shipped in the package
 ============  ==========================================================  ================================
 
 Every suite accepts ``level=`` (KernelBench level; bundled level; Ops-6K number of composed ops) besides
@@ -103,7 +103,7 @@ register_suite(Suite(
     name="kernelbench",
     summary="KernelBench levels 1-4 (a checkout via $CUDAGYM_KERNELBENCH_DIR, parquet, or the HF hub)",
     factory=_kernelbench,
-    filters=("level", "root", "parquet", "revision"),
+    filters=("level", "root", "parquet", "revision", "strict"),
     id_pattern=re.compile(r"^L([1-4])/\S+$"),
     route=lambda m: {"level": int(m.group(1))},
     level_filter=lambda level: {"level": level},
@@ -158,11 +158,16 @@ def load_source(suite: str, **filters: Any) -> TaskSource:
 
 def _resolve_filters(spec: Suite, filters: Mapping[str, Any]) -> dict[str, Any]:
     resolved = {k: v for k, v in filters.items() if v is not None}
-    unknown = sorted(set(resolved) - set(spec.filters) - {"level"})
+    accepted = list(dict.fromkeys(("level", *spec.filters)))
+    unknown = sorted(set(resolved) - set(accepted))
     if unknown:
+        import difflib
+
+        close = {name: difflib.get_close_matches(name, accepted, n=1) for name in unknown}
+        hints = "".join(f"; did you mean {hit[0]!r} for {name!r}?" for name, hit in close.items() if hit)
         raise ConfigError(
-            f"suite {spec.name!r} accepts filters {', '.join(('level', *spec.filters))}; "
-            f"got {', '.join(unknown)}"
+            f"suite {spec.name!r} accepts the options (suite_options keys) {', '.join(accepted)}; "
+            f"got {', '.join(unknown)}{hints}"
         )
     if "level" in resolved and "level" not in spec.filters:
         resolved.update(spec.level_filter(resolved.pop("level")))
@@ -206,11 +211,42 @@ def source_for_id(task_id: str, **options: Any) -> TaskSource:
     return load_source(spec.name, **{**options, **spec.route(match)})
 
 
+# Optional packages that some tasks' reference code imports, and the extra that installs each.
+OPTIONAL_TASK_MODULES: dict[str, str] = {"transformers": "kernelbench-l4"}
+
+
+def missing_task_modules(tasks: Iterable[Task]) -> dict[str, list[str]]:
+    """Optional packages the tasks import that this interpreter lacks: module -> ids of the tasks needing it.
+
+    Listing and building never need them; the GPU worker does, to run the reference. Read off the source
+    text, never by importing the task.
+    """
+    missing: dict[str, list[str]] = {}
+    for module in OPTIONAL_TASK_MODULES:
+        pattern = re.compile(rf"^\s*(?:from|import)\s+{module}\b", re.M)
+        users = [t.id for t in tasks if module in t.source and pattern.search(t.source)]
+        if users and not _importable(module):
+            missing[module] = users
+    return missing
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+    import sys
+
+    if module in sys.modules:
+        return sys.modules[module] is not None
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def get_task(task_id: str, **options: Any) -> Task:
     """The task with this id, from the suite its prefix names.
 
     Args:
-        task_id: E.g. ``L1/19_ReLU``, ``bundled/L1/01_ReLU``, ``ops6k/000123_Conv2d_ReLU``.
+        task_id: E.g. ``L1/19_ReLU``, ``bundled/L1/01_Swish``, ``ops6k/000123_Conv2d_ReLU``.
         **options: Data location options of that suite (``root=``, ``parquet=``, ``path=``...).
 
     Raises:

@@ -1,14 +1,18 @@
-"""Token counting for episode budgets, with an offline fallback tokenizer that cudagym ships.
+"""Token counting for episode budgets, with a tokenizer cudagym ships so that counts are the same everywhere.
 
 :func:`get_token_counter` turns what the user passes (nothing, a name, a ``tiktoken.Encoding``, a Hugging
-Face tokenizer, or a callable) into a :class:`TokenCounter` whose ``name`` says which tokenizer counts.
+Face tokenizer, or a callable) into a :class:`TokenCounter` whose ``name`` says which tokenizer counts
+(the env reports it as ``info["token_counter"]``).
 
-The default is tiktoken's ``o200k_base``, loaded without ever hanging: from tiktoken's on-disk cache when the
-file is there (no network touched); otherwise downloaded only when the network is allowed (neither
-``CUDAGYM_OFFLINE`` nor ``HF_HUB_OFFLINE`` is set) and within ``CUDAGYM_TOKENIZER_TIMEOUT_S`` seconds
-(default 10; tiktoken's own download has no timeout, so it runs in a daemon thread). When neither works,
-counting falls back, with one logged warning, to ``cudagym:code-bpe-16k``: a byte-level BPE trained on CUDA,
-C++, Python and English (``cudagym/data/README.md``). Text is never estimated from its character count.
+The default is ``cudagym:code-bpe-16k``, a byte-level BPE trained on CUDA, C++, Python and English that
+ships in the package (``cudagym/data/README.md``): no network, no cache, and so the same counts, and the same
+truncation point of an episode, on every host. Other tokenizers are used only when asked for by name or
+object. tiktoken's public encodings (``"o200k_base"``, ``"cl100k_base"``, ...) load without ever hanging:
+from tiktoken's on-disk cache when the file is there (no network touched); otherwise downloaded only when
+the network is allowed (neither ``CUDAGYM_OFFLINE`` nor ``HF_HUB_OFFLINE`` is set) and within
+``CUDAGYM_TOKENIZER_TIMEOUT_S`` seconds (default 10; tiktoken's own download has no timeout, so it runs in
+a daemon thread); a named encoding that cannot load is an error saying how to provide it, never a silent
+switch to another tokenizer. Text is never estimated from its character count.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import os
 import socket
 import tempfile
 import threading
-from collections.abc import Callable, Sized
+from collections.abc import Callable, Iterator, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,8 +41,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_ENCODING = "o200k_base"
 SHIPPED_NAME = "cudagym:code-bpe-16k"
+DEFAULT_TOKENIZER = SHIPPED_NAME
 SHIPPED_RESOURCE = "data/cudagym_code_bpe.tiktoken"
 # sha256 of the shipped file: tiktoken checks it (and any cached copy of it) on load
 SHIPPED_SHA256 = "e5b75ce12d946338a5ce48e42178c9997a73bd0343e8b5b4060d77fe2b9f77a1"
@@ -51,7 +55,7 @@ TokenizerSpec = Any
 """None, a name, a ``tiktoken.Encoding``, an object with ``.encode(str) -> list``, a callable, or a TokenCounter."""
 
 _ACCEPTED = (
-    "None (default: tiktoken's o200k_base, else the shipped {shipped}), a name ({names}, {shipped}), "
+    "None (default: the shipped {shipped}, the same on every host), a name ({names}, {shipped}), "
     "a tiktoken.Encoding, a Hugging Face tokenizer (an object whose .encode(str) returns a list of ids), "
     "a callable str -> int or str -> sequence of ids, or a TokenCounter"
 )
@@ -121,8 +125,8 @@ def get_token_counter(spec: TokenizerSpec = None) -> TokenCounter:
     """Build a token counter from a tokenizer spec.
 
     Args:
-        spec: ``None`` for the default (tiktoken's ``o200k_base`` when it loads without hanging, else the
-            shipped ``cudagym:code-bpe-16k`` with one logged warning); a name (``"o200k_base"``,
+        spec: ``None`` for the default, the shipped ``cudagym:code-bpe-16k`` (loaded from the package: the
+            same counts on every host); a name (``"o200k_base"``,
             ``"cl100k_base"``, any of tiktoken's single-file encodings, ``"tiktoken:<name>"``, or
             ``"cudagym:code-bpe-16k"``); a ``tiktoken.Encoding``; a Hugging Face tokenizer or any object whose
             ``.encode(str)`` returns a list of ids (special tokens are not added where it takes
@@ -137,7 +141,7 @@ def get_token_counter(spec: TokenizerSpec = None) -> TokenCounter:
         DataUnavailableError: A tiktoken encoding named explicitly is neither cached nor downloadable.
     """
     if spec is None:
-        return _default_counter()
+        return shipped_counter()
     if isinstance(spec, TokenCounter):
         return spec
     if isinstance(spec, str):
@@ -221,6 +225,12 @@ def tiktoken_cache_path(url: str) -> Path | None:
 # Counting functions: small picklable objects, one per kind of tokenizer
 
 
+# tiktoken's pre-tokenizer regex overflows its stack on a run of about a million whitespace characters and
+# panics (pyo3's PanicException, a BaseException); 300,000 are fine. Longer texts are counted in pieces of
+# at most this many characters, cut after a newline where there is one in the second half of a piece.
+CHUNK_CHARS = 1 << 16
+
+
 @dataclass(frozen=True)
 class _EncodingLength:
     """Counts with a tiktoken encoding; special-token text is ordinary text (agent output must not raise)."""
@@ -228,7 +238,20 @@ class _EncodingLength:
     encoding: tiktoken.Encoding
 
     def __call__(self, text: str) -> int:
-        return len(self.encoding.encode_ordinary(text))
+        if len(text) <= CHUNK_CHARS:
+            return len(self.encoding.encode_ordinary(text))
+        return sum(len(self.encoding.encode_ordinary(piece)) for piece in _pieces(text))
+
+
+def _pieces(text: str, size: int = CHUNK_CHARS) -> Iterator[str]:
+    """``text`` in consecutive pieces of at most ``size`` characters, preferably ending after a newline."""
+    start = 0
+    while len(text) - start > size:
+        cut = text.rfind("\n", start + size // 2, start + size)
+        end = cut + 1 if cut >= 0 else start + size
+        yield text[start:end]
+        start = end
+    yield text[start:]
 
 
 @dataclass(frozen=True)
@@ -304,30 +327,9 @@ def _counter_from_name(spec: str) -> TokenCounter:
     if loaded.encoding is None:
         raise DataUnavailableError(
             f"expected tiktoken's {bare} to load, got: {loaded.reason}; {_how_to_cache(bare)}, "
-            f"or pass tokenizer=None to fall back to the shipped {SHIPPED_NAME}"
+            f"or leave token_counter unset for the shipped {SHIPPED_NAME} (the default)"
         )
     return TokenCounter(f"tiktoken:{bare}", _EncodingLength(loaded.encoding), bare)
-
-
-def _default_counter() -> TokenCounter:
-    loaded = _load_public_encoding(DEFAULT_ENCODING)
-    if loaded.encoding is not None:
-        return TokenCounter(f"tiktoken:{DEFAULT_ENCODING}", _EncodingLength(loaded.encoding), DEFAULT_ENCODING)
-    with _STATE_LOCK:
-        first = loaded.reason not in _WARNED
-        _WARNED.add(loaded.reason)
-    if first:
-        log.warning(
-            "tiktoken's %s is unavailable (%s); counting tokens with %s, the byte-level BPE cudagym ships "
-            "(counts differ from %s). To count with %s offline: %s",
-            DEFAULT_ENCODING,
-            loaded.reason,
-            SHIPPED_NAME,
-            DEFAULT_ENCODING,
-            DEFAULT_ENCODING,
-            _how_to_cache(DEFAULT_ENCODING),
-        )
-    return shipped_counter()
 
 
 @dataclass(frozen=True)
@@ -340,7 +342,6 @@ class _Loaded:
 
 _STATE_LOCK = threading.Lock()
 _LOADED: dict[tuple[str, str, bool], _Loaded] = {}
-_WARNED: set[str] = set()
 
 
 def _load_public_encoding(name: str) -> _Loaded:

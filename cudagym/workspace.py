@@ -26,6 +26,7 @@ import os
 import shutil
 import stat
 import tempfile
+import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,6 +89,7 @@ class Workspace:
         self.readonly = readonly
         self._real_root = os.path.realpath(root)
         self.closed = False
+        self._finalizer: weakref.finalize[Any, Any] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
@@ -117,6 +119,8 @@ class Workspace:
         readonly = frozenset({INSTRUCTIONS, REFERENCE, *protected})
         root = Path(tempfile.mkdtemp(prefix="cudagym-ws-", dir=parent))
         ws = cls(root, fmt, limits or WorkspaceLimits(), readonly)
+        # removed when garbage-collected or at interpreter exit, if nobody called close()
+        ws._finalizer = weakref.finalize(ws, _remove_leftover, root, os.getpid())
         for rel, text in {INSTRUCTIONS: instructions, REFERENCE: reference, **protected}.items():
             path = root / rel
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -134,6 +138,8 @@ class Workspace:
         if self.closed:
             return
         self.closed = True
+        if self._finalizer is not None:
+            self._finalizer.detach()
         try:
             shutil.rmtree(self.root)
         except FileNotFoundError:
@@ -156,13 +162,17 @@ class Workspace:
             self.readonly = frozenset()
             self._real_root = ""
             self.closed = True
+            self._finalizer = None
             return
         parent = state["parent"] if os.path.isdir(state["parent"]) else None
         fresh = Workspace.create(
             instructions=state["instructions"], reference=state["reference"], fmt=state["format"],
             limits=state["limits"], parent=parent, files=state["files"],
         )
+        if fresh._finalizer is not None:
+            fresh._finalizer.detach()  # the directory now belongs to self: tie its cleanup to self
         self.__dict__.update(fresh.__dict__)
+        self._finalizer = weakref.finalize(self, _remove_leftover, self.root, os.getpid())
 
     # -- file operations (each raises FileRefused with the agent-facing reason) ------------------------
 
@@ -374,3 +384,9 @@ def _match_lines(text: str, needle: str) -> tuple[int, ...]:
         lines.append(text.count("\n", 0, start) + 1)
         start = text.find(needle, start + len(needle))
     return tuple(lines)
+
+
+def _remove_leftover(root: Path, owner_pid: int) -> None:
+    """Remove a workspace its env never closed (only in the process that made it: never in a forked child)."""
+    if os.getpid() == owner_pid:
+        shutil.rmtree(root, ignore_errors=True)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -129,3 +132,14 @@ def test_cudagym_demo_command(bundled: Path, judges: list[FakeJudge], capsys: py
     captured = capsys.readouterr()
     assert code == 0
     assert "== bundled/L1/01_ReLU" in captured.out and "reward 2" in captured.out
+
+
+def test_demo_exits_1_and_names_the_missing_compiler_when_no_build_can_run(tmp_path: Path) -> None:
+    env = {**os.environ, "CUDAGYM_NVCC": str(tmp_path / "no-such-nvcc"), "CUDAGYM_CACHE_DIR": str(tmp_path / "cache"),
+           "CUDAGYM_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run([sys.executable, "-m", "cudagym.cli", "demo", "--count", "1", "--tokenizer", TOKENIZER],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "compile    FAIL  Build NOT RUN: a build tool is missing" in done.stdout
+    assert f"expected CUDAGYM_NVCC to name an executable nvcc, got '{tmp_path / 'no-such-nvcc'}'" in done.stdout
+    assert "FAILED: 1 of 1 reference solution(s) did not build" in done.stdout

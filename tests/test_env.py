@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest_env import SOLUTION, act, make_env, small_kernelbench, write_solution_actions
-from fakes import FakeJudge, incorrect_result, timed_result
+from fakes import FakeJudge, incorrect_result, ok_build, timed_result
 from gymnasium.error import ResetNeeded
 
 from cudagym.env import JUDGES, CudaKernelEnv
@@ -384,3 +384,57 @@ def test_info_last_eval_is_the_records_dict(env: CudaKernelEnv) -> None:
     *_, info = env.step(act("profile"))
     assert info["last_eval"] == to_dict(timed_result(90.0))
     assert json.loads(json.dumps(info)) == info
+
+
+def test_an_action_of_a_million_spaces_is_an_observation_not_an_exception(env: CudaKernelEnv) -> None:
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step(" " * 1_000_000)
+    assert obs.startswith("Error:") and info["ok"] is False and reward == 0.0
+    assert not terminated and info["tokens_used"] > 0
+
+
+def test_an_unknown_judge_name_fails_at_construction(tree: Path) -> None:
+    import gymnasium as gym
+
+    with pytest.raises(ConfigError, match=r"expected judge to be a Judge or one of \['local'\], got 'ray'"):
+        gym.make("CudaKernel-L1-v0", suite_options={"root": str(tree)}, judge="ray")
+
+
+def test_a_task_name_without_its_prefix_gets_a_did_you_mean(env: CudaKernelEnv) -> None:
+    full = env.tasks[1].id  # e.g. L1/2_Name
+    with pytest.raises(UnknownTaskError, match=f"did you mean '{full}'"):
+        env.reset(options={"task": full.split("/", 1)[1]})
+    with pytest.raises(UnknownTaskError, match=f"did you mean '{full}'"):
+        env.reset(options={"task": full + "x"})
+
+
+def test_a_reset_during_a_running_step_keeps_the_new_episode(tree: Path, tmp_path: Path) -> None:
+    import threading
+
+    started, release = threading.Event(), threading.Event()
+
+    def blocking_build(task, solution):
+        started.set()
+        assert release.wait(30)
+        return ok_build(solution.format)
+
+    env = make_env(tree, FakeJudge(build_fn=blocking_build), workspace_dir=str(tmp_path), render_mode="ansi")
+    try:
+        first, second = env.tasks[0].id, env.tasks[1].id
+        env.reset(options={"task": first})
+        env.step(act("write_file", path="model_new.py", content="import cuda_extension\n"))
+        old: dict = {}
+        worker = threading.Thread(target=lambda: old.update(zip(("obs", "r", "te", "tr", "info"),
+                                                                env.step(act("compile")), strict=True)))
+        worker.start()
+        assert started.wait(30)
+        prompt, info = env.reset(options={"task": second})
+        release.set()
+        worker.join(30)
+        assert old["info"]["task_id"] == first and old["obs"].startswith("Build OK")
+        assert env.render() == prompt and env.task.id == second and info["turn"] == 0
+        obs, *_ = env.step(act("list_files"))  # the new episode goes on from its own state
+        assert "model_new.py" not in obs
+    finally:
+        release.set()
+        env.close()

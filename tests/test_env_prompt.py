@@ -85,17 +85,29 @@ def test_limits_and_protected_files() -> None:
     assert "## Solution format: inline" in inline and "binding.cpp" not in inline
 
 
-def test_worked_example_when_shipped(monkeypatch: pytest.MonkeyPatch) -> None:
-    files = {"kernels/axpby.cu": "__global__ void axpby() {}\n", "model_new.py": "import cuda_extension\n"}
-    monkeypatch.setattr(SolutionFormat, "example_files", lambda self: files)
-    text = prompt()
-    assert "A worked example (a different operator)" in text
-    assert "`kernels/axpby.cu`:\n```cuda\n__global__ void axpby() {}\n```" in text
-    assert "`model_new.py`:\n```python\nimport cuda_extension\n```" in text
+def test_the_worked_example_never_computes_the_tasks_operator() -> None:
+    text = prompt()  # the task is ReLU: the ReLU example would be its answer
+    assert "A worked example for another task (the absolute value, y = |x|;" in text
+    assert "`kernels/abs.cu`:\n```cuda\n" in text and "cuda_extension.abs_forward" in text
+    assert "relu_forward" not in text and "fmaxf" not in text
+    sigmoid = make_task(SOURCE.replace("torch.relu", "torch.sigmoid"), id="L1/21_Sigmoid", suite="kernelbench",
+                        level=1, name="21_Sigmoid", origin="test")
+    args = {"fmt": get_format("raw"), "protocol": get_protocol(None), "hardware": H200, "reward": RewardConfig(),
+            "limits": LIMITS}
+    assert "(ReLU, y = max(x, 0);" in build_prompt(sigmoid, **args)  # type: ignore[arg-type]
+
+
+def test_no_example_when_every_one_computes_an_operator_of_the_task() -> None:
+    every = make_task(SOURCE.replace("torch.relu(x)", "torch.flip(torch.abs(torch.relu(x)), dims=[0])"),
+                      id="t/every", suite="t", level=1, name="every", origin="test")
+    args = {"fmt": get_format("extension"), "protocol": get_protocol(None), "hardware": H200,
+            "reward": RewardConfig(), "limits": LIMITS}
+    text = build_prompt(every, **args)  # type: ignore[arg-type]
+    assert "(No worked example is shown: every shipped example computes an operator this task uses.)" in text
 
 
 def test_missing_worked_example_is_tolerated(monkeypatch: pytest.MonkeyPatch) -> None:
-    def absent(self: SolutionFormat) -> dict[str, str]:
+    def absent(self: SolutionFormat, example: str = "relu") -> dict[str, str]:
         raise FileNotFoundError("no example folder")
 
     monkeypatch.setattr(SolutionFormat, "example_files", absent)

@@ -30,8 +30,11 @@ def test_loads_every_level_in_level_then_numeric_order(bundle):
 def test_levels_filter(bundle):
     assert [t.level for t in BundledSource(1, root=bundle)] == [1, 1, 1]
     assert [t.level for t in BundledSource([3, 2], root=bundle)] == [2, 3]
-    with pytest.raises(DataUnavailableError, match="found none"):
+    with pytest.raises(UnknownTaskError, match="the bundled suite has no level 7; its levels are 1, 2, 3") as err:
         BundledSource(7, root=bundle).tasks()
+    assert "reinstall" not in str(err.value)
+    with pytest.raises(DataUnavailableError, match="reinstall"):  # a broken install still says so
+        BundledSource(root=bundle / "nowhere").tasks()
 
 
 @pytest.mark.parametrize("bad", [0, -1, "1", [1, "2"], [], True])

@@ -84,7 +84,44 @@ def test_fetch_snapshot_downloads_into_the_cudagym_cache(monkeypatch, tmp_path):
 
 def test_how_to_provide_names_every_way(monkeypatch, tmp_path):
     monkeypatch.setenv("CUDAGYM_CACHE_DIR", str(tmp_path))
-    text = DATASET.how_to_provide()
-    for needle in ("path=", "SOME_PARQUET", 'pip install "cudagym[hf]"', "HF_HUB_OFFLINE",
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("CUDAGYM_OFFLINE", raising=False)
+    dataset = HubDataset(repo_id="someone/some-data", allow_patterns=("*.parquet",), path_env="SOME_PARQUET",
+                         suite="some", env_id="Some-v0", other_ways=("a checkout: ask someone",))
+    text = dataset.how_to_provide()
+    for needle in ("(1) a checkout: ask someone", 'gym.make("Some-v0", suite_options={"path": "<path>"})',
+                   "`cudagym tasks list --suite some --path <path>`", "SOME_PARQUET=<path>",
                    f"hf download someone/some-data --repo-type dataset --cache-dir {tmp_path / 'hf'}"):
         assert needle in text
+    # with the hub client installed and the network allowed there is nothing to install or unset
+    assert "pip install" not in text and "unset" not in text
+
+
+def test_how_to_provide_asks_to_install_or_unset_only_what_stands_in_the_way(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if not installed
+    monkeypatch.setenv("CUDAGYM_OFFLINE", "1")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    text = DATASET.how_to_provide()
+    assert 'install pyarrow (pip install "cudagym[hf]")' in text and "huggingface_hub and" not in text
+    assert "unset CUDAGYM_OFFLINE to allow the one download" in text and "HF_HUB_OFFLINE" not in text
+
+
+def test_cudagym_offline_keeps_the_loader_off_the_network(monkeypatch, tmp_path):
+    import huggingface_hub
+
+    asked = []
+
+    def snapshot_download(repo_id, **kwargs):
+        asked.append(kwargs["local_files_only"])
+        raise FileNotFoundError("not cached")
+
+    monkeypatch.setenv("CUDAGYM_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("CUDAGYM_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    with pytest.raises(DataUnavailableError, match="nothing is downloaded while CUDAGYM_OFFLINE is set"):
+        fetch_snapshot(DATASET)
+    assert asked == [True]  # the cache was looked at; the network never
+    assert hub.hub_offline()

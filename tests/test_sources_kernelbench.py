@@ -88,12 +88,26 @@ def test_other_files_in_a_level_dir_are_ignored(tmp_path):
     assert len(KernelBenchSource(1, root=root)) == 3
 
 
-def test_malformed_file_raises_task_format_error_naming_it(tmp_path):
+def test_a_malformed_file_is_skipped_logged_and_counted_not_fatal_to_its_level(tmp_path, caplog):
     root = write_kernelbench_tree(tmp_path, {1: 3})
     bad = root / "KernelBench" / "level1" / "2_Broken.py"
     bad.write_text("import torch\n\ndef get_inputs():\n    return []\n")
+    (root / "KernelBench" / "level1" / "5_NotPython.py").write_text("this is not python at all (((\n")
+    source = KernelBenchSource(1, root=root)
+    with caplog.at_level("WARNING", logger="cudagym.sources.kernelbench"):
+        ids = source.ids()
+    assert len(ids) == 3 and "L1/2_Broken" not in ids
+    assert [s.id for s in source.skipped_problems] == ["L1/2_Broken", "L1/5_NotPython"]
+    assert "2_Broken.py" in source.skipped_problems[0].reason and "Model" in source.skipped_problems[0].reason
+    assert "not valid Python" in source.skipped_problems[1].reason
+    assert sum("skipping KernelBench problem" in r.getMessage() for r in caplog.records) == 2
+
+
+def test_strict_raises_on_a_malformed_file_naming_it(tmp_path):
+    root = write_kernelbench_tree(tmp_path, {1: 3})
+    (root / "KernelBench" / "level1" / "2_Broken.py").write_text("import torch\n\ndef get_inputs():\n    return []\n")
     with pytest.raises(TaskFormatError) as err:
-        KernelBenchSource(1, root=root).tasks()
+        KernelBenchSource(1, root=root, strict=True).tasks()
     assert "2_Broken.py" in str(err.value)
     assert "Model" in str(err.value)
 
@@ -103,7 +117,10 @@ def test_missing_checkout_says_how_to_provide_it(tmp_path):
     with pytest.raises(DataUnavailableError) as err:
         source.tasks()
     message = str(err.value)
-    assert "root=" in message and "CUDAGYM_KERNELBENCH_DIR" in message and "git clone" in message
+    for needle in ('gym.make("CudaKernel-L1-v0", suite_options={"root": "<path>"})', "--root <path>",
+                   "CUDAGYM_KERNELBENCH_DIR=<path>", "git clone", 'suite_options={"parquet": "<path>"}',
+                   "CUDAGYM_KERNELBENCH_PARQUET=<path>", "hf download ScalingIntelligence/KernelBench"):
+        assert needle in message
     with pytest.raises(DataUnavailableError, match="level1"):
         KernelBenchSource(1, root=tmp_path).tasks()
 
@@ -212,9 +229,11 @@ def test_offline_without_cache_says_how_to_provide_data():
     with pytest.raises(DataUnavailableError) as err:
         KernelBenchHubSource(1).tasks()
     message = str(err.value)
-    for needle in ("ScalingIntelligence/KernelBench", "HF_HUB_OFFLINE", "parquet=", "CUDAGYM_KERNELBENCH_PARQUET",
-                   'pip install "cudagym[hf]"', "hf download ScalingIntelligence/KernelBench"):
+    for needle in ("ScalingIntelligence/KernelBench", "unset HF_HUB_OFFLINE", 'suite_options={"root": "<path>"}',
+                   "CUDAGYM_KERNELBENCH_DIR", 'suite_options={"parquet": "<path>"}', "--parquet <path>",
+                   "CUDAGYM_KERNELBENCH_PARQUET", "hf download ScalingIntelligence/KernelBench"):
         assert needle in message
+    assert "pip install" not in message  # huggingface_hub and pyarrow are installed here
     assert not_chained(err.value)
 
 
@@ -257,15 +276,21 @@ def test_missing_level_split_is_data_unavailable(tmp_path):
         KernelBenchHubSource(2, parquet=root).tasks()
 
 
-def test_malformed_row_raises_task_format_error_naming_it(tmp_path):
+def test_malformed_row_is_skipped_by_default_and_raises_when_strict(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     (tmp_path / "data").mkdir()
-    table = pa.table({"code": ["x = 1\n"], "level": [1], "name": ["7_Bad"], "problem_id": [7]})
+    good = kernelbench_problem(1, 3)[1]
+    table = pa.table({"code": ["x = 1\n", good, None], "level": [1, 1, 1], "name": ["7_Bad", "3_Good", "9_Null"],
+                      "problem_id": [7, 3, 9]})
     pq.write_table(table, tmp_path / "data" / "level_1-00000-of-00001.parquet")
+    source = KernelBenchHubSource(1, parquet=tmp_path)
+    assert source.ids() == ["L1/3_Good"]
+    assert [s.id for s in source.skipped_problems] == ["L1/7_Bad", "L1/9_Null"]
+    assert "7_Bad" in source.skipped_problems[0].reason
     with pytest.raises(TaskFormatError, match="7_Bad"):
-        KernelBenchHubSource(1, parquet=tmp_path).tasks()
+        KernelBenchHubSource(1, parquet=tmp_path, strict=True).tasks()
 
 
 def test_kernelbench_source_picks_checkout_or_parquet(kernelbench_tree, kernelbench_parquet, monkeypatch):

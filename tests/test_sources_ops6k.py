@@ -122,7 +122,8 @@ def test_offline_without_data_says_how_to_provide_it():
     with pytest.raises(DataUnavailableError) as err:
         Ops6KSource().tasks()
     message = str(err.value)
-    for needle in ("BytedTsinghua-SIA/CUDA-Agent-Ops-6K", "path=", "CUDAGYM_OPS6K_PARQUET", 'pip install "cudagym[hf]"',
+    for needle in ("BytedTsinghua-SIA/CUDA-Agent-Ops-6K", 'gym.make("CudaKernel-Ops6K-v0", suite_options={"path":',
+                   "`cudagym tasks list --suite ops6k --path <path>`", "CUDAGYM_OPS6K_PARQUET",
                    "hf download BytedTsinghua-SIA/CUDA-Agent-Ops-6K --repo-type dataset"):
         assert needle in message
 

@@ -49,8 +49,17 @@ def test_generic_level_filter_means_the_suites_own_level(ops6k_parquet, tmp_path
 
 
 def test_unknown_filters_are_config_errors():
-    with pytest.raises(ConfigError, match="suite 'bundled' accepts filters level, levels, root; got min_ops"):
+    with pytest.raises(ConfigError, match=r"suite 'bundled' accepts the options \(suite_options keys\) level, levels, "
+                       "root; got min_ops$"):
         load_source("bundled", min_ops=2)
+
+
+def test_a_misspelt_option_names_each_accepted_one_once_and_the_close_match():
+    with pytest.raises(ConfigError) as err:
+        load_source("kernelbench", rooot="/data")
+    message = str(err.value)
+    assert "level, root, parquet, revision, strict; got rooot; did you mean 'root' for 'rooot'?" in message
+    assert message.count("level") == 1
 
 
 def test_none_filters_are_ignored(kernelbench_tree):

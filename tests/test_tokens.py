@@ -81,7 +81,6 @@ def _fresh_loader_state(monkeypatch, tmp_path):
     """Every test starts with no remembered load outcome, no warning given, and a private tiktoken cache."""
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "test-cache"))
     monkeypatch.setattr(tokens, "_LOADED", {})
-    monkeypatch.setattr(tokens, "_WARNED", set())
 
 
 @pytest.fixture
@@ -252,26 +251,36 @@ def test_special_token_text_is_counted_as_text_not_rejected():
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The default: o200k_base from tiktoken's cache, a bounded download, or the shipped fallback
+# The default: the shipped counter, on every host; tiktoken's encodings by name, from the cache or a bounded download
 
 
-def test_default_without_network_or_cache_falls_back_with_one_warning(no_network, empty_cache, caplog):
-    with caplog.at_level(logging.WARNING, logger="cudagym.tokens"):
+def test_default_is_the_shipped_counter_with_no_network_and_no_warning(no_network, empty_cache, caplog):
+    with caplog.at_level(logging.DEBUG, logger="cudagym.tokens"):
         first = _in_thread(get_token_counter)
         second = _in_thread(get_token_counter)
-    assert first.name == second.name == SHIPPED_NAME
+    assert first.name == second.name == SHIPPED_NAME == tokens.DEFAULT_TOKENIZER
     assert first.count(CUDA_SAMPLE) == get_token_counter(SHIPPED_NAME).count(CUDA_SAMPLE)
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1
-    assert "o200k_base" in warnings[0].getMessage() and SHIPPED_NAME in warnings[0].getMessage()
-    assert str(empty_cache) in warnings[0].getMessage()  # says where to put the file
-    assert len(no_network) == 1  # one attempt, remembered for the second call
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert no_network == []
+
+
+def test_the_default_does_not_depend_on_what_tiktoken_has_cached(no_network, empty_cache, fake_public_encoding):
+    without = _in_thread(get_token_counter)
+    cache = tokens.tiktoken_cache_path(fake_public_encoding.url)
+    cache.parent.mkdir(parents=True)
+    cache.write_bytes(SHIPPED_FILE.read_bytes())
+    assert get_token_counter("fake_base").name == "tiktoken:fake_base"  # now loadable by name
+    with_cache = _in_thread(get_token_counter)
+    assert without.name == with_cache.name == SHIPPED_NAME
+    assert without.count(CUDA_SAMPLE) == with_cache.count(CUDA_SAMPLE)
 
 
 @pytest.mark.parametrize("var", ["CUDAGYM_OFFLINE", "HF_HUB_OFFLINE"])
 def test_offline_switch_touches_no_network(no_network, empty_cache, monkeypatch, var):
     monkeypatch.setenv(var, "1")
     assert _in_thread(get_token_counter).name == SHIPPED_NAME
+    with pytest.raises(DataUnavailableError, match=var):
+        _in_thread(lambda: get_token_counter("o200k_base"))
     assert no_network == []
 
 
@@ -285,10 +294,10 @@ def test_a_hanging_network_is_abandoned_after_the_timeout(empty_cache, monkeypat
     monkeypatch.setattr(socket, "create_connection", hang)
     monkeypatch.setenv(tokens.TIMEOUT_ENV_VAR, "0.5")
     try:
-        counter = _in_thread(get_token_counter, bound_s=20)
+        with pytest.raises(DataUnavailableError, match=r"took over 0\.5 s"):
+            _in_thread(lambda: get_token_counter("o200k_base"), bound_s=20)
     finally:
         release.set()
-    assert counter.name == SHIPPED_NAME
 
 
 def test_explicit_tiktoken_name_that_cannot_load_says_how_to_provide_it(no_network, empty_cache, monkeypatch):
@@ -342,7 +351,6 @@ def fake_public_encoding(monkeypatch):
 
     monkeypatch.setitem(tokens._BLOBS, "fake_base", blob)
     monkeypatch.setattr(tokens, "_constructor", lambda name: constructor)
-    monkeypatch.setattr(tokens, "DEFAULT_ENCODING", "fake_base")
     return blob
 
 
@@ -350,7 +358,7 @@ def test_default_loads_from_a_verified_cache_without_network(no_network, empty_c
     cache = tokens.tiktoken_cache_path(fake_public_encoding.url)
     cache.parent.mkdir(parents=True)
     cache.write_bytes(SHIPPED_FILE.read_bytes())
-    counter = _in_thread(get_token_counter)
+    counter = _in_thread(lambda: get_token_counter("fake_base"))
     assert counter.name == "tiktoken:fake_base"
     assert counter.count(CUDA_SAMPLE) == get_token_counter(SHIPPED_NAME).count(CUDA_SAMPLE)
     assert get_token_counter("tiktoken:fake_base").name == "tiktoken:fake_base"
@@ -361,11 +369,12 @@ def test_a_corrupt_cache_file_is_not_trusted(no_network, empty_cache, fake_publi
     cache = tokens.tiktoken_cache_path(fake_public_encoding.url)
     cache.parent.mkdir(parents=True)
     cache.write_bytes(b"truncated download")
-    assert _in_thread(get_token_counter).name == SHIPPED_NAME
-    assert len(no_network) == 1  # it tried to re-fetch, then fell back
+    with pytest.raises(DataUnavailableError, match="fake_base"):
+        _in_thread(lambda: get_token_counter("fake_base"))
+    assert len(no_network) == 1  # it tried to re-fetch, then said so
 
 
-def test_default_downloads_when_the_network_answers(empty_cache, fake_public_encoding, monkeypatch):
+def test_a_named_encoding_downloads_when_the_network_answers(empty_cache, fake_public_encoding, monkeypatch):
     class FakeConnection:
         def close(self) -> None:
             pass
@@ -376,7 +385,7 @@ def test_default_downloads_when_the_network_answers(empty_cache, fake_public_enc
 
     monkeypatch.setattr(socket, "create_connection", lambda *a, **k: FakeConnection())
     monkeypatch.setattr(tiktoken.load, "read_file", fake_fetch)
-    counter = _in_thread(get_token_counter)
+    counter = _in_thread(lambda: get_token_counter("fake_base"))
     assert counter.name == "tiktoken:fake_base"
     # tiktoken wrote its cache: the next process would load offline
     assert tokens.tiktoken_cache_path(fake_public_encoding.url).read_bytes() == SHIPPED_FILE.read_bytes()
@@ -485,7 +494,7 @@ def test_bad_spec_names_the_accepted_kinds(bad):
 def test_bad_timeout_setting(empty_cache, no_network, monkeypatch):
     monkeypatch.setenv(tokens.TIMEOUT_ENV_VAR, "soon")
     with pytest.raises(ConfigError, match=tokens.TIMEOUT_ENV_VAR):
-        get_token_counter()
+        get_token_counter("o200k_base")
 
 
 def test_a_counter_passes_through_and_pickles_by_name():
@@ -569,3 +578,23 @@ def test_cli_trains_on_given_files(tmp_path):
     assert len(ranks) == 300
     assert isinstance(train_bpe(count_words([corpus.read_text()]), 300), BpeVocabulary)
     assert ranks == train_bpe(count_words([corpus.read_text()]), 300).ranks
+
+
+@pytest.mark.parametrize("text", [" " * 1_000_000, "\n" * 1_000_000, " \t" * 600_000, "x " * 700_000])
+def test_a_million_characters_of_whitespace_count_without_a_panic(text):
+    counter = get_token_counter(SHIPPED_NAME)
+    assert counter.count(text) > 0
+
+
+def test_pieces_cover_the_text_and_prefer_newlines():
+    text = ("a" * 40 + "\n") * 5_000
+    pieces = list(tokens._pieces(text, size=1000))
+    assert "".join(pieces) == text and all(len(p) <= 1000 for p in pieces)
+    assert all(p.endswith("\n") for p in pieces)
+    assert list(tokens._pieces("abc", size=1000)) == ["abc"]
+    assert [len(p) for p in tokens._pieces(" " * 2500, size=1000)] == [1000, 1000, 500]
+
+
+def test_short_texts_count_as_before():
+    counter = get_token_counter(SHIPPED_NAME)
+    assert counter.count(CUDA_SAMPLE) == len(shipped_encoding().encode_ordinary(CUDA_SAMPLE))

@@ -252,3 +252,31 @@ def test_nothing_is_written_outside_the_parent(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ws"]
     space.close()
     assert list(parent.iterdir()) == []
+
+
+def test_a_workspace_never_closed_is_removed_when_the_interpreter_exits(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = ("from cudagym.workspace import Workspace\n"
+            f"ws = Workspace.create(instructions='i', reference='r', parent={str(tmp_path)!r})\n"
+            "ws.write_text('model_new.py', 'x')\nprint(ws.root)\n")  # exits without ws.close()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    root = Path(done.stdout.strip())
+    assert root.parent == tmp_path and not root.exists()
+
+
+def test_an_unpickled_workspace_keeps_its_directory_until_closed(tmp_path: Path) -> None:
+    import gc
+    import pickle
+
+    ws = Workspace.create(instructions="i", reference="r", parent=tmp_path)
+    ws.write_text("model_new.py", "x")
+    clone = pickle.loads(pickle.dumps(ws))
+    gc.collect()
+    assert clone.root.is_dir() and clone.read_text("model_new.py") == "x"
+    root = clone.root
+    del clone
+    gc.collect()
+    assert not root.exists()  # dropped without close(): removed all the same
+    ws.close()

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from importlib import resources
 from pathlib import Path
 
-from cudagym.errors import ConfigError, DataUnavailableError
+from cudagym.errors import ConfigError, DataUnavailableError, UnknownTaskError
 from cudagym.solution import Solution
 from cudagym.sources.base import TaskSource
 from cudagym.task import Task, make_task
@@ -87,7 +87,13 @@ class BundledSource(TaskSource):
         if not tasks_dir.is_dir():
             raise DataUnavailableError(f"expected the bundled tasks at {tasks_dir}, not found; {_REINSTALL}")
         tasks: list[Task] = []
-        for level, folder in _level_dirs(tasks_dir):
+        present = _level_dirs(tasks_dir)
+        if self.levels is not None and present and not set(self.levels) & {lv for lv, _ in present}:
+            raise UnknownTaskError(
+                f"the bundled suite has no level {', '.join(map(str, self.levels))}; its levels are "
+                f"{', '.join(str(lv) for lv, _ in present)} (`cudagym tasks list --suite bundled` lists them all)"
+            )
+        for level, folder in present:
             if self.levels is None or level in self.levels:
                 tasks.extend(_load_level(folder, level))
         if not tasks:

@@ -3,8 +3,9 @@
 Examples::
 
     cudagym tasks list                          # the bundled suite
-    cudagym tasks list --suite kernelbench --level 1 --json
-    cudagym tasks show L1/19_ReLU
+    cudagym tasks list --suite kernelbench --root ~/KernelBench --level 1 --json
+    cudagym tasks list --suite ops6k --path data.parquet --max-ops 2 --ops ReLU --limit 20
+    cudagym tasks show L1/19_ReLU --root ~/KernelBench
 """
 
 from __future__ import annotations
@@ -25,26 +26,42 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``list`` and ``show`` actions and their options."""
     actions = parser.add_subparsers(dest="action", required=True, metavar="{list,show}")
     listing = actions.add_parser("list", help="list the tasks of a suite")
-    listing.add_argument(
-        "--suite", default=DEFAULT_SUITE, choices=suite_names(),
-        help=f"which suite (default: {DEFAULT_SUITE}; data locations come from the environment variables "
-        "CUDAGYM_KERNELBENCH_DIR, CUDAGYM_KERNELBENCH_PARQUET, CUDAGYM_OPS6K_PARQUET, else the HF hub)",
-    )
+    listing.add_argument("--suite", default=DEFAULT_SUITE, choices=suite_names(),
+                         help=f"which suite (default: {DEFAULT_SUITE})")
     listing.add_argument(
         "--level", type=int, default=None,
         help="only this level (KernelBench level; bundled level; Ops-6K number of composed ops)",
     )
+    _data_options(listing)
+    ops6k = listing.add_argument_group("Ops-6K filters")
+    ops6k.add_argument("--min-ops", type=int, default=None, help="at least this many composed torch ops")
+    ops6k.add_argument("--max-ops", type=int, default=None, help="at most this many composed torch ops")
+    ops6k.add_argument("--ops", nargs="+", default=None, metavar="OP",
+                       help="rows that use every one of these ops (e.g. Conv2d ReLU; case-insensitive)")
+    ops6k.add_argument("--limit", type=int, default=None, help="at most this many tasks, in row order")
     listing.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     show = actions.add_parser("show", help="show one task by id")
-    show.add_argument("id", help="task id, e.g. L1/19_ReLU, bundled/L1/01_ReLU, ops6k/000123_Conv2d_ReLU")
+    show.add_argument("id", help="task id, e.g. L1/19_ReLU, bundled/L1/01_Swish, ops6k/000123_Conv2d_ReLU")
+    _data_options(show)
     show.add_argument("--json", action="store_true", help="print the task as a JSON object")
+
+
+def _data_options(parser: argparse.ArgumentParser) -> None:
+    data = parser.add_argument_group(
+        "where the data is", "default: the environment variables CUDAGYM_KERNELBENCH_DIR, "
+        "CUDAGYM_KERNELBENCH_PARQUET, CUDAGYM_OPS6K_PARQUET, else the Hugging Face hub cache")
+    data.add_argument("--root", default=None, help="a KernelBench checkout (the repository root or KernelBench/)")
+    data.add_argument("--parquet", default=None, help="KernelBench parquet file or folder (the hub data set's)")
+    data.add_argument("--path", default=None, help="Ops-6K parquet file or folder (data.parquet)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``tasks list`` or ``tasks show``; returns the exit code."""
+    data = {"root": args.root, "parquet": args.parquet, "path": args.path}
     if args.action == "list":
-        return _list(args.suite, args.level, as_json=args.json)
-    return _show(args.id, as_json=args.json)
+        filters = {**data, "min_ops": args.min_ops, "max_ops": args.max_ops, "ops": args.ops, "limit": args.limit}
+        return _list(args.suite, args.level, {k: v for k, v in filters.items() if v is not None}, as_json=args.json)
+    return _show(args.id, {k: v for k, v in data.items() if v is not None}, as_json=args.json)
 
 
 def _summary(task: Task) -> dict[str, Any]:
@@ -58,8 +75,8 @@ def _summary(task: Task) -> dict[str, Any]:
     }
 
 
-def _list(suite: str, level: int | None, *, as_json: bool) -> int:
-    source = load_source(suite, level=level)
+def _list(suite: str, level: int | None, options: dict[str, Any], *, as_json: bool) -> int:
+    source = load_source(suite, level=level, **options)
     tasks = source.tasks()
     if as_json:
         json.dump([_summary(t) for t in tasks], sys.stdout, indent=2)
@@ -71,8 +88,8 @@ def _list(suite: str, level: int | None, *, as_json: bool) -> int:
     return 0
 
 
-def _show(task_id: str, *, as_json: bool) -> int:
-    task = get_task(task_id)
+def _show(task_id: str, options: dict[str, Any], *, as_json: bool) -> int:
+    task = get_task(task_id, **options)
     if as_json:
         json.dump(task.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")

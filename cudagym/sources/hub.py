@@ -5,16 +5,19 @@ are optional (the ``hf`` extra) and imported only when a hub source loads. Neith
 network is needed once the files are in the cache or a local parquet path is given.
 
 Caching is cache-first: a snapshot already in the cache is used without asking the network; the network is
-asked only on a cache miss (or with ``refresh=True``). ``HF_HUB_OFFLINE=1`` forbids the network entirely.
+asked only on a cache miss (or with ``refresh=True``). ``CUDAGYM_OFFLINE=1`` or ``HF_HUB_OFFLINE=1`` forbids
+the network entirely.
 Errors raised inside ``huggingface_hub`` or ``pyarrow`` are caught here and re-raised as
 :class:`~cudagym.errors.DataUnavailableError` saying how to provide the data.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import re
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +28,7 @@ from cudagym.errors import DataUnavailableError
 logger = logging.getLogger(__name__)
 
 INSTALL_HINT = 'pip install "cudagym[hf]"'
+OFFLINE_ENV_VARS = ("CUDAGYM_OFFLINE", "HF_HUB_OFFLINE")
 _TRUE = {"1", "true", "yes", "on"}
 
 
@@ -36,23 +40,60 @@ class HubDataset:
         repo_id: Hub repository, e.g. ``ScalingIntelligence/KernelBench``.
         allow_patterns: Files of the repository to fetch (fnmatch patterns on the repo path).
         path_env: Environment variable that points at local parquet files instead.
-        path_arg: Name of the source's argument that does the same.
+        path_arg: Name of the suite option (``suite_options`` key, source argument) that does the same.
+        suite: Suite name, for the ``cudagym tasks`` command in messages.
+        env_id: An env id of the suite, for the ``gym.make`` call in messages.
+        other_ways: Further ways to provide the data, named before the parquet and hub ones (a checkout).
     """
 
     repo_id: str
     allow_patterns: tuple[str, ...]
     path_env: str
     path_arg: str = "path"
+    suite: str = ""
+    env_id: str = ""
+    other_ways: tuple[str, ...] = ()
 
     def how_to_provide(self) -> str:
-        """The ways to make this data set available, as one sentence for an error message."""
+        """Every way to make this data set available, in ``gym.make``, CLI and environment terms."""
+        parquet = "a local parquet file or folder of the data set: " + provide_option(
+            self.env_id, self.suite, self.path_arg, self.path_env)
+        ways = [*self.other_ways, parquet, self._hub_way()]
+        numbered = "; ".join(f"({n}) {way}" for n, way in enumerate(ways, start=1))
+        return f"provide the data in one of these ways: {numbered}"
+
+    def _hub_way(self) -> str:
+        steps = []
+        missing = [name for name in ("huggingface_hub", "pyarrow") if not _installed(name)]
+        if missing:
+            steps.append(f"install {' and '.join(missing)} ({INSTALL_HINT})")
+        offline = [name for name in OFFLINE_ENV_VARS if _is_true(os.environ.get(name))]
+        if offline:
+            steps.append(f"unset {' and '.join(offline)} to allow the one download")
+        needs = f" ({'; '.join(steps)})" if steps else ""
         return (
-            f"pass {self.path_arg}=<parquet file or folder>, or set {self.path_env}=<parquet file or folder>, "
-            f"or install the hub client ({INSTALL_HINT}) and allow network access (unset HF_HUB_OFFLINE), "
-            f"or fetch it once on a machine with network access with `hf download {self.repo_id} "
-            f"--repo-type dataset --cache-dir {hub_cache_dir()}` (`huggingface-cli download` with the "
-            f"same arguments on huggingface_hub < 0.34)"
+            f"the Hugging Face hub copy {self.repo_id}, downloaded once into {hub_cache_dir()}{needs}; or fetched "
+            f"on a machine with network access with `hf download {self.repo_id} --repo-type dataset --cache-dir "
+            f"{hub_cache_dir()}` (`huggingface-cli download` on huggingface_hub < 0.34) and the folder copied here"
         )
+
+
+def _installed(module: str) -> bool:
+    """True when ``module`` can be imported (checked without importing it)."""
+    if module in sys.modules:
+        return sys.modules[module] is not None  # None: import blocked on purpose
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def provide_option(env_id: str, suite: str, option: str, env_var: str, what: str = "<path>") -> str:
+    """``gym.make(..., suite_options={option: ...})``, ``cudagym tasks list --suite S --option``, or the env var."""
+    options = f'suite_options={{"{option}": "{what}"}}'
+    make = f'gym.make("{env_id}", {options})' if env_id else options
+    cli = f"`cudagym tasks list --suite {suite} --{option} {what}`" if suite else ""
+    return ", ".join(part for part in (make, cli, f"or {env_var}={what}") if part)
 
 
 def cache_dir() -> Path:
@@ -71,8 +112,12 @@ def hub_cache_dir() -> Path:
 
 
 def hub_offline() -> bool:
-    """True when ``HF_HUB_OFFLINE`` forbids network access."""
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE
+    """True when ``CUDAGYM_OFFLINE`` or ``HF_HUB_OFFLINE`` forbids network access."""
+    return any(_is_true(os.environ.get(name)) for name in OFFLINE_ENV_VARS)
+
+
+def _is_true(value: str | None) -> bool:
+    return (value or "").strip().lower() in _TRUE
 
 
 def fetch_snapshot(dataset: HubDataset, *, revision: str | None = None, refresh: bool = False) -> Path:
@@ -99,7 +144,8 @@ def fetch_snapshot(dataset: HubDataset, *, revision: str | None = None, refresh:
                 return cached
     if hub_offline():
         raise DataUnavailableError(
-            f"{dataset.repo_id} is not in the cache ({cache}) and HF_HUB_OFFLINE forbids downloading it; "
+            f"{dataset.repo_id} is not in the cache ({cache}) and nothing is downloaded while "
+            f"{' or '.join(n for n in OFFLINE_ENV_VARS if _is_true(os.environ.get(n)))} is set; "
             f"{dataset.how_to_provide()}"
         )
     logger.info("downloading %s (%s) into %s", dataset.repo_id, ", ".join(dataset.allow_patterns), cache)

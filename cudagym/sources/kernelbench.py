@@ -6,7 +6,9 @@
   ``problem_id``.
 
 Task ids are ``L{level}/<id>_<Name>`` (``L1/19_ReLU``), in numeric problem order. Files are parsed, never
-executed.
+executed. A problem that is not KernelBench format (a local edit gone wrong) is skipped with a warning and
+counted in ``skipped`` (``skipped_problems`` says why; ``strict=True`` raises instead), as Ops-6K does: one
+bad file never makes a whole level unloadable.
 """
 
 from __future__ import annotations
@@ -15,12 +17,20 @@ import logging
 import os
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cudagym.errors import ConfigError, DataUnavailableError
+from cudagym.errors import ConfigError, DataUnavailableError, TaskFormatError
 from cudagym.sources.base import TaskSource
-from cudagym.sources.hub import HubDataset, fetch_snapshot, files_for_split, parquet_files, read_rows
+from cudagym.sources.hub import (
+    HubDataset,
+    fetch_snapshot,
+    files_for_split,
+    parquet_files,
+    provide_option,
+    read_rows,
+)
 from cudagym.task import Task, make_task
 
 logger = logging.getLogger(__name__)
@@ -30,15 +40,58 @@ LEVELS = (1, 2, 3, 4)
 ROOT_ENV = "CUDAGYM_KERNELBENCH_DIR"
 PARQUET_ENV = "CUDAGYM_KERNELBENCH_PARQUET"
 REPO_URL = "https://github.com/ScalingIntelligence/KernelBench"
+ENV_ID = "CudaKernel-L1-v0"
+CHECKOUT_WAY = (
+    f"a KernelBench checkout (`git clone {REPO_URL}`; the repository root or its KernelBench/ folder): "
+    + provide_option(ENV_ID, SUITE, "root", ROOT_ENV)
+)
 HF_DATASET = HubDataset(
     repo_id="ScalingIntelligence/KernelBench",
     allow_patterns=("*.parquet",),
     path_env=PARQUET_ENV,
     path_arg="parquet",
+    suite=SUITE,
+    env_id=ENV_ID,
+    other_ways=(CHECKOUT_WAY,),
 )
 HF_COLUMNS = ("code", "level", "name", "problem_id")
 
 _PROBLEM_FILE = re.compile(r"^(\d+)_(.+)\.py$")
+
+
+@dataclass(frozen=True)
+class SkippedProblem:
+    """A KernelBench problem that could not be made into a task.
+
+    Attributes:
+        id: The task id it would have had.
+        reason: What is wrong, naming the file or row.
+    """
+
+    id: str
+    reason: str
+
+
+class _Skipping:
+    """Turns malformed problems into :class:`SkippedProblem` records (or raises them, when strict)."""
+
+    def __init__(self, strict: bool) -> None:
+        self.strict = strict
+        self.skipped: list[SkippedProblem] = []
+
+    def task(self, source: object, *, id: str, level: int, name: str, origin: str,
+             metadata: dict[str, Any]) -> Task | None:
+        """The task, or None (logged and recorded) when the source is not KernelBench format."""
+        try:
+            if not isinstance(source, str):
+                raise TaskFormatError(f"{origin}: expected Python source in the code column, got none")
+            return make_task(source, id=id, suite=SUITE, level=level, name=name, origin=origin, metadata=metadata)
+        except TaskFormatError as exc:
+            if self.strict:
+                raise
+            logger.warning("skipping KernelBench problem %s: %s", id, exc)
+            self.skipped.append(SkippedProblem(id, str(exc)))
+            return None
 
 
 def normalize_levels(level: int | Iterable[int] | None) -> tuple[int, ...]:
@@ -62,11 +115,7 @@ def task_id(level: int, name: str) -> str:
 
 
 def _checkout_hint() -> str:
-    return (
-        f"pass root=<path>, or set {ROOT_ENV}=<path> to a KernelBench checkout "
-        f"(`git clone {REPO_URL}`; the repository root or its KernelBench/ folder), "
-        f"or load the Hugging Face copy instead (kernelbench_source() without a root)"
-    )
+    return HF_DATASET.how_to_provide()
 
 
 def find_checkout(root: str | Path | None = None) -> Path:
@@ -98,6 +147,8 @@ class KernelBenchSource(TaskSource):
         level: One level (1-4), several, or None for all.
         root: The checkout (repository root or its ``KernelBench/`` folder); ``$CUDAGYM_KERNELBENCH_DIR``
             when None. Resolved when the tasks are first loaded.
+        strict: Raise on a file that is not KernelBench format; by default it is skipped, logged and
+            counted in :attr:`skipped`.
 
     Example:
         >>> src = KernelBenchSource(1, root="~/KernelBench")  # doctest: +SKIP
@@ -107,10 +158,22 @@ class KernelBenchSource(TaskSource):
 
     suite = SUITE
 
-    def __init__(self, level: int | Iterable[int] | None = None, root: str | Path | None = None) -> None:
+    def __init__(self, level: int | Iterable[int] | None = None, root: str | Path | None = None, *,
+                 strict: bool = False) -> None:
         super().__init__()
         self.levels = normalize_levels(level)
         self._root = root
+        self._skipping = _Skipping(strict)
+
+    @property
+    def skipped(self) -> int:
+        """How many problems were skipped as malformed (0 before loading)."""
+        return len(self._skipping.skipped)
+
+    @property
+    def skipped_problems(self) -> tuple[SkippedProblem, ...]:
+        """The skipped problems with their reasons."""
+        return tuple(self._skipping.skipped)
 
     def describe(self) -> str:
         """Where the tasks come from."""
@@ -119,13 +182,14 @@ class KernelBenchSource(TaskSource):
 
     def _load(self) -> Sequence[Task]:
         base = find_checkout(self._root)
+        self._skipping.skipped.clear()
         tasks: list[Task] = []
         for level in self.levels:
-            tasks.extend(_load_level_dir(base, level))
+            tasks.extend(_load_level_dir(base, level, self._skipping))
         return tasks
 
 
-def _load_level_dir(base: Path, level: int) -> list[Task]:
+def _load_level_dir(base: Path, level: int, skipping: _Skipping) -> list[Task]:
     folder = base / f"level{level}"
     if not folder.is_dir():
         raise DataUnavailableError(f"expected KernelBench level {level} at {folder}, not found; {_checkout_hint()}")
@@ -143,13 +207,11 @@ def _load_level_dir(base: Path, level: int) -> list[Task]:
     tasks = []
     for problem_id, path in sorted(numbered, key=lambda item: (item[0], item[1].name)):
         name = path.stem
-        tasks.append(
-            make_task(
-                path.read_text(encoding="utf-8"),
-                id=task_id(level, name), suite=SUITE, level=level, name=name, origin=str(path),
-                metadata={"problem_id": problem_id, "source": "checkout"},
-            )
-        )
+        task = skipping.task(path.read_text(encoding="utf-8", errors="replace"), id=task_id(level, name),
+                             level=level, name=name, origin=str(path),
+                             metadata={"problem_id": problem_id, "source": "checkout"})
+        if task is not None:
+            tasks.append(task)
     return tasks
 
 
@@ -165,6 +227,8 @@ class KernelBenchHubSource(TaskSource):
             ``level`` column, files by split name where they carry one.
         revision: Hub branch, tag or commit (default: the main branch).
         refresh: Ask the hub even when a cached snapshot exists.
+        strict: Raise on a row that is not KernelBench format; by default it is skipped, logged and
+            counted in :attr:`skipped`.
     """
 
     suite = SUITE
@@ -176,8 +240,10 @@ class KernelBenchHubSource(TaskSource):
         *,
         revision: str | None = None,
         refresh: bool = False,
+        strict: bool = False,
     ) -> None:
         super().__init__()
+        self._skipping = _Skipping(strict)
         self.levels = normalize_levels(level)
         self._parquet = parquet if parquet is not None else os.environ.get(PARQUET_ENV) or None
         self._revision = revision
@@ -188,8 +254,19 @@ class KernelBenchHubSource(TaskSource):
         where = self._parquet or f"hub {HF_DATASET.repo_id}"
         return f"KernelBench parquet {where} (levels {', '.join(map(str, self.levels))})"
 
+    @property
+    def skipped(self) -> int:
+        """How many rows were skipped as malformed (0 before loading)."""
+        return len(self._skipping.skipped)
+
+    @property
+    def skipped_problems(self) -> tuple[SkippedProblem, ...]:
+        """The skipped rows with their reasons."""
+        return tuple(self._skipping.skipped)
+
     def _load(self) -> Sequence[Task]:
         how_to = HF_DATASET.how_to_provide()
+        self._skipping.skipped.clear()
         root = self._parquet or fetch_snapshot(HF_DATASET, revision=self._revision, refresh=self._refresh)
         files = parquet_files(root, how_to=how_to)
         tasks: list[Task] = []
@@ -200,7 +277,7 @@ class KernelBenchHubSource(TaskSource):
                 raise DataUnavailableError(
                     f"expected KernelBench level {level} rows (split level_{level}) in {root}, found none; {how_to}"
                 )
-            tasks.extend(_tasks_from_rows(rows, level, origin=f"{root}:level_{level}"))
+            tasks.extend(_tasks_from_rows(rows, level, origin=f"{root}:level_{level}", skipping=self._skipping))
         return tasks
 
 
@@ -210,7 +287,7 @@ def _row_level(row: dict[str, Any]) -> int | None:
     return int(match.group()) if match else None
 
 
-def _tasks_from_rows(rows: list[dict[str, Any]], level: int, *, origin: str) -> list[Task]:
+def _tasks_from_rows(rows: list[dict[str, Any]], level: int, *, origin: str, skipping: _Skipping) -> list[Task]:
     by_id: dict[str, Task] = {}
     for row in sorted(rows, key=lambda r: (int(r["problem_id"]), str(r["name"]))):
         name = str(row["name"]).removesuffix(".py")
@@ -218,10 +295,10 @@ def _tasks_from_rows(rows: list[dict[str, Any]], level: int, *, origin: str) -> 
         if tid in by_id:  # the same split present twice (e.g. data/ and a converted copy)
             logger.debug("skipping duplicate KernelBench row %s in %s", tid, origin)
             continue
-        by_id[tid] = make_task(
-            row["code"], id=tid, suite=SUITE, level=level, name=name, origin=f"{origin}:{name}",
-            metadata={"problem_id": int(row["problem_id"]), "source": "hub"},
-        )
+        task = skipping.task(row["code"], id=tid, level=level, name=name, origin=f"{origin}:{name}",
+                             metadata={"problem_id": int(row["problem_id"]), "source": "hub"})
+        if task is not None:
+            by_id[tid] = task
     return list(by_id.values())
 
 
@@ -231,6 +308,7 @@ def kernelbench_source(
     root: str | Path | None = None,
     parquet: str | Path | None = None,
     revision: str | None = None,
+    strict: bool = False,
 ) -> TaskSource:
     """The KernelBench source the user has set up: a checkout when one is named, else the hub copy.
 
@@ -238,5 +316,5 @@ def kernelbench_source(
     ``$CUDAGYM_KERNELBENCH_PARQUET``, then the hub (cache first).
     """
     if root is not None or (parquet is None and os.environ.get(ROOT_ENV)):
-        return KernelBenchSource(level, root=root)
-    return KernelBenchHubSource(level, parquet=parquet, revision=revision)
+        return KernelBenchSource(level, root=root, strict=strict)
+    return KernelBenchHubSource(level, parquet=parquet, revision=revision, strict=strict)

@@ -33,6 +33,8 @@ HF_DATASET = HubDataset(
     allow_patterns=("*.parquet",),
     path_env=PARQUET_ENV,
     path_arg="path",
+    suite=SUITE,
+    env_id="CudaKernel-Ops6K-v0",
 )
 COLUMNS = ("ops", "data_source", "code")
 NON_TORCH_LEVEL = 0

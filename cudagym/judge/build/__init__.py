@@ -28,6 +28,7 @@ from cudagym.judge.build.cache import BuildCache, default_cache_root
 from cudagym.judge.build.extension import build_extension
 from cudagym.judge.build.inline import build_inline
 from cudagym.judge.build.process import COMPILER_MEMORY_BYTES, compile_slots
+from cudagym.judge.build.pycheck import check_model_new, failed_python_checks, not_python, with_python_checks
 from cudagym.judge.build.raw import build_raw
 from cudagym.judge.protocol import Protocol, get_protocol
 from cudagym.judge.records import BuildResult, BuildStatus, Isolation
@@ -80,12 +81,18 @@ def build(
         raise ConfigError(f"expected a solution format with a builder ({', '.join(sorted(BUILDERS))}), "
                           f"got {solution.format!r}; register one with register_builder()")
     start = time.monotonic()
+    # model_new.py read statically, never run here: the builders of extension and raw never look at it
+    checks = check_model_new(solution.files.get("model_new.py"), solution.format)
     try:
         isolation = confine.isolation(limits=build_limits_words())
-        result = builder(task, solution, get_protocol(protocol), cache or default_cache())
+        if not_python(checks) and solution.format == "inline":  # its build would run a file that cannot run
+            result = failed_python_checks(solution.format, checks)
+        else:
+            result = with_python_checks(builder(task, solution, get_protocol(protocol), cache or default_cache()),
+                                        checks)
     except (BuildToolError, SandboxUnavailableError) as exc:
         isolation = Isolation()
-        result = BuildResult(BuildStatus.TOOL_ERROR, solution.format, message=str(exc))
+        result = with_python_checks(BuildResult(BuildStatus.TOOL_ERROR, solution.format, message=str(exc)), checks)
     wall = time.monotonic() - start
     result = dataclasses.replace(result, isolation=isolation)
     logger.info("build %s (%s): %s in %.2f s%s", task.id, solution.format, result.status.value, wall,
