@@ -3,7 +3,8 @@
 =======================================  ==============================================================
 module                                   agent
 =======================================  ==============================================================
-:mod:`cudagym.baselines.scripted`        ``ScriptedAgent``: replays a known solution (``cudagym demo``)
+:mod:`cudagym.baselines.scripted`        ``ScriptedAgent``: replays a known solution
+:mod:`cudagym.baselines.demo`            ``cudagym demo``: the scripted agent over the bundled suite
 :mod:`cudagym.baselines.random_agent`    ``RandomAgent``: random, well-formed tool calls (the floor)
 :mod:`cudagym.baselines.chat`            ``ChatAgent``: any OpenAI-compatible chat-completions endpoint
 :mod:`cudagym.baselines.standin`         a loopback chat-completions stand-in that replays solutions

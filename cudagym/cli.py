@@ -44,7 +44,7 @@ class Command:
 
 COMMANDS: dict[str, Command] = {
     "tasks": Command("cudagym.sources.commands", "list the tasks of a suite, or show one task"),
-    "demo": Command("cudagym.demo", "replay bundled reference solutions through the env's tool calls"),
+    "demo": Command("cudagym.baselines.demo", "replay bundled reference solutions through the env's tool calls"),
     "baselines": Command("cudagym.judge.baselines", "time eager and torch.compile baselines for tasks"),
 }
 

@@ -16,7 +16,7 @@ from conftest_env import TOKENIZER
 from cudagym.baselines.scripted import JUDGE_STEPS, ScriptedAgent, replay
 from fakes import FakeJudge, incorrect_result
 
-from cudagym import demo
+from cudagym.baselines import demo
 from cudagym.cli import main
 from cudagym.env import JUDGES, CudaKernelEnv
 from cudagym.errors import ConfigError, UnknownTaskError

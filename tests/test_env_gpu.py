@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from cudagym.baselines.scripted import ScriptedAgent, replay
 
-from cudagym import demo
+from cudagym.baselines import demo
 from cudagym.env import CudaKernelEnv
 from cudagym.errors import DataUnavailableError
 from cudagym.sources.bundled import BundledSource

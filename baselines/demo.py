@@ -18,7 +18,8 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from cudagym.baselines.scripted import JUDGE_STEPS, EpisodeRecord, ScriptedAgent, Turn, replay
+from cudagym.baselines.scripted import JUDGE_STEPS, ScriptedAgent, replay
+from cudagym.rollout import EpisodeRecord, Turn
 from cudagym.env import JUDGES, CudaKernelEnv
 from cudagym.errors import UnknownTaskError
 from cudagym.judge.harness import COMPILE_FAILED_PREFIX
