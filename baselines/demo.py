@@ -19,13 +19,14 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from cudagym.baselines.scripted import JUDGE_STEPS, ScriptedAgent, replay
-from cudagym.rollout import EpisodeRecord, Turn
+
 from cudagym.env import JUDGES, CudaKernelEnv
 from cudagym.errors import UnknownTaskError
 from cudagym.judge.harness import COMPILE_FAILED_PREFIX
 from cudagym.judge.interface import Judge
 from cudagym.judge.protocol import get_protocol
 from cudagym.progress import ShowProgress, waiting
+from cudagym.rollout import EpisodeRecord, Turn
 from cudagym.task import Task
 
 DEFAULT_COUNT = 3

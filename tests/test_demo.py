@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from conftest import write_bundled_tree
 from conftest_env import TOKENIZER
+from cudagym.baselines import demo
 from cudagym.baselines.scripted import JUDGE_STEPS, ScriptedAgent, replay
 from fakes import FakeJudge, incorrect_result
 
-from cudagym.baselines import demo
 from cudagym.cli import main
 from cudagym.env import JUDGES, CudaKernelEnv
 from cudagym.errors import ConfigError, UnknownTaskError

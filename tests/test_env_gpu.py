@@ -11,9 +11,9 @@ import io
 from pathlib import Path
 
 import pytest
+from cudagym.baselines import demo
 from cudagym.baselines.scripted import ScriptedAgent, replay
 
-from cudagym.baselines import demo
 from cudagym.env import CudaKernelEnv
 from cudagym.errors import DataUnavailableError
 from cudagym.sources.bundled import BundledSource
