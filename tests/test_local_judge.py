@@ -306,3 +306,27 @@ def test_warm_up_builds_the_examples_of_the_default_build_stage(tmp_path):
 
     cache = BuildCache(tmp_path)
     assert torch_prelude(host_toolchain(cache), cache, tmp_path / "scratch").precompiled
+
+
+def test_close_does_not_wait_for_running_builds_and_kills_their_compilers(tmp_path):
+    from faults import processes_running
+
+    from cudagym.judge.build.process import Deadline, run_tool
+
+    token = f"{time.time_ns() % 10**9}.5"
+
+    def slow_build(task, solution, protocol) -> BuildResult:  # a compiler that would run for a minute
+        run_tool(["sleep", token], cwd=tmp_path, deadline=Deadline(60), max_output_bytes=100)
+        return BuildResult(BuildStatus.OK, solution.format)
+
+    judge = LocalJudge("cudagym", devices="none", build_fn=slow_build, cache_dir=tmp_path / "cache")
+    judge.submit(relu_task(), candidate("good_relu"))
+    deadline = time.monotonic() + 60
+    while not processes_running(token) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_running(token)
+    started = time.monotonic()
+    judge.close()
+    assert time.monotonic() - started < 5
+    time.sleep(0.5)
+    assert not processes_running(token)

@@ -36,6 +36,7 @@ from typing import Any
 from cudagym.errors import ConfigError
 from cudagym.judge import confine
 from cudagym.judge.baselines import BaselineCache, BaselineKey, is_reference_job, reference_solution
+from cudagym.judge.build.process import BUILD_OWNER, kill_running_tools
 from cudagym.judge.interface import EvalMode, Judge
 from cudagym.judge.job import Job, KnownBaselines
 from cudagym.judge.journal import Journal
@@ -170,6 +171,7 @@ class _Backend:
         self._given_gpus = gpus
         self._memo: OrderedDict[tuple[str, ...], BuildResult] = OrderedDict()
         self.lock = threading.Lock()
+
         self.baseline_jobs: dict[BaselineKey, Future[EvalResult]] = {}
         self._inflight: dict[tuple[str, ...], Future[BuildResult]] = {}
 
@@ -214,6 +216,7 @@ class _Backend:
         return future
 
     def _build_now(self, task: Task, solution: Solution, protocol: Protocol) -> BuildResult:
+        owner = BUILD_OWNER.set(self)  # close() kills this build's compilers
         try:
             if self._build_callable is None:
                 assert isinstance(self.build_fn, str)
@@ -222,6 +225,8 @@ class _Backend:
         except Exception as exc:  # a broken build stage is the judge's problem, not the candidate's
             log.exception("build stage failed for task %s", task.id)
             return BuildResult(BuildStatus.TOOL_ERROR, solution.format, message=f"the build stage failed: {exc!r}")
+        finally:
+            BUILD_OWNER.reset(owner)
 
     def _remember(self, key: tuple[str, ...], future: Future[BuildResult]) -> None:
         with self._lock:
@@ -258,7 +263,9 @@ class _Backend:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
-        self.builds.shutdown(wait=True, cancel_futures=True)
+        # never wait for running builds (minutes under the build timeout): their results have no reader now
+        self.builds.shutdown(wait=False, cancel_futures=True)
+        kill_running_tools(self)
         shutil.rmtree(self.root, ignore_errors=True)
 
 

@@ -13,6 +13,7 @@ private ``HOME``/``TMPDIR``, rlimits, the watchdog and, where the host allows, n
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import enum
 import json
@@ -41,6 +42,9 @@ _READ_CHUNK_BYTES = 64 * 1024
 # Address space of one compiler process: cc1plus parsing torch's headers (and writing their PCH) peaks near
 # 2 GiB; cicc and ptxas on a large kernel stay under 1 GiB. A template bomb stops at this, not at the host's.
 COMPILER_MEMORY_BYTES = 6 * GiB
+# The judge a build runs for (set around each build; compile_units carries it into its threads): closing a
+# judge kills its running compilers instead of waiting for them.
+BUILD_OWNER: contextvars.ContextVar[object] = contextvars.ContextVar("cudagym_build_owner", default=None)
 
 
 @dataclass(frozen=True)
@@ -182,6 +186,26 @@ def _run(argv: Sequence[str], command: Sequence[str], cwd: str | Path, env: Mapp
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     except OSError as exc:
         return ToolRun(tuple(argv), RunOutcome.NOT_FOUND, -1, f"cannot run {argv[0]}: {exc}", 0.0)
+    with _LIVE_LOCK:
+        _LIVE[proc] = BUILD_OWNER.get()
+    try:
+        return _wait(argv, proc, deadline, max_output_bytes, start)
+    finally:
+        with _LIVE_LOCK:
+            _LIVE.pop(proc, None)
+
+
+def kill_running_tools(owner: object) -> int:
+    """Kill the compilers running for ``owner`` (a judge that closed: see :data:`BUILD_OWNER`); how many."""
+    with _LIVE_LOCK:
+        running = [p for p, o in _LIVE.items() if o is owner and p.poll() is None]
+    for proc in running:
+        _kill_group(proc)
+    return len(running)
+
+
+def _wait(argv: Sequence[str], proc: subprocess.Popen[bytes], deadline: Deadline, max_output_bytes: int,
+          start: float) -> ToolRun:
     chunks: list[bytes] = []
     overflow = threading.Event()
     reader = threading.Thread(target=_drain, args=(proc, chunks, max_output_bytes, overflow), daemon=True)
@@ -333,3 +357,5 @@ def run_sandboxed_tool(
 
 
 _SLOTS = threading.BoundedSemaphore(compile_slots())
+_LIVE: dict[subprocess.Popen[bytes], object] = {}  # compilers running now, by the judge they build for
+_LIVE_LOCK = threading.Lock()

@@ -8,6 +8,7 @@ compiler output (so a cached unit still reports its warnings and ptxas resources
 
 from __future__ import annotations
 
+import contextvars
 import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -93,8 +94,9 @@ def compile_units(
     if workers == 1:
         return [compile_unit(u, cache=cache, cwd=cwd, deadline=deadline, limits=limits) for u in units]
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(compile_unit, u, cache=cache, cwd=cwd, deadline=deadline, limits=limits)
-                   for u in units]
+        # each unit in a copy of this context: it carries BUILD_OWNER (whose judge the build is for)
+        futures = [pool.submit(contextvars.copy_context().run, compile_unit, u, cache=cache, cwd=cwd,
+                               deadline=deadline, limits=limits) for u in units]
         return [f.result() for f in futures]
 
 
