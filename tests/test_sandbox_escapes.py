@@ -45,13 +45,16 @@ def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, loopback_listener):
     (cache / "baselines").mkdir(parents=True, exist_ok=True)
     planted = cache / "baselines" / f"planted-{uuid.uuid4().hex}.json"
     planted.write_text(SECRET)
+    user_home = Path.home() / f".cudagym-escape-{uuid.uuid4().hex}"  # the env user's real $HOME
+    user_home.write_text(SECRET)
     monkeypatch.setenv("CUDAGYM_API_TOKEN", SECRET)
     marker = f"escape-{uuid.uuid4().hex}"
     yield {"home": home, "cache": cache, "port": loopback_listener.port, "listener": loopback_listener,
            "marker": marker, "targets": {
-               "passwd": "/etc/passwd", "home": str(home / ".token"), "cache": str(planted),
-               "solution": str(_bundled_solution())}}
+               "passwd": "/etc/passwd", "home": str(home / ".token"), "user_home": str(user_home),
+               "cache": str(planted), "solution": str(_bundled_solution())}}
     planted.unlink(missing_ok=True)
+    user_home.unlink(missing_ok=True)
 
 
 def _probe_code(h: dict) -> str:
@@ -103,7 +106,7 @@ def _assert_contained(found: dict, h: dict) -> None:
 
 def _no_host_paths(text: str, h: dict) -> None:
     assert SECRET not in text and "root:x:0" not in text
-    for path in (str(h["home"]), str(h["cache"]), str(Path(cudagym.__file__).parent)):
+    for path in (str(h["home"]), str(h["cache"]), str(Path(cudagym.__file__).parent), str(Path.home())):
         assert path not in text, f"host path {path} in the observation"
 
 
@@ -176,7 +179,7 @@ def _write_swish(env, kernel_prefix: str) -> None:
             _step(env, "write_file", path=str(path.relative_to(root)), content=text)
 
 
-@pytest.mark.parametrize("target", ["passwd", "home", "cache", "solution"])
+@pytest.mark.parametrize("target", ["passwd", "home", "user_home", "cache", "solution"])
 def test_compiler_includes_of_host_files_find_nothing(host, extension_env, target: str) -> None:
     path = host["targets"][target]
     _write_swish(extension_env, f'#include "{path}"\n')
@@ -185,6 +188,26 @@ def test_compiler_includes_of_host_files_find_nothing(host, extension_env, targe
     _no_host_paths(obs.replace(path, "<the path the agent wrote>"), host)
     if target == "solution":
         assert "swish_kernel" not in obs
+
+
+@pytest.fixture
+def raw_env(host, judge, tmp_path: Path):
+    env = gym.make("CudaKernel-Bundled-v0", solution_format="raw", workspace_dir=str(tmp_path), judge=judge)
+    env.reset(options={"task": "bundled/L1/01_Swish"})
+    yield env
+    env.close()
+
+
+@pytest.mark.parametrize("target", ["passwd", "user_home", "solution"])
+def test_raw_format_includes_of_host_files_find_nothing(host, raw_env, target: str) -> None:
+    path = host["targets"][target]
+    swish = FAULTS_DIR.parent / "formats" / "swish_raw"
+    for rel in ("model_new.py", "kernels/swish.cu"):
+        text = (swish / rel).read_text()
+        _step(raw_env, "write_file", path=rel, content=f'#include "{path}"\n' + text if rel.endswith(".cu") else text)
+    obs = _step(raw_env, "compile")
+    assert "Build OK" not in obs and ("No such file" in obs or "cannot open source file" in obs), obs
+    _no_host_paths(obs.replace(path, "<the path the agent wrote>"), host)
 
 
 def test_has_include_probes_find_nothing(host, extension_env) -> None:

@@ -166,6 +166,7 @@ def run_tool(
     try:
         with tempfile.TemporaryDirectory(prefix="cudagym-tool-") as private:
             limits = {"as": memory_bytes or COMPILER_MEMORY_BYTES, "fsize": file_size_bytes or GiB, "core": 0,
+                      "nofile": 1024,
                       "cpu": int(deadline.remaining_s()) + 5}
             command = confine.wrap(limited_command(argv, limits), confine.view_for(
                 reads=(str(cwd), *argv_inputs(argv)), writes=(private, *map(str, writes)), chdir=cwd,

@@ -73,7 +73,8 @@ def candidate_traceback(exc: BaseException, roots: tuple[Path, ...]) -> str:
     """The traceback of ``exc`` trimmed to frames in files under ``roots``, plus the exception line.
 
     Paths are shown relative to their root. When no frame is the candidate's (the error came from inside
-    a library the candidate called), the innermost frame is kept so the message still says where.
+    a library the candidate called), the innermost frame is kept so the message still says where, unless it
+    is one of the judge's own files: those are never shown.
     """
     frames = traceback.extract_tb(exc.__traceback__)
     kept: list[traceback.FrameSummary] = []
@@ -81,7 +82,7 @@ def candidate_traceback(exc: BaseException, roots: tuple[Path, ...]) -> str:
         shown = _relative(frame.filename, roots)
         if shown is not None:
             kept.append(traceback.FrameSummary(shown, frame.lineno, frame.name, line=frame.line))
-    if not kept and frames:
+    if not kept and frames and not _is_judge_file(frames[-1].filename):
         kept = [frames[-1]]
     lines = ["Traceback (the candidate's frames):"]
     lines.extend(item.rstrip("\n") for item in traceback.format_list(kept))
@@ -90,6 +91,16 @@ def candidate_traceback(exc: BaseException, roots: tuple[Path, ...]) -> str:
     if len(text) > _MAX_MESSAGE_CHARS:
         text = text[: _MAX_MESSAGE_CHARS // 2] + "\n[... trimmed ...]\n" + text[-_MAX_MESSAGE_CHARS // 2 :]
     return text
+
+
+_JUDGE_DIR = Path(__file__).resolve().parents[1]  # cudagym/judge
+
+
+def _is_judge_file(filename: str) -> bool:
+    try:
+        return Path(filename).resolve().is_relative_to(_JUDGE_DIR)
+    except (OSError, ValueError):
+        return False
 
 
 def exception_line(exc: BaseException) -> str:
