@@ -217,16 +217,25 @@ def test_has_include_probes_find_nothing(host, extension_env) -> None:
     assert "FOUND" not in obs and "TOOLKIT_MISSING" not in obs and "Build OK" in obs
 
 
-def test_a_compiler_bomb_stops_at_the_memory_limit_not_the_hosts(host, extension_env) -> None:
-    # each level doubles the instantiations: cc1plus's memory grows without bound until a limit stops it
-    bomb = ("template <int N> struct B { static constexpr long v = B<N - 1>::v + B<N - 1>::v + N; };\n"
-            "template <> struct B<0> { static constexpr long v = 1; };\n"
-            "template <int N, int M> struct C { static constexpr long v = C<N, M - 1>::v + B<M>::v; };\n"
-            "template <int N> struct C<N, 0> { static constexpr long v = 0; };\n"
-            "long f() { return C<0, 60000>::v; }\n")
-    _write_swish(extension_env, bomb)
-    obs = _step(extension_env, "compile")
-    assert "Build OK" not in obs
+def test_a_compiler_bomb_stops_at_the_memory_limit_not_the_hosts(host, tmp_path: Path) -> None:
+    # every macro doubles the one before: the preprocessor's memory grows until something stops it; the
+    # protocol caps each compiler process at 2 GiB here (6 GiB by default), far below this host's memory
+    from cudagym.judge.local import LocalJudge
+    from cudagym.judge.protocol import DEFAULT_PROTOCOL
+
+    protocol = DEFAULT_PROTOCOL.with_changes(id="test-bomb", extra={"build_compiler_memory_bytes": 2 << 30})
+    judge = LocalJudge(protocol, devices="none")
+    env = gym.make("CudaKernel-Bundled-v0", solution_format="raw", workspace_dir=str(tmp_path), judge=judge)
+    env.reset(options={"task": "bundled/L1/01_Swish"})
+    bomb = "#define A0 1+\n" + "".join(f"#define A{i} A{i - 1} A{i - 1}\n" for i in range(1, 40))
+    bomb += 'extern "C" __global__ void bomb(int* x) { x[0] = A39 1; }\n'
+    swish = FAULTS_DIR.parent / "formats" / "swish_raw"
+    _step(env, "write_file", path="model_new.py", content=(swish / "model_new.py").read_text())
+    _step(env, "write_file", path="kernels/swish.cu", content=bomb + (swish / "kernels" / "swish.cu").read_text())
+    obs = _step(env, "compile")
+    env.close()
+    judge.close()
+    assert "Build OK" not in obs and "memory" in obs, obs
 
 
 def test_run_time_escapes_in_the_real_worker_are_refused_and_named(host) -> None:

@@ -56,12 +56,15 @@ class BuildLimits:
         max_output_bytes: Most compiler output one tool call may print before it is killed.
         max_artifact_bytes: Largest object, cubin or shared library a build may produce.
         max_log_chars: Most characters of compiler output kept in ``BuildResult.log``.
+        compiler_memory_bytes: Address space of each compiler process of the candidate's units (the judge's
+            own, the torch PCH, get :data:`COMPILER_MEMORY_BYTES`).
     """
 
     timeout_s: float = 180.0
     max_output_bytes: int = 2 * 1024 * 1024
     max_artifact_bytes: int = 256 * 1024 * 1024
     max_log_chars: int = 64 * 1024
+    compiler_memory_bytes: int = COMPILER_MEMORY_BYTES
 
     @classmethod
     def from_protocol(cls, protocol: Any) -> BuildLimits:

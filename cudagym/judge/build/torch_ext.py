@@ -276,7 +276,8 @@ def link_extension(
             argv = [tc.tools.cxx, *[str(o.path) for o in objects], "-o", str(out), *flags,
                     f"-Wl,--defsym=PyInit_{name}=PyInit_{impl}"]
             run = run_tool(argv, cwd=stage, deadline=deadline, max_output_bytes=limits.max_output_bytes,
-                           writes=(stage,), file_size_bytes=2 * limits.max_artifact_bytes + (64 << 20))
+                           writes=(stage,), file_size_bytes=2 * limits.max_artifact_bytes + (64 << 20),
+                           memory_bytes=limits.compiler_memory_bytes)
             if not run.ok or not out.is_file():
                 return LinkResult(run, None, name, False)
             if out.stat().st_size > limits.max_artifact_bytes:

@@ -122,8 +122,9 @@ def compile_unit(
                 # files: room above the artifact cap (which _store reports as such); the trusted units (the
                 # torch PCH: ~0.8 GB) are exempt from the cap
                 size = 8 << 30 if unit.trusted else 2 * limits.max_artifact_bytes + (64 << 20)
+                memory = 0 if unit.trusted else limits.compiler_memory_bytes
                 run = run_tool(argv, cwd=cwd, deadline=deadline, max_output_bytes=limits.max_output_bytes,
-                               env=unit.env, writes=(stage,), file_size_bytes=size)
+                               env=unit.env, writes=(stage,), file_size_bytes=size, memory_bytes=memory)
             return _store(unit, run, out, stage, cache, limits)
 
 
