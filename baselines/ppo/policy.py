@@ -55,15 +55,17 @@ class ChatFormat:
         return [*self.header(role), *self.encode(text), *self.end]
 
     def conversation(self, messages: Sequence[Mapping[str, str]]) -> tuple[list[int], list[int]]:
-        """Ids of a whole conversation and a mask that is 1 on assistant content and its end marker."""
+        """Ids of a whole conversation and a mask that is 1 where a policy generates: assistant text and stop id.
+
+        The same layout as a collected episode, so fine-tuning and PPO train on the same positions.
+        """
         ids: list[int] = []
         mask: list[int] = []
         for message in messages:
             role, text = message["role"], message["content"]
-            head = self.header(role)
-            body = [*self.encode(text), *self.end]
-            ids += head + body
-            mask += [0] * len(head) + [int(role == "assistant")] * len(body)
+            head, body, tail = self.header(role), [*self.encode(text), self.stop_id], list(self.end[1:])
+            ids += head + body + tail
+            mask += [0] * len(head) + [int(role == "assistant")] * len(body) + [0] * len(tail)
         return ids, mask
 
 
@@ -157,18 +159,21 @@ def selected_scores(
     *,
     temperature: float,
     with_entropy: bool,
+    column_of: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> TokenScores:
     """Log-probs (and entropies) of the action tokens from the hidden states before them.
 
     The LM head runs only on the hidden states at ``t - 1`` for action tokens ``t``: the head over a large
-    vocabulary is most of a small model's cost, and observation tokens are never scored.
+    vocabulary is most of a small model's cost, and observation tokens are never scored. ``column_of`` maps
+    token ids to the head's columns when the head covers a sub-vocabulary.
     """
     target = action_mask.bool().clone()
     target[:, 0] = False  # token 0 has no prefix to predict it
     source = torch.roll(target, shifts=-1, dims=1)  # position t - 1 predicts token t
     logits = head(hidden[source]).float() / temperature
     logp_all = torch.log_softmax(logits, dim=-1)
-    picked = logp_all.gather(-1, tokens[target].unsqueeze(-1)).squeeze(-1)
+    columns = tokens[target] if column_of is None else column_of(tokens[target])
+    picked = logp_all.gather(-1, columns.unsqueeze(-1)).squeeze(-1)
     logprobs = torch.zeros(tokens.shape, dtype=picked.dtype, device=tokens.device)
     logprobs = logprobs.masked_scatter(target, picked)
     entropy = None

@@ -93,13 +93,22 @@ class _Trunk(nn.Module):
 class TinyPolicy(nn.Module):
     """An :class:`~cudagym.baselines.ppo.policy.LLMPolicy`: tiny actor and critic over the shipped BPE."""
 
-    def __init__(self, cfg: TinyConfig | None = None, *, seed: int = 0) -> None:
+    def __init__(self, cfg: TinyConfig | None = None, *, seed: int = 0, output_ids: Sequence[int] | None = None) -> None:
         super().__init__()
         self.cfg = cfg or TinyConfig()
         self.encoding = shipped_encoding()
         base = self.encoding.n_vocab
         self.im_start, self.im_end = base, base + 1
         self.vocab_size = base + 2
+        # The output head covers the whole vocabulary, or only ``output_ids`` (and <|im_end|>): a CPU test
+        # then learns in seconds instead of spending its time on a 16k-way softmax. Inputs use every id.
+        out = sorted({*(output_ids if output_ids is not None else range(self.vocab_size)), self.im_end})
+        if out[0] < 0 or out[-1] >= self.vocab_size:
+            raise ValueError(f"expected output_ids within [0, {self.vocab_size}), got {out[0]}..{out[-1]}")
+        column = torch.full((self.vocab_size,), -1, dtype=torch.long)
+        column[torch.tensor(out)] = torch.arange(len(out))
+        self.register_buffer("output_ids", torch.tensor(out), persistent=False)
+        self.register_buffer("column", column, persistent=False)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self.actor = _Trunk(self.vocab_size, self.cfg)
@@ -125,7 +134,15 @@ class TinyPolicy(nn.Module):
         return self.encoding.decode([i for i in ids if i < self.im_start])
 
     def _lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
-        return hidden @ self.actor.tok.weight.T  # tied embeddings
+        return hidden @ self.actor.tok.weight[self.output_ids].T  # tied embeddings
+
+    def _column_of(self, ids: torch.Tensor) -> torch.Tensor:
+        columns = self.column[ids]
+        if bool((columns < 0).any()):
+            bad = sorted(set(ids[columns < 0].tolist()))[:5]
+            raise ValueError(f"expected action tokens within the policy's output_ids, got ids {bad} "
+                             f"({self.decode(bad)!r}); build TinyPolicy with output_ids covering them")
+        return columns
 
     @torch.no_grad()
     def generate(
@@ -145,7 +162,8 @@ class TinyPolicy(nn.Module):
         done = torch.zeros(rows, dtype=torch.bool)
         for _ in range(max_new_tokens):
             hidden = self.actor(ids, attn)[:, -1]
-            nxt, lp = sample_next(self._lm_head(hidden), temperature, generator)
+            col, lp = sample_next(self._lm_head(hidden), temperature, generator)
+            nxt = self.output_ids[col]
             for i in torch.nonzero(~done).flatten().tolist():
                 out[i].append(int(nxt[i]))
                 logps[i].append(float(lp[i]))
@@ -168,7 +186,7 @@ class TinyPolicy(nn.Module):
         """Actor log-probs (and entropies) of the action tokens."""
         hidden = self.actor(tokens, attention_mask)
         return selected_scores(hidden, tokens, action_mask, self._lm_head, temperature=temperature,
-                               with_entropy=with_entropy)
+                               with_entropy=with_entropy, column_of=self._column_of)
 
     def values(self, tokens: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Critic value of each token's prefix: the head on the hidden state at ``t - 1`` (0 at ``t = 0``)."""

@@ -14,6 +14,7 @@ A policy that calls a uniformly random tool each turn earns about 0.04 (``max_tu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -89,3 +90,35 @@ def register_toy_env() -> None:
 
 
 register_toy_env()
+
+
+def tool_call_ids(encode: Callable[[str], list[int]]) -> list[int]:
+    """Every id in the example calls of every tool: an output vocabulary for a tiny policy on this env."""
+    return sorted({i for name in TOOL_NAMES for i in encode(example_call(name))})
+
+
+def random_tool_journal(episodes: int, *, seed: int = 0, max_turns: int = 3) -> list[dict[str, Any]]:
+    """Journal records of a scripted agent that calls a uniformly random tool each turn (the format, no skill).
+
+    Fine-tuning on these teaches a policy the tool-call format while its choice of tool stays uniform, so
+    its reward stays near that of chance (about 0.04): the starting point of the PPO learning test.
+    """
+    import random
+
+    rng = random.Random(seed)
+    env = ToyToolCallEnv(max_turns=max_turns)
+    records = []
+    for i in range(episodes):
+        obs, _ = env.reset(seed=seed + i)
+        messages = [{"role": "user", "content": obs}]
+        total, done = 0.0, False
+        while not done:
+            action = example_call(rng.choice(TOOL_NAMES))
+            obs, reward, terminated, truncated, _ = env.step(action)
+            total += reward
+            messages.append({"role": "assistant", "content": action})
+            done = terminated or truncated
+            if not done:
+                messages.append({"role": "tool", "content": obs})
+        records.append({"messages": messages, "reward": total})
+    return records
