@@ -114,6 +114,9 @@ class TinyPolicy(nn.Module):
             self.actor = _Trunk(self.vocab_size, self.cfg)
             self.critic = _Trunk(self.vocab_size, self.cfg)
             self.value_head = nn.Linear(self.cfg.d_model, 1)
+        # a fresh critic says 0 everywhere: with all-zero rewards the advantages are then 0, not whitened noise
+        nn.init.zeros_(self.value_head.weight)
+        nn.init.zeros_(self.value_head.bias)
         self.chat = ChatFormat(self.encode, start=(self.im_start,), end=(self.im_end, *self.encode("\n")))
 
     @property
