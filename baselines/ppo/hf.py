@@ -42,6 +42,9 @@ class HFPolicy(nn.Module):
     def __init__(self, actor: nn.Module, critic: nn.Module, tokenizer: Any) -> None:
         super().__init__()
         self.actor, self.critic, self.tokenizer = actor, critic, tokenizer
+        for module in (*actor.modules(), *critic.modules()):
+            if isinstance(module, nn.Dropout):  # the ratio needs one function at sampling and at scoring
+                module.p = 0.0
         hidden = critic.config.hidden_size
         self.value_head = nn.Linear(hidden, 1).to(next(critic.parameters()).device)
         nn.init.normal_(self.value_head.weight, std=1.0 / (hidden + 1) ** 0.5)

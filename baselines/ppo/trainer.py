@@ -162,7 +162,7 @@ class PPOTrainer:
         critic_norm = L.clip_gradients(self.critic_params, cfg.max_grad_norm)
         self.actor_opt.step()
         self.critic_opt.step()
-        entropy = float(L.masked_mean(scores.entropy, mask)) if scores.entropy is not None else 0.0
+        entropy = float(L.masked_mean(scores.entropy.detach(), mask)) if scores.entropy is not None else 0.0
         return {"policy_loss": float(pg.loss), "value_loss": float(vf), "clipfrac": pg.clipfrac,
                 "approx_kl": pg.approx_kl, "ratio_max": pg.ratio_max, "entropy": entropy,
                 "actor_grad_norm": actor_norm, "critic_grad_norm": critic_norm}
