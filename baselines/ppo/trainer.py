@@ -163,6 +163,6 @@ class PPOTrainer:
         self.actor_opt.step()
         self.critic_opt.step()
         entropy = float(L.masked_mean(scores.entropy.detach(), mask)) if scores.entropy is not None else 0.0
-        return {"policy_loss": float(pg.loss), "value_loss": float(vf), "clipfrac": pg.clipfrac,
+        return {"policy_loss": float(pg.loss.detach()), "value_loss": float(vf.detach()), "clipfrac": pg.clipfrac,
                 "approx_kl": pg.approx_kl, "ratio_max": pg.ratio_max, "entropy": entropy,
                 "actor_grad_norm": actor_norm, "critic_grad_norm": critic_norm}
