@@ -159,3 +159,35 @@ def _chat_format(tokenizer: Any, encode: Any) -> ChatFormat:
     if tokenizer.eos_token_id is None:
         raise ConfigError("expected the tokenizer to have <|im_start|>/<|im_end|> or an EOS token, got neither")
     return ChatFormat(encode, start=tuple(encode("<|im_start|>")), end=(tokenizer.eos_token_id, *encode("\n")))
+
+
+class ShippedTokenizer:
+    """cudagym's shipped BPE behind the slice of the Hugging Face tokenizer API that :class:`HFPolicy` uses.
+
+    For a Hugging Face architecture with random weights (throughput runs, tests) where no tokenizer files
+    are available offline: ids ``0..16383`` are the BPE's, then ``<|im_start|>``, ``<|im_end|>``.
+    """
+
+    def __init__(self) -> None:
+        from cudagym.tokens import shipped_encoding
+
+        self.encoding = shipped_encoding()
+        base = self.encoding.n_vocab
+        self._specials = {"<|im_start|>": base, "<|im_end|>": base + 1}
+        self.eos_token_id = base + 1
+        self.pad_token_id = base + 1
+
+    def __len__(self) -> int:
+        return self.encoding.n_vocab + len(self._specials)
+
+    def get_vocab(self) -> dict[str, int]:
+        """The special tokens only (all :class:`HFPolicy` looks up)."""
+        return dict(self._specials)
+
+    def encode(self, text: str, **_: Any) -> list[int]:
+        """Ordinary-text ids (markers in the text stay text)."""
+        return self.encoding.encode_ordinary(text)
+
+    def decode(self, ids: Sequence[int], **_: Any) -> str:
+        """Text of the ids, special ids dropped."""
+        return self.encoding.decode([i for i in ids if i < self.encoding.n_vocab])
