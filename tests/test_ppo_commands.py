@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import torch
-
 from cudagym.baselines.ppo.commands import PPOArgs, field_docs
 from cudagym.baselines.ppo.loop import read_metrics
 from cudagym.baselines.ppo.toy import random_tool_journal
+
 from cudagym.cli import main
 
 TOY = ["--policy", "tiny", "--tiny-vocab", "toy-tools", "--env-id", "CudaGymToy-ToolCall-v0",

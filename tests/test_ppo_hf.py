@@ -23,7 +23,8 @@ def tokenizer():
     tok = tokenizers.Tokenizer(tokenizers.models.BPE())
     tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = tokenizers.decoders.ByteLevel()
-    corpus = [example_call(n) for n in (*TARGETS, "submit")] + [f"Call the tool {t}, then call submit." for t in TARGETS]
+    corpus = [example_call(n) for n in (*TARGETS, "submit")]
+    corpus += [f"Call the tool {t}, then call submit." for t in TARGETS]
     trainer = tokenizers.trainers.BpeTrainer(vocab_size=400, special_tokens=SPECIALS,
                                              initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(corpus * 4, trainer)
@@ -53,7 +54,7 @@ def test_kv_cached_sampling_logprobs_equal_a_full_forward(policy):
     prompts = [policy.chat.turn("user", "Call the tool verify, then call submit.") + policy.chat.header("assistant")]
     prompts.append(prompts[0][4:])  # a shorter prompt: left padding in the batch
     gens = policy.generate(prompts, max_new_tokens=6, generator=torch.Generator().manual_seed(0))
-    for prompt, gen in zip(prompts, gens):
+    for prompt, gen in zip(prompts, gens, strict=True):
         tokens = torch.tensor([prompt + list(gen.tokens)])
         mask = torch.zeros_like(tokens, dtype=torch.float32)
         mask[0, len(prompt):] = 1
@@ -68,7 +69,7 @@ def test_one_ppo_update_on_toy_rollouts_changes_actor_and_critic(policy):
     before = [p.detach().clone() for p in (*policy.actor_parameters(), *policy.critic_parameters())]
     stats = PPOTrainer(policy, LossConfig(), actor_lr=1e-3, critic_lr=1e-3).update(rollout.episodes)
     after = list((*policy.actor_parameters(), *policy.critic_parameters()))
-    assert any(not torch.equal(a, b) for a, b in zip(before, after))
+    assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
     assert stats["train/ratio_max"] == pytest.approx(1.0, abs=1e-4)  # first pass: new == old
     values = policy.values(torch.tensor([rollout.episodes[0].tokens]), torch.ones(1, len(rollout.episodes[0].tokens),
                                                                                   dtype=torch.long))

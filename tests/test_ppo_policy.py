@@ -7,12 +7,12 @@ import json
 import gymnasium as gym
 import pytest
 import torch
-
 from cudagym.baselines.ppo.collect import CollectConfig, collect, tier_counts, write_journal
 from cudagym.baselines.ppo.policy import LLMPolicy, pad_batch
 from cudagym.baselines.ppo.tiny import TinyConfig, TinyPolicy
 from cudagym.baselines.ppo.toy import TOY_ENV_ID, ToyToolCallEnv, example_call, tool_call_ids
 from cudagym.baselines.ppo.warmup import read_journal
+
 from cudagym.tokens import shipped_encoding
 
 SMALL = TinyConfig(d_model=32, n_layers=1, n_heads=2, max_len=256)
@@ -45,7 +45,7 @@ def test_a_turn_marker_inside_text_stays_text(tiny):
 def test_sampler_logprobs_equal_the_trainers_for_the_same_weights(tiny):
     prompt = tiny.chat.turn("user", "Call the tool verify, then call submit.") + tiny.chat.header("assistant")
     gens = tiny.generate([prompt, prompt[3:]], max_new_tokens=6, generator=torch.Generator().manual_seed(1))
-    for p, gen in zip([prompt, prompt[3:]], gens):
+    for p, gen in zip([prompt, prompt[3:]], gens, strict=True):
         assert len(gen.tokens) == len(gen.logprobs) > 0
         torch.testing.assert_close(_score_generation(tiny, p, gen), torch.tensor(gen.logprobs), atol=1e-5, rtol=0)
 
@@ -60,7 +60,7 @@ def test_left_and_right_padding_give_the_same_scores(tiny):
         mask[torch.arange(2), first] = 0
         lp = tiny.score(ids, attn, mask).logprobs
         scores.append([lp[i][mask[i].bool()] for i in range(2)])
-    for a, b in zip(*scores):
+    for a, b in zip(*scores, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
 
 
@@ -86,7 +86,7 @@ def test_conversation_masks_only_assistant_text_and_its_stop_id(tiny):
     messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": example_call("compile")},
                 {"role": "tool", "content": "compile: done."}]
     ids, mask = tiny.chat.conversation(messages)
-    picked = [i for i, m in zip(ids, mask) if m]
+    picked = [i for i, m in zip(ids, mask, strict=True) if m]
     assert picked == tiny.encode(example_call("compile")) + [tiny.im_end]
 
 
@@ -98,10 +98,10 @@ def test_collected_episodes_mask_the_prompt_and_observations(tiny):
         assert len(ep.tokens) == len(ep.action_mask) == len(ep.sampler_logprobs)
         assert ep.truncated and ep.reward == 0.0  # random text never submits
         assistant = [m["content"] for m in ep.messages if m["role"] == "assistant"]
-        generated = [t for t, m in zip(ep.tokens, ep.action_mask) if m]
+        generated = [t for t, m in zip(ep.tokens, ep.action_mask, strict=True) if m]
         assert len(assistant) == 3 and ep.action_tokens == len(generated) <= 15
-        assert all(lp == 0.0 for lp, m in zip(ep.sampler_logprobs, ep.action_mask) if not m)
-        assert all(lp < 0.0 for lp, m in zip(ep.sampler_logprobs, ep.action_mask) if m)
+        assert all(lp == 0.0 for lp, m in zip(ep.sampler_logprobs, ep.action_mask, strict=True) if not m)
+        assert all(lp < 0.0 for lp, m in zip(ep.sampler_logprobs, ep.action_mask, strict=True) if m)
         # every observation is in the sequence, and masked
         for m in ep.messages:
             if m["role"] == "tool":

@@ -21,7 +21,6 @@ from typing import Any
 
 import gymnasium as gym
 import torch
-
 from cudagym.baselines.ppo.policy import LLMPolicy
 
 
@@ -114,14 +113,14 @@ def collect(
     seed_list = list(seeds) if seeds is not None else [None] * len(envs)
     if len(seed_list) != len(envs):
         raise ValueError(f"expected one seed per env ({len(envs)}), got {len(seed_list)}")
-    episodes = [_reset(policy, env, seed, cfg) for env, seed in zip(envs, seed_list)]
+    episodes = [_reset(policy, env, seed, cfg) for env, seed in zip(envs, seed_list, strict=True)]
     active = list(range(len(envs)))
     while active:
         prompts = [episodes[i].tokens + policy.chat.header("assistant") for i in active]
         gens = policy.generate(prompts, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
                                generator=generator)
         still: list[int] = []
-        for i, gen in zip(active, gens):
+        for i, gen in zip(active, gens, strict=True):
             if _step(policy, envs[i], episodes[i], gen.tokens, gen.logprobs, gen.stopped, cfg):
                 still.append(i)
         active = still

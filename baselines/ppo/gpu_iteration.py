@@ -18,12 +18,12 @@ from pathlib import Path
 
 import gymnasium as gym
 import torch
-
-import cudagym  # noqa: F401  (registers the env ids)
 from cudagym.baselines.ppo.collect import CollectConfig, collect, tier_counts
 from cudagym.baselines.ppo.hf import HFPolicy, ShippedTokenizer
 from cudagym.baselines.ppo.losses import LossConfig
 from cudagym.baselines.ppo.trainer import PPOTrainer
+
+import cudagym  # noqa: F401  (registers the env ids)
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""An :class:`~cudagym.baselines.ppo.policy.LLMPolicy` over any Hugging Face causal LM, with a value head.
+r"""An :class:`~cudagym.baselines.ppo.policy.LLMPolicy` over any Hugging Face causal LM, with a value head.
 
 The actor is ``AutoModelForCausalLM`` loaded from a local path (or built from a config, for random
 weights); the critic is a second copy of the backbone (``critic_path``, default the same path) with a
@@ -16,9 +16,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
+from cudagym.baselines.ppo.policy import ChatFormat, Generation, TokenScores, pad_batch, sample_next, selected_scores
 from torch import nn
 
-from cudagym.baselines.ppo.policy import ChatFormat, Generation, TokenScores, pad_batch, sample_next, selected_scores
 from cudagym.errors import ConfigError
 
 
@@ -39,7 +39,7 @@ class HFPolicy(nn.Module):
         tokenizer: The tokenizer.
     """
 
-    def __init__(self, actor: nn.Module, critic: nn.Module, tokenizer: Any) -> None:
+    def __init__(self, actor: Any, critic: Any, tokenizer: Any) -> None:
         super().__init__()
         self.actor, self.critic, self.tokenizer = actor, critic, tokenizer
         for module in (*actor.modules(), *critic.modules()):
@@ -75,7 +75,7 @@ class HFPolicy(nn.Module):
         return cls(actor, critic, tokenizer)
 
     @property
-    def device(self) -> torch.device:  # type: ignore[override]
+    def device(self) -> torch.device:
         """Where the actor's weights are."""
         return next(self.actor.parameters()).device
 
@@ -118,7 +118,7 @@ class HFPolicy(nn.Module):
             step = self.actor(input_ids=nxt[:, None], attention_mask=attn, position_ids=positions,
                               past_key_values=step.past_key_values, use_cache=True)
         stop = self.chat.stop_id
-        return [Generation(tuple(o), tuple(lp), bool(o and o[-1] == stop)) for o, lp in zip(out, logps)]
+        return [Generation(tuple(o), tuple(lp), bool(o and o[-1] == stop)) for o, lp in zip(out, logps, strict=True)]
 
     def score(
         self,

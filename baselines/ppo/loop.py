@@ -18,7 +18,6 @@ from typing import Any
 
 import gymnasium as gym
 import torch
-
 from cudagym.baselines.ppo.collect import CollectConfig, Rollout, collect, tier_counts, write_journal
 from cudagym.baselines.ppo.trainer import PPOTrainer
 

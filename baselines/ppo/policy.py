@@ -25,7 +25,7 @@ ROLES = ("system", "user", "assistant", "tool")
 
 @dataclass(frozen=True)
 class ChatFormat:
-    """ChatML-style turns: ``start + "<role>\\n" + text + end``; tool results are their own ``tool`` turns.
+    r"""ChatML-style turns: ``start + "<role>\\n" + text + end``; tool results are their own ``tool`` turns.
 
     Attributes:
         encode: Text to ids (ordinary text only: markers inside ``text`` stay text, so an observation cannot
@@ -97,7 +97,11 @@ class LLMPolicy(Protocol):
     """What the PPO baseline needs from a policy (see the module docstring)."""
 
     chat: ChatFormat
-    device: torch.device
+
+    @property
+    def device(self) -> torch.device:
+        """Where the weights are (batches are moved here)."""
+        ...
 
     def encode(self, text: str) -> list[int]:
         """Text to ids (ordinary text, no special tokens)."""

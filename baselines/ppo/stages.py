@@ -9,13 +9,21 @@ from typing import Any
 
 import gymnasium as gym
 import torch
-
 from cudagym.baselines.ppo import losses as L  # noqa: N812
 from cudagym.baselines.ppo.collect import CollectConfig, collect
-from cudagym.baselines.ppo.commands import CriticArgs, EnvArgs, PolicyArgs, PPOArgs, RFTArgs, parse_env_kwargs, save_policy
+from cudagym.baselines.ppo.commands import (
+    CriticArgs,
+    EnvArgs,
+    PolicyArgs,
+    PPOArgs,
+    RFTArgs,
+    parse_env_kwargs,
+    save_policy,
+)
 from cudagym.baselines.ppo.loop import LoopConfig, MetricsLogger, train
 from cudagym.baselines.ppo.trainer import PPOTrainer
 from cudagym.baselines.ppo.warmup import pretrain_critic, read_journal, rft_filter, sft
+
 from cudagym.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -45,8 +53,9 @@ def build_policy(args: PolicyArgs) -> Any:
 
 
 def _make_env(args: EnvArgs) -> Any:
-    import cudagym  # noqa: F401  (registers cudagym's ids)
     import cudagym.baselines.ppo.toy  # noqa: F401  (registers the toy id)
+
+    import cudagym  # noqa: F401  (registers cudagym's ids)
 
     kwargs = parse_env_kwargs(args.env_kwargs)
     if args.env_id not in gym.registry:

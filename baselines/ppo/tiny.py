@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F  # noqa: N812
+from cudagym.baselines.ppo.policy import ChatFormat, Generation, TokenScores, pad_batch, sample_next, selected_scores
 from torch import nn
 
-from cudagym.baselines.ppo.policy import ChatFormat, Generation, TokenScores, pad_batch, sample_next, selected_scores
 from cudagym.tokens import shipped_encoding
 
 
@@ -47,7 +47,8 @@ class _Block(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.ln2 = nn.LayerNorm(cfg.d_model)
-        self.mlp = nn.Sequential(nn.Linear(cfg.d_model, 4 * cfg.d_model), nn.GELU(), nn.Linear(4 * cfg.d_model, cfg.d_model))
+        width = 4 * cfg.d_model
+        self.mlp = nn.Sequential(nn.Linear(cfg.d_model, width), nn.GELU(), nn.Linear(width, cfg.d_model))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """``x`` is ``[B, T, D]``; ``mask`` ``[B, 1, T, T]`` is True where attention is allowed."""
@@ -93,7 +94,12 @@ class _Trunk(nn.Module):
 class TinyPolicy(nn.Module):
     """An :class:`~cudagym.baselines.ppo.policy.LLMPolicy`: tiny actor and critic over the shipped BPE."""
 
-    def __init__(self, cfg: TinyConfig | None = None, *, seed: int = 0, output_ids: Sequence[int] | None = None) -> None:
+    output_ids: torch.Tensor
+    column: torch.Tensor
+
+    def __init__(
+        self, cfg: TinyConfig | None = None, *, seed: int = 0, output_ids: Sequence[int] | None = None
+    ) -> None:
         super().__init__()
         self.cfg = cfg or TinyConfig()
         self.encoding = shipped_encoding()
@@ -109,6 +115,10 @@ class TinyPolicy(nn.Module):
         column[torch.tensor(out)] = torch.arange(len(out))
         self.register_buffer("output_ids", torch.tensor(out), persistent=False)
         self.register_buffer("column", column, persistent=False)
+        self.logprob_noise = 0.0
+        """Std of Gaussian noise on the log-probs ``generate`` reports (sampling and scoring are untouched): a
+        sampler whose numbers differ from the trainer's, as a vLLM or quantised engine's do, to reproduce
+        CUDA Agent's collapse."""
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self.actor = _Trunk(self.vocab_size, self.cfg)
@@ -120,7 +130,7 @@ class TinyPolicy(nn.Module):
         self.chat = ChatFormat(self.encode, start=(self.im_start,), end=(self.im_end, *self.encode("\n")))
 
     @property
-    def device(self) -> torch.device:  # type: ignore[override]
+    def device(self) -> torch.device:
         """Where the weights are."""
         return self.actor.tok.weight.device
 
@@ -166,6 +176,8 @@ class TinyPolicy(nn.Module):
         for _ in range(max_new_tokens):
             hidden = self.actor(ids, attn)[:, -1]
             col, lp = sample_next(self._lm_head(hidden), temperature, generator)
+            if self.logprob_noise:
+                lp = lp + self.logprob_noise * torch.randn(lp.shape, generator=generator, device=lp.device)
             nxt = self.output_ids[col]
             for i in torch.nonzero(~done).flatten().tolist():
                 out[i].append(int(nxt[i]))
@@ -175,7 +187,8 @@ class TinyPolicy(nn.Module):
                 break
             ids = torch.cat([ids, nxt[:, None]], dim=1)
             attn = torch.cat([attn, (~done).long().to(self.device)[:, None]], dim=1)
-        return [Generation(tuple(o), tuple(lp), bool(o and o[-1] == self.im_end)) for o, lp in zip(out, logps)]
+        pairs = zip(out, logps, strict=True)
+        return [Generation(tuple(o), tuple(lp), bool(o and o[-1] == self.im_end)) for o, lp in pairs]
 
     def score(
         self,

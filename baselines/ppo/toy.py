@@ -24,7 +24,7 @@ from cudagym.toolcalls import TOOL_NAMES, ActionError, parse_action
 
 TOY_ENV_ID = "CudaGymToy-ToolCall-v0"
 TARGETS: tuple[str, ...] = tuple(name for name in TOOL_NAMES if name != "submit")
-_NO_ARGS = {name: {} for name in TOOL_NAMES}
+_NO_ARGS: dict[str, dict[str, Any]] = {name: {} for name in TOOL_NAMES}
 _NO_ARGS.update({"read_file": {"path": "model.py"}, "write_file": {"path": "model_new.py", "content": ""},
                  "edit_file": {"path": "model_new.py", "old": "a", "new": "b"}})
 

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-
 from cudagym.baselines.ppo import losses as L  # noqa: N812
 from cudagym.baselines.ppo.collect import Episode
 from cudagym.baselines.ppo.policy import LLMPolicy, pad_batch

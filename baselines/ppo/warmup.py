@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 from cudagym.baselines.ppo import losses as L  # noqa: N812
 from cudagym.baselines.ppo.collect import Episode
 from cudagym.baselines.ppo.policy import LLMPolicy, pad_batch
 from cudagym.baselines.ppo.trainer import make_batch
+
 from cudagym.errors import ConfigError
 from cudagym.toolcalls import ActionError, parse_action
 
