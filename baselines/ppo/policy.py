@@ -194,7 +194,8 @@ def sample_next(
     logp = torch.log_softmax(logits.float() / temperature, dim=-1)
     # Gumbel-max: argmax(logp + Gumbel noise) is a draw from softmax(logp), and on CPU it is several times
     # faster than torch.multinomial over a 16k vocabulary
-    uniform = torch.rand(logp.shape, generator=generator, device=logp.device).clamp_(min=1e-20)
+    uniform = torch.rand(logp.shape, generator=generator, device=generator.device if generator else logp.device)
+    uniform = uniform.to(logp.device).clamp_(min=1e-20)  # drawn where the generator lives (a CPU one is fine)
     ids = (logp - torch.log(-torch.log(uniform))).argmax(dim=-1)
     return ids, logp.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
 

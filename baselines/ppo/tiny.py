@@ -177,7 +177,8 @@ class TinyPolicy(nn.Module):
             hidden = self.actor(ids, attn)[:, -1]
             col, lp = sample_next(self._lm_head(hidden), temperature, generator)
             if self.logprob_noise:
-                lp = lp + self.logprob_noise * torch.randn(lp.shape, generator=generator, device=lp.device)
+                where = generator.device if generator else lp.device
+                lp = lp + self.logprob_noise * torch.randn(lp.shape, generator=generator, device=where).to(lp.device)
             nxt = self.output_ids[col]
             for i in torch.nonzero(~done).flatten().tolist():
                 out[i].append(int(nxt[i]))
