@@ -6,8 +6,8 @@ import math
 
 import pytest
 import torch
-
 from cudagym.baselines.ppo import losses as L
+
 from cudagym.errors import ConfigError
 
 TOL = {"atol": 1e-6, "rtol": 0.0}
