@@ -46,6 +46,7 @@ COMMANDS: dict[str, Command] = {
     "tasks": Command("cudagym.sources.commands", "list the tasks of a suite, or show one task"),
     "demo": Command("cudagym.baselines.demo", "replay bundled reference solutions through the env's tool calls"),
     "baselines": Command("cudagym.judge.baselines", "time eager and torch.compile baselines for tasks"),
+    "train": Command("cudagym.baselines.ppo.commands", "PPO baseline stages: rft, critic, ppo"),
 }
 
 

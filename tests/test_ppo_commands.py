@@ -1,0 +1,55 @@
+"""``cudagym train rft | critic | ppo`` end to end on the toy env with the tiny policy; help from field docstrings."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from cudagym.baselines.ppo.commands import PPOArgs, field_docs
+from cudagym.baselines.ppo.loop import read_metrics
+from cudagym.baselines.ppo.toy import random_tool_journal
+
+from cudagym.cli import main
+
+TOY = ["--policy", "tiny", "--tiny-vocab", "toy-tools", "--env-id", "CudaGymToy-ToolCall-v0",
+       "--max-new-tokens", "16", "--max-tokens", "256"]
+
+
+def test_every_args_field_has_a_docstring_that_becomes_its_help(capsys):
+    assert main(["train", "ppo", "--help"]) == 0
+    out = capsys.readouterr().out
+    docs = field_docs(PPOArgs)
+    assert "clip_high" in docs and "--clip-high" in out and docs["clip_high"].split("(")[0].strip() in out
+    assert len(docs) == len(PPOArgs.__dataclass_fields__)
+
+
+def test_bad_input_is_a_usage_error_not_a_traceback(tmp_path, capsys):
+    assert main(["train", "rft", "--journal", str(tmp_path / "missing.jsonl")]) == 2
+    assert "expected a trajectory journal" in capsys.readouterr().err
+    assert main(["train", "ppo", "--env-id", "Nope-v0", "--out-dir", str(tmp_path)]) == 2
+    assert "unknown env id" in capsys.readouterr().err
+    assert main(["train", "ppo", "--env-kwargs", "[1]", "--out-dir", str(tmp_path)]) == 2
+
+
+def test_the_three_stages_chain_and_ppo_resumes(tmp_path):
+    journal = tmp_path / "journal.jsonl"
+    journal.write_text("".join(json.dumps(r) + "\n" for r in random_tool_journal(40, seed=0)))
+    rft, critic, ppo = tmp_path / "rft", tmp_path / "critic", tmp_path / "ppo"
+    assert main(["train", "rft", "--journal", str(journal), "--keep-all", "--steps", "5", "--lr", "1e-3",
+                 "--policy", "tiny", "--tiny-vocab", "toy-tools", "--out-dir", str(rft)]) == 0
+    assert len(read_metrics(rft)) == 5
+    assert main(["train", "critic", *TOY, "--init", str(rft / "policy.pt"), "--episodes", "4", "--steps", "3",
+                 "--out-dir", str(critic)]) == 0
+    common = ["train", "ppo", *TOY, "--init", str(critic / "policy.pt"), "--episodes-per-update", "4",
+              "--out-dir", str(ppo), "--checkpoint-every", "1", "--journal"]
+    assert main([*common, "--updates", "2"]) == 0
+    assert main([*common, "--updates", "3", "--resume"]) == 0
+    steps = [m["step"] for m in read_metrics(ppo)]
+    assert steps == [0, 1, 2]  # the resumed run did the one update left
+    record = read_metrics(ppo)[-1]
+    for key in ("rollout/reward_mean", "rollout/tier_counts", "train/clipfrac", "train/approx_kl",
+                "train/ratio_max", "train/is_weight_mean", "train/explained_variance", "train/entropy",
+                "perf/tokens_per_s"):
+        assert key in record
+    assert torch.load(ppo / "checkpoint.pt", weights_only=True)["update"] == 3
+    assert len((ppo / "rollouts.jsonl").read_text().splitlines()) == 12
