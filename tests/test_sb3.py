@@ -101,7 +101,10 @@ def test_sb3_ppo_trains_on_it() -> None:
 
 def test_check_env_with_the_real_judge_builds_on_cpu() -> None:
     # no GPU here: verify/profile report no_gpu, but the raw build (NVRTC or nvcc) runs and ptxas counts
-    env = LaunchTuningEnv("bundled/L2/05_BiasGeluResidual", budget=2)
+    from cudagym.judge.local import LocalJudge
+
+    judge = LocalJudge(devices="none")  # its own: the process-wide default may be another test's stand-in
+    env = LaunchTuningEnv("bundled/L2/05_BiasGeluResidual", budget=2, judge=judge)
     try:
         check_env(env)
         env.reset()
@@ -112,6 +115,7 @@ def test_check_env_with_the_real_judge_builds_on_cpu() -> None:
             assert info["status"] == "ok"
     finally:
         env.close()
+        judge.close()
 
 
 def test_the_example_compares_ppo_with_random_search(tmp_path, capsys) -> None:
@@ -144,15 +148,15 @@ def test_the_example_compares_ppo_with_random_search(tmp_path, capsys) -> None:
 
 def test_every_family_builds_with_the_real_judge() -> None:
     # the raw build (NVRTC, else nvcc) and ptxas run without a GPU: every family compiles at both vector ends
-    from cudagym.judge.local import default_judge
+    from cudagym.judge.local import LocalJudge
     from cudagym.solution import Solution
     from cudagym.sources.bundled import BundledSource
 
     source = BundledSource()
-    judge = default_judge()
-    for task_id, family in FAMILIES.items():
-        task = next(t for t in source.tasks() if t.id == task_id)
-        for params in (LaunchParams(64, 1, 1), LaunchParams(1024, 8, 4)):
-            result = judge.build(task, Solution("raw", family.files(params)))
-            assert result.ok, (task_id, params, result.message, result.log[:2000])
-            assert result.kernels and result.kernels[0].registers > 0
+    with LocalJudge(devices="none") as judge:  # its own: the process-wide default may be another test's stand-in
+        for task_id, family in FAMILIES.items():
+            task = next(t for t in source.tasks() if t.id == task_id)
+            for params in (LaunchParams(64, 1, 1), LaunchParams(1024, 8, 4)):
+                result = judge.build(task, Solution("raw", family.files(params)))
+                assert result.ok, (task_id, params, result.message, result.log[:2000])
+                assert result.kernels and result.kernels[0].registers > 0
