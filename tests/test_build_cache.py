@@ -217,3 +217,18 @@ def test_an_entry_whose_content_changed_is_a_miss_and_removed(tmp_path: Path) ->
     assert cache.lookup("ext", "k" * 64) == entry
     (entry / "x.so").write_bytes(b"built by the other")  # same size, other bytes
     assert cache.lookup("ext", "k" * 64) is None and not entry.exists()
+
+
+def test_a_tool_started_in_the_background_finishes_at_interpreter_exit(tmp_path: Path) -> None:
+    # the torch PCH is built this way: a short-lived process finishes it for the next one. The sandbox dies
+    # with the thread that started it, so that thread must outlive the executors joined at exit.
+    marker = tmp_path / "done"
+    code = f"""
+from concurrent.futures import ThreadPoolExecutor
+from cudagym.judge.build.process import Deadline, run_tool
+pool = ThreadPoolExecutor(max_workers=1)
+pool.submit(run_tool, ["sh", "-c", "sleep 2 && touch done"], cwd={str(tmp_path)!r}, deadline=Deadline(60),
+            max_output_bytes=100, writes=[{str(tmp_path)!r}])
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    assert marker.exists()

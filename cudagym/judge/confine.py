@@ -32,12 +32,14 @@ import functools
 import glob
 import importlib.util
 import os
+import queue
 import shutil
 import subprocess
 import sys
 import threading
-from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+import typing
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -302,10 +304,34 @@ def exit_status(returncode: int) -> int:
 # ----------------------------------------------------------------------------------------------------
 
 # bwrap's --die-with-parent kills the sandbox when the *thread* that started it exits (PR_SET_PDEATHSIG
-# follows the creating thread), so every confined process is started from this one long-lived thread: it
-# ends only with the interpreter, and then the sandboxes must end too.
-_spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cudagym-spawner")
-_spawn_lock = threading.Lock()
+# follows the creating thread), so every confined process is started from one long-lived daemon thread. Not a
+# ThreadPoolExecutor's: those are joined at interpreter exit before other work ends, and the torch PCH that a
+# short-lived process builds in the background for the next one would die with it.
+class _Spawner:
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def run(self, fn: Callable[[], Any]) -> Any:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="cudagym-spawner", daemon=True)
+                self._thread.start()
+        done: Future[Any] = Future()
+        self._queue.put((fn, done))
+        return done.result()
+
+    def _loop(self) -> None:
+        while True:
+            fn, done = self._queue.get()
+            try:
+                done.set_result(fn())
+            except BaseException as exc:  # noqa: B902 - handed to the caller, who re-raises it
+                done.set_exception(exc)
+
+
+_spawner = _Spawner()
 
 
 def popen(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
@@ -313,5 +339,4 @@ def popen(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
     def start() -> subprocess.Popen[bytes]:
         return subprocess.Popen(list(argv), **kwargs)
 
-    with _spawn_lock:
-        return _spawner.submit(start).result()
+    return typing.cast("subprocess.Popen[bytes]", _spawner.run(start))
