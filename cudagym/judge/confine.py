@@ -105,7 +105,7 @@ def find_bwrap() -> str:
         if os.path.isfile(explicit) and os.access(explicit, os.X_OK):
             return explicit
         raise SandboxUnavailableError(f"expected {BWRAP_ENV} to name the bwrap executable, got {explicit!r}; "
-                                      "fix or unset it")
+                                      f"fix or unset it, or {_INSTALL_HINT}")
     found = shutil.which("bwrap")
     if not found:
         raise SandboxUnavailableError(f"the judge confines candidate code with bubblewrap and found no bwrap; "
