@@ -269,7 +269,9 @@ def test_warm_up_runs_for_the_protocols_minimum_time_as_well_as_its_count(tmp_pa
         assert result.status is EvalStatus.OK, result.message
         assert result.candidate.runs == 5  # warm-up rounds are never timed
         walls.append(result.wall_time_s)
-    assert walls[2] - walls[1] >= 0.25, walls  # 300 ms of untimed rounds on top of the one counted warm-up
+    # a lower bound, so a loaded machine cannot break it: the run lasted at least its 300 ms of untimed rounds
+    # (a difference between runs could: the run without them was slowed by other work beside it)
+    assert walls[2] >= 0.3, walls
 
 
 def test_timing_stops_on_the_ci_target(tmp_path):
