@@ -35,6 +35,7 @@ import queue
 import secrets
 import select
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -74,7 +75,7 @@ from cudagym.judge.watchdog import Watch, kill_process_group, shared_watchdog
 
 log = logging.getLogger(__name__)
 
-DEFAULT_JOB_FN = "cudagym.judge.harness:run_job"
+DEFAULT_JOB_FN = "cudagym.judge.split.trusted:run_job"
 MAX_MESSAGE_BYTES = 64 << 20
 # After these, the worker's process state is suspect (patched modules, stray threads): replace it.
 _SUSPECT = frozenset({EvalStatus.RUNTIME_ERROR, EvalStatus.CRASHED, EvalStatus.TIMEOUT, EvalStatus.TASK_TOO_LARGE,
@@ -117,6 +118,9 @@ class PoolOptions:
             memory); 0 starts a replacement only when one is needed.
         pythonpath: Folders put first on the workers' ``PYTHONPATH``.
         env: Extra environment variables for the workers (secret-looking names are dropped).
+        runner: Run each job's candidate in a fresh runner process of its own (:mod:`cudagym.judge.split`):
+            the worker then never loads candidate code and is kept between jobs. ``None``: on for the
+            default job function, off for any other (which then gets no runner).
     """
 
     job_fn: str = DEFAULT_JOB_FN
@@ -128,6 +132,12 @@ class PoolOptions:
     spare_workers: int = 1
     pythonpath: tuple[str, ...] = ()
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    runner: bool | None = None
+
+    @property
+    def uses_runner(self) -> bool:
+        """Whether jobs get a runner process (see ``runner``)."""
+        return self.job_fn == DEFAULT_JOB_FN if self.runner is None else self.runner
 
 
 def _result(job: Job, status: EvalStatus, message: str, log_text: str = "", **extra: Any) -> EvalResult:
@@ -240,10 +250,11 @@ class _Worker:
         (self.root / "jobs").mkdir()
         jobs_r, jobs_w = os.pipe()
         results_r, results_w = os.pipe()
+        self.fds_out, fds_in = socket.socketpair()  # runner sockets go to the worker over this
         token = secrets.token_hex(8)
         argv = [sys.executable, "-m", "cudagym.judge.worker", "--job-fn", options.job_fn, "--jobs-fd",
                 str(jobs_r), "--results-fd", str(results_w), "--token", token, "--root", str(self.root),
-                "--policy", inner_policy(options.policy).to_json()]
+                "--policy", inner_policy(options.policy).to_json(), "--fd-channel", str(fds_in.fileno())]
         try:
             self.isolation = confine.isolation(limits=policy_limits(options.policy))
             # confined: the GPU's device nodes, the toolchain and Python, and this worker's own folder
@@ -252,16 +263,18 @@ class _Worker:
             self.proc = confine.popen(
                 command, cwd=self.root, env=self._env(home, tmp), stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                pass_fds=(jobs_r, results_w),
+                pass_fds=(jobs_r, results_w, fds_in.fileno()),
             )
         except BaseException:
             os.close(jobs_w)
             os.close(results_r)
+            self.fds_out.close()
             shutil.rmtree(self.root, ignore_errors=True)
             raise
         finally:
             os.close(jobs_r)
             os.close(results_w)
+            fds_in.close()
         self.jobs = Connection(jobs_w, readable=False)
         self.results = Connection(results_r, writable=False)
         self.watch: Watch = shared_watchdog().watch(self.proc.pid, options.policy, dirs=(str(self.root),))
@@ -323,14 +336,18 @@ class _Worker:
         tail = self.output.take(-2, 2.0).last_lines(30)
         return f"worker for GPU {self.device} failed to start ({how}); job function {self.options.job_fn}\n{tail}"
 
-    def run(self, job: Job, timeout_s: float, closing: threading.Event) -> _Outcome:
-        """Send one job and wait for its result, enforcing the timeout; the outcome says whether to retire."""
+    def run(self, job: Job, timeout_s: float, closing: threading.Event, runner: _Runner | None = None) -> _Outcome:
+        """Send one job and wait for its result, enforcing the timeout; the outcome says whether to retire.
+
+        With ``runner``, the job's candidate runs there: it gets its own copy of the job, and the worker
+        gets the socket to it.
+        """
         seq = self.jobs_done
         nonce = secrets.token_hex(8)
         # the worker sees no cache and no folder of the judge's: it gets its own copy of this job's artifact
         # and makes its own working copy of the solution (the judge checks both)
         handed = self.root / "artifacts" / f"job{seq}"
-        original = job.build
+        original, given = job.build, job
         try:
             build = export_artifact(job.build, handed / "build")
             work = handed / "work"
@@ -341,13 +358,22 @@ class _Worker:
                                     f"worker: {exc}"), False)
         job = dataclasses.replace(job, build=build, workdir=workdir)
         self.watch.dirs = (str(self.root),)
-        outcome = self._run_job(job, seq, nonce, timeout_s, closing)
+        extra: dict[str, Any] = {}
+        if runner is not None:
+            try:
+                extra["runner_job"] = runner.hand(given, job)
+                socket.send_fds(self.fds_out, [b"R"], [runner.trusted_end.fileno()])
+            except OSError as exc:
+                return _Outcome(_result(job, EvalStatus.INFRA_ERROR, f"the job could not be handed to its "
+                                        f"runner: {exc}"), False)
+        outcome = self._run_job(job, seq, nonce, timeout_s, closing, extra)
         outcome.result = dataclasses.replace(scrub_result(outcome.result, workspace=workdir), build=original)
         return outcome
 
-    def _run_job(self, job: Job, seq: int, nonce: str, timeout_s: float, closing: threading.Event) -> _Outcome:
+    def _run_job(self, job: Job, seq: int, nonce: str, timeout_s: float, closing: threading.Event,
+                 extra: dict[str, Any]) -> _Outcome:
         try:
-            self.jobs.send({"seq": seq, "nonce": nonce, "job": job})
+            self.jobs.send({"seq": seq, "nonce": nonce, "job": job, **extra})
         except OSError:
             pass  # the worker is gone; the loop below reports how it ended
         deadline = time.monotonic() + timeout_s
@@ -392,8 +418,10 @@ class _Worker:
         if not healthy and result.status is EvalStatus.OK:
             result = dataclasses.replace(result, status=EvalStatus.RUNTIME_ERROR,
                                          message=f"the CUDA context was broken after the run: {health}")
+        suspect = result.status in _SUSPECT if not self.options.uses_runner else (
+            result.status is EvalStatus.INFRA_ERROR)  # with a runner, the candidate never ran in the worker
         retire = (not healthy or is_context_poisoned(result) or self.jobs_done >= self.options.max_jobs_per_worker
-                  or (self.options.retire_on_failure and result.status in _SUSPECT))
+                  or (self.options.retire_on_failure and suspect))
         return _Outcome(result, retire)
 
     def _died(self, job: Job) -> _Outcome:
@@ -427,6 +455,94 @@ class _Worker:
         self.output.stop()
         self.jobs.close()
         self.results.close()
+        self.fds_out.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+
+class _Runner:
+    """The judge-side handle of one runner process: started ahead of its job, used for one job, then killed.
+
+    It is confined like a worker (its own folder the only writable one), started with one end of a socket
+    pair; the other end goes to the worker that judges the job.
+    """
+
+    def __init__(self, device: str, options: PoolOptions, root: Path) -> None:
+        from cudagym.judge.split import RUNNER_MODULE
+
+        self.options = options
+        self.root = Path(tempfile.mkdtemp(prefix=f"gpu{device}-runner-", dir=root))
+        for sub in ("home", "tmp"):
+            (self.root / sub).mkdir()
+        self.trusted_end, runner_end = socket.socketpair()
+        argv = [sys.executable, "-m", RUNNER_MODULE, "--sock", str(runner_end.fileno()), "--root", str(self.root),
+                "--policy", inner_policy(options.policy).to_json()]
+        env = scrub_env(os.environ, home=str(self.root / "home"), tmpdir=str(self.root / "tmp"), extra={
+            "CUDA_VISIBLE_DEVICES": device, "TORCHINDUCTOR_CACHE_DIR": str(self.root / "inductor"),
+            "TRITON_CACHE_DIR": str(self.root / "triton"), "TORCHINDUCTOR_COMPILE_THREADS": "1",
+            "PYTHONPATH": child_pythonpath(options.pythonpath), **options.env})
+        try:
+            view = confine.view_for(reads=options.pythonpath, writes=(str(self.root),), gpu=True, chdir=self.root)
+            self.proc = confine.popen(confine.wrap(argv, view), cwd=self.root, env=env, stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                                      pass_fds=(runner_end.fileno(),))
+        except BaseException:
+            self.trusted_end.close()
+            shutil.rmtree(self.root, ignore_errors=True)
+            raise
+        finally:
+            runner_end.close()
+        self.violation = ""
+        self.watch: Watch = shared_watchdog().watch(self.proc.pid, options.policy, dirs=(str(self.root),))
+        self.output = _Output(self.proc.stdout, secrets.token_hex(8), options.policy, self._overflow)
+
+    def _overflow(self, reason: str) -> None:
+        if not self.violation:
+            self.violation = reason
+            kill_process_group(self.proc.pid)
+
+    @property
+    def alive(self) -> bool:
+        """True while the process runs and has broken no limit."""
+        return self.proc.poll() is None and not self.watch.violation and not self.violation
+
+    def hand(self, job: Job, worker_job: Job) -> Job:
+        """The job as the runner sees it: its own copy of the artifact and of the working folder."""
+        handed = self.root / "job"
+        build = export_artifact(job.build, handed / "build")
+        work = handed / "work"
+        workdir = str(shutil.copytree(job.workdir, work, symlinks=True) if job.workdir
+                      else prepare_workdir(work, job.solution))
+        return dataclasses.replace(worker_job, build=build, workdir=workdir)
+
+    def finish(self, result: EvalResult) -> EvalResult:
+        """Kill the runner; the result with what it printed and, if it died, how."""
+        exited = self.proc.poll()
+        reason = self.watch.violation or self.violation
+        kill_process_group(self.proc.pid)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            log.error("runner %d did not die after SIGKILL", self.proc.pid)
+        captured = self.output.take(-2, 2.0).text()
+        if captured.strip():
+            result = dataclasses.replace(result, log=f"{result.log}\n--- output of the job ---\n{captured}".lstrip())
+        if result.status in (EvalStatus.CRASHED, EvalStatus.RUNTIME_ERROR, EvalStatus.TIMEOUT) and (
+                reason or exited is not None):
+            how = reason or f"the candidate's process {describe_exit(confine.exit_status(exited or 0))}"
+            result = dataclasses.replace(result, message=f"{result.message} ({how})")
+        return result
+
+    def close(self) -> None:
+        """Kill the process and free its socket, threads and folder."""
+        kill_process_group(self.proc.pid)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        shared_watchdog().unwatch(self.watch)
+        self.output.stop()
+        self.trusted_end.close()
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -451,6 +567,7 @@ class _Lane:
         self.started = 0  # worker processes started (spares included)
         self.worker: _Worker | None = None
         self.spares: list[_Worker] = []  # oldest first: the one most likely to have finished starting
+        self.runners: list[_Runner] = []  # started ahead of their jobs (the split), oldest first
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._loop, name=f"cudagym-gpu{device}", daemon=True)
         self.thread.start()
@@ -473,6 +590,24 @@ class _Lane:
         while len(self.spares) < self.options.spare_workers and not self.closing.is_set():
             self.spares.append(self._new_worker())  # imports torch and the harness now, not after a crash
 
+    def _take_runner(self) -> _Runner:
+        """A runner that has never run a job: the oldest live spare, or a new one; the spares topped up."""
+        runner = None
+        while self.runners and runner is None:
+            spare = self.runners.pop(0)
+            if spare.alive:
+                runner = spare
+            else:
+                spare.close()
+        runner = runner or _Runner(self.device, self.options, self.root)
+        self._top_up_runners()
+        return runner
+
+    def _top_up_runners(self) -> None:
+        while (self.options.uses_runner and len(self.runners) < max(1, self.options.spare_workers)
+               and not self.closing.is_set()):
+            self.runners.append(_Runner(self.device, self.options, self.root))
+
     def _retire(self) -> None:
         if self.worker is not None:
             self.worker.close()
@@ -480,6 +615,7 @@ class _Lane:
 
     def _loop(self) -> None:
         self._promote()  # warm: a worker is importing torch before the first job arrives
+        self._top_up_runners()
         while True:
             item = self.queue.get()
             if item is _STOP:
@@ -497,6 +633,8 @@ class _Lane:
         self._retire()
         while self.spares:
             self.spares.pop().close()
+        while self.runners:
+            self.runners.pop().close()
 
     def _run(self, job: Job) -> EvalResult:
         if self.worker is not None and not self.worker.alive:
@@ -511,7 +649,14 @@ class _Lane:
             return _result(job, EvalStatus.INFRA_ERROR, problem)
         timeout = self.options.job_timeout_s or job.protocol.eval_timeout_s
         started = time.monotonic()
-        outcome = self.worker.run(job, timeout, self.closing)
+        runner = self._take_runner() if self.options.uses_runner else None
+        try:
+            outcome = self.worker.run(job, timeout, self.closing, runner)
+            if runner is not None:
+                outcome.result = runner.finish(outcome.result)
+        finally:
+            if runner is not None:
+                runner.close()
         shutil.rmtree(self.worker.root / "artifacts", ignore_errors=True)
         outcome.result = dataclasses.replace(outcome.result, isolation=self.worker.isolation)
         if not outcome.result.wall_time_s:  # a result the judge made (crash, timeout) has no harness clock
@@ -646,6 +791,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.add_argument(name, required=True)
     parser.add_argument("--jobs-fd", type=int, required=True)
     parser.add_argument("--results-fd", type=int, required=True)
+    parser.add_argument("--fd-channel", type=int, default=-1)
     args = parser.parse_args(argv)
     policy = SandboxPolicy.from_json(args.policy)
     info = enter_sandbox(policy)  # first: namespaces and capabilities are per thread
@@ -661,7 +807,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             msg = jobs.recv()
         except EOFError:
             return 0
-        reply = _serve(msg, job_fn, policy, Path(args.root))
+        reply = _serve(msg, job_fn, policy, Path(args.root), args.fd_channel)
         _end_output(args.token, msg["seq"])
         results.send_bytes(json.dumps(reply).encode())
         if not reply["healthy"]:
@@ -669,9 +815,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _serve(
-    msg: dict[str, Any], job_fn: Callable[[Job], EvalResult], policy: SandboxPolicy, root: Path
+    msg: dict[str, Any], job_fn: Callable[..., EvalResult], policy: SandboxPolicy, root: Path, fd_channel: int = -1
 ) -> dict[str, Any]:
     job: Job = msg["job"]
+    kwargs: dict[str, Any] = {}
+    if "runner_job" in msg:  # the split: the socket to this job's runner comes over the descriptor channel
+        from cudagym.judge.split import RunnerHandoff
+
+        with socket.socket(fileno=os.dup(fd_channel)) as channel:
+            _, fds, _, _ = socket.recv_fds(channel, 1, 1)
+        kwargs["runner"] = RunnerHandoff(fds[0], msg["runner_job"])
     private = Path(tempfile.mkdtemp(prefix="job-", dir=root / "jobs"))
     for sub in ("home", "tmp"):
         (private / sub).mkdir()
@@ -692,7 +845,7 @@ def _serve(
             artifact = os.path.dirname(job.build.artifact_path) if job.build.artifact_path else ""
             escape.start_job(workdir, extra=[artifact] if artifact else [])
             try:
-                result = job_fn(job)
+                result = job_fn(job, **kwargs)
             finally:
                 attempts = escape.finish_job()
             if not isinstance(result, EvalResult):

@@ -20,6 +20,12 @@ A guard reports with ``ctx.flag(self.name, message)``; any flag makes the verdic
 they run goes through the context's call helpers, which turn candidate exceptions into statuses.
 
 Which guards run is the protocol's ``guards`` field: ``("all",)`` or a tuple of names.
+
+Where each hook runs: the candidate executes in an untrusted runner process, the verdict is made in the
+trusted judge process (:mod:`cudagym.judge.split`). Hooks that inspect the candidate's own process
+(``after_load``, ``forward_scope``, ``after_forward``, and what a guard lists in ``runner_hooks``) run in the
+runner and can only add violations; hooks that judge outputs, inputs and times run in the trusted process
+on tensors it made itself. ``check_sources`` runs in both (before any candidate code has run in either).
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ class Guard:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""  # one line: the exploit it stops (shown in listings and the task prompt)
     order: ClassVar[int] = 50  # lower runs first at every hook
+    runner_hooks: ClassVar[frozenset[str]] = frozenset()  # hooks beyond RUNNER_HOOKS that run in the runner
 
     def check_sources(self, ctx: EvalContext) -> None:
         """Static checks on the solution's files, before anything runs."""
@@ -89,6 +96,44 @@ class Guard:
 
     def after_timing(self, ctx: EvalContext) -> None:
         """Checks after timing (PROFILE and SUBMIT)."""
+
+
+RUNNER_HOOKS = frozenset({"check_sources", "after_load", "forward_scope", "after_forward"})
+TRUSTED_HOOKS = frozenset({"check_sources", "on_check", "after_correctness", "after_timing"})
+HOOKS = RUNNER_HOOKS | TRUSTED_HOOKS
+
+
+def runs_in(guard: Guard, hook: str, side: str) -> bool:
+    """Whether ``guard``'s ``hook`` runs on ``side`` (``"runner"``, ``"trusted"``, or ``"both"``: one process)."""
+    if side == "both":
+        return True
+    in_runner = hook in RUNNER_HOOKS or hook in guard.runner_hooks
+    if side == "runner":
+        return in_runner
+    return hook == "check_sources" or not in_runner
+
+
+class Sided(Guard):
+    """A guard as one side of the split sees it: the hooks of the other side do nothing."""
+
+    def __init__(self, inner: Guard, side: str) -> None:
+        self.inner = inner
+        self.side = side
+        self.name = inner.name  # type: ignore[misc]
+        self.order = inner.order  # type: ignore[misc]
+
+    def __getattribute__(self, attr: str) -> Any:
+        if attr in HOOKS:
+            inner = object.__getattribute__(self, "inner")
+            if runs_in(inner, attr, object.__getattribute__(self, "side")):
+                return getattr(inner, attr)
+            return getattr(Guard(), attr)
+        return object.__getattribute__(self, attr)
+
+
+def sided(guards: Iterable[Guard], side: str) -> list[Guard]:
+    """``guards`` restricted to the hooks of one side of the split (``"runner"`` or ``"trusted"``)."""
+    return [Sided(g, side) for g in guards]
 
 
 _REGISTRY: dict[str, type[Guard]] = {}

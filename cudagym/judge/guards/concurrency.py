@@ -107,6 +107,7 @@ class HostThreads(Guard):
     """Extra host threads that keep working after the forward returns."""
 
     name = "host_threads"
+    runner_hooks = frozenset({"after_correctness", "after_timing"})  # the candidate's threads live there
     summary = "no extra host threads or processes"
 
     def __init__(self) -> None:

@@ -29,7 +29,7 @@ from cudagym.judge.guards.source_scan import PYTHON_FILE, dotted, import_aliases
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from cudagym.judge.harness.context import CheckRecord, EvalContext
+    from cudagym.judge.harness.context import CheckRecord, EvalContext, ForwardCall
 
 SPREAD_MIN = 1e-3  # reference std / max|reference| below this: its variation is noise, skip the check
 ERROR_OVER_SPREAD = 0.1  # candidate RMS error / reference std above this: the output ignores the input
@@ -50,12 +50,46 @@ class LazyOutput(Guard):
         if tree is not None:
             self.flag_findings(ctx, list(_static_findings(tree)))
 
+    def after_forward(self, ctx: EvalContext, call: ForwardCall) -> None:
+        """In the split's runner: the same checks on the outputs as the candidate returned them.
+
+        (The trusted side only ever sees plain tensors it rebuilt from bytes; whether the reference's own
+        outputs alias comes from it, in ``ctx.reference_aliases``.)
+        """
+        if ctx.side != "runner":
+            return
+        from cudagym.judge.harness.inputs import tensors_in
+
+        outputs = tensors_in(call.outputs)
+        if not self._plain(ctx, outputs):
+            return
+        assert ctx.cand_model is not None
+        facts = ctx.reference_aliases
+        if _aliases(outputs, tensors_in(call.args)) and not facts.get("input"):
+            ctx.flag(self.name, "an output shares memory with an input")
+        if _aliases(outputs, list(ctx.cand_model.state_dict().values())) and not facts.get("weights"):
+            ctx.flag(self.name, "an output shares memory with the model's weights")
+        if _aliases_each_other(outputs) and not facts.get("each_other"):
+            ctx.flag(self.name, "two outputs share memory")
+
+    def _plain(self, ctx: EvalContext, outputs: list[Any]) -> bool:
+        import torch
+
+        for i, out in enumerate(outputs):
+            if type(out) is not torch.Tensor:
+                ctx.flag(self.name, f"output {i} is a {type(out).__qualname__}, not a plain torch.Tensor")
+            elif out.device.type == "meta" or out.is_meta:
+                ctx.flag(self.name, f"output {i} is a meta tensor (no data)")
+        return all(type(o) is torch.Tensor for o in outputs)
+
     def on_check(self, ctx: EvalContext, record: CheckRecord) -> None:
         """Type, device and aliasing of each output tensor."""
         import torch
 
         from cudagym.judge.harness.inputs import tensors_in
 
+        if ctx.side == "trusted":
+            return  # the runner checked the outputs it returned (after_forward); here they are rebuilt copies
         outputs = tensors_in(record.outputs)
         for i, out in enumerate(outputs):
             if type(out) is not torch.Tensor:
@@ -129,6 +163,16 @@ def _error_over_spread(cand: torch.Tensor, ref: torch.Tensor) -> float:
     if not spread > SPREAD_MIN * found.peak or spread == 0.0:
         return 0.0
     return rms_difference(cand.detach(), ref.detach()) / spread
+
+
+def reference_aliasing(outputs: Any, inputs: list[Any], model: Any) -> dict[str, bool]:
+    """Whether the reference's outputs share memory with its inputs, its weights, or each other."""
+    from cudagym.judge.harness.inputs import tensors_in
+
+    outs = tensors_in(outputs)
+    return {"input": _aliases(outs, tensors_in(inputs)),
+            "weights": _aliases(outs, list(model.state_dict().values())),
+            "each_other": _aliases_each_other(outs)}
 
 
 def _ranges(tensors: list[Any]) -> list[tuple[int, int]]:

@@ -40,6 +40,7 @@ class TimerPatch(Guard):
     """Monkey-patching of timing, synchronisation, comparison or judge functions."""
 
     name = "timer_patch"
+    runner_hooks = frozenset({"after_correctness", "after_timing"})  # they inspect the candidate's process
     summary = "do not replace torch/time/builtins/judge functions (timers, synchronize, comparisons)"
     order = 10
 

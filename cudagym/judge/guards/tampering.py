@@ -33,6 +33,7 @@ class Tampering(Guard):
     """Changes to protected files or the solution after it was checked; imports of the judge."""
 
     name = "tampering"
+    runner_hooks = frozenset({"after_correctness", "after_timing"})  # they inspect the candidate's process
     summary = "do not modify protected files (binding.cpp, binding_registry.h, model.py) or import the judge"
     order = 5
 

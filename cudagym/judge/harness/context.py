@@ -40,6 +40,7 @@ from cudagym.judge.harness.profiling import DeviceEvent, profile_calls
 from cudagym.judge.harness.scrub import scrub_free_blocks
 from cudagym.judge.harness.timing import Cover, TimingRun
 from cudagym.judge.job import Job
+from cudagym.judge.split.channel import RunnerLost
 from cudagym.judge.protocol import Protocol
 from cudagym.judge.records import InputCheck, KernelTime, TimingStats, Violation
 
@@ -114,6 +115,11 @@ class EvalContext:
         self.clock = PhaseClock()  # wall time per phase: load, check, timing, compile, profile
         self.reference_peak_bytes = 0  # peak device memory after the priming reference run (the task's own need)
         self.io_bytes = (0, 0)  # bytes of one input set and of its reference outputs
+        self.remote: Any = None  # the runner link when the candidate runs in another process (the split)
+        self.side = "both"  # "trusted" / "runner" in the split; "both" when one process does everything
+        self.reference_aliases: dict[str, bool] = {}  # does the reference's output alias an input, weights, ...
+        self.primed = False  # the priming reference run is done
+        self.runner_job: Job = job  # the job as the runner sees it (its own paths), in the split
 
     # ------------------------------------------------------------------------------------- reporting
 
@@ -178,10 +184,10 @@ class EvalContext:
         audited calls from timed ones by the stream being busy.
         """
         assert self.cand_model is not None
-        if self.on_gpu:
+        if self.on_gpu and self.remote is None:  # in the split the runner scrubs its own memory
             scrub_free_blocks(self.device, self.output_dtype)
         call = ForwardCall(args=args, purpose=purpose, stream=self.current_stream())
-        model, cover = self.cand_model, self.cover
+        model, cover = self.cand_model, (self.cover if self.remote is None else None)
 
         def forward() -> Any:
             if cover is not None:
@@ -208,6 +214,8 @@ class EvalContext:
         """Call candidate code; its exceptions become a :class:`CandidateFailure` for ``stage``."""
         try:
             return fn()
+        except RunnerLost:  # the split: the runner itself failed; the runner (pipeline) reports it as such
+            raise
         except (Exception, SystemExit) as exc:  # sys.exit() in candidate code is a failure, not a worker exit
             cuda = is_cuda_error(exc)
             text = _cuda_text(exc) if cuda else candidate_traceback(exc, (self.workdir.resolve(),))
@@ -277,6 +285,9 @@ class EvalContext:
 
     def kernel_events(self) -> list[DeviceEvent]:
         """Device events of :data:`PROFILE_REPEATS` candidate forwards on the first input set (cached)."""
+        if self._kernel_events is None and self.remote is not None:
+            remote_model: Any = self.cand_model
+            self._kernel_events = remote_model.profile()
         if self._kernel_events is None:
             assert self.cand_model is not None
             model = self.cand_model

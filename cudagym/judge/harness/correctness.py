@@ -61,6 +61,9 @@ def compare_outputs(
         index: Input set number, copied into the result.
         seed: Input set seed, copied into the result.
     """
+    mismatch = getattr(candidate, "structure_mismatch", None)  # the split's runner said why it could not deliver
+    if isinstance(mismatch, str):
+        return InputCheck(index=index, seed=seed, passed=False, message=f"output: {mismatch}")
     totals = _Totals()
     _compare(reference, candidate, "output", tolerance, totals)
     return InputCheck(

@@ -105,6 +105,20 @@ def candidate_module(
         undo()
 
 
+def build_reference(reference: Reference, device: torch.device, seed: int, train: bool = False) -> torch.nn.Module:
+    """``Model`` alone, with the weights :func:`build_models` gives both models.
+
+    Raises:
+        TaskProblem: ``get_init_inputs`` or ``Model(...)`` failed.
+    """
+    try:
+        seed_all(seed)
+        ref = reference.model_cls(*reference.get_init_inputs())
+        return ref.to(device).train(train)
+    except Exception as exc:
+        raise TaskProblem(f"building the reference Model failed: {type(exc).__name__}: {exc}") from exc
+
+
 def build_models(
     reference: Reference, module: types.ModuleType, device: torch.device, seed: int, train: bool = False
 ) -> tuple[torch.nn.Module, torch.nn.Module]:
@@ -114,12 +128,7 @@ def build_models(
         TaskProblem: ``get_init_inputs`` or ``Model(...)`` failed.
         CandidateFailure: ``ModelNew(...)`` failed, or its state_dict keys or shapes differ from Model's.
     """
-    try:
-        seed_all(seed)
-        ref = reference.model_cls(*reference.get_init_inputs())
-        ref = ref.to(device).train(train)
-    except Exception as exc:
-        raise TaskProblem(f"building the reference Model failed: {type(exc).__name__}: {exc}") from exc
+    ref = build_reference(reference, device, seed, train)
     with candidate_calls("init", Path(module.__file__ or ".").parent):
         seed_all(seed)
         cand = getattr(module, CANDIDATE_CLASS)(*reference.get_init_inputs())

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from cudagym.errors import ConfigError
-from cudagym.judge.guards.base import select_guards
+from cudagym.judge.guards.base import select_guards, sided
 from cudagym.judge.harness import COMPILE_FAILED_PREFIX, CONTEXT_POISONED_MARKER, CUDA_ERROR_PREFIX
 from cudagym.judge.harness.context import PROFILE_REPEATS, EvalContext
 from cudagym.judge.harness.correctness import compare_outputs
@@ -40,11 +40,13 @@ from cudagym.judge.harness.integrity import AttributeSnapshot, TorchFlags
 from cudagym.judge.harness.loading import build_models, candidate_module, load_reference, unload_reference
 from cudagym.judge.harness.memory import DeviceMemoryMeter
 from cudagym.judge.harness.profiling import breakdown
-from cudagym.judge.harness.stats import StoppingRule, median, speedup, summarize
+from cudagym.judge.harness.stats import StoppingRule, median, speedup, statistic_of, summarize
 from cudagym.judge.harness.timing import Contender, CoverSizing, L2Flusher, Samples, TimingLoop, make_timer
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import Job
 from cudagym.judge.records import EvalCost, EvalResult, EvalStatus, Hardware, Precision, TimingStats
+from cudagym.judge.split.channel import RunnerLost
+from cudagym.judge.split.remote import RunnerLink
 
 log = logging.getLogger(__name__)
 
@@ -54,20 +56,29 @@ SPOT_CHECK_EVERY = 10  # with cached baselines, every 10th timed round is checke
 TIMING_BUDGET_FRACTION = 0.6  # of the protocol's eval timeout, for the timing loop
 
 
-def evaluate(job: Job, device: str | torch.device | None = None) -> EvalResult:
-    """Run ``job`` on ``device`` (the current CUDA device by default; ``"cpu"`` for the CPU test path)."""
+def evaluate(job: Job, device: str | torch.device | None = None, runner: RunnerLink | None = None,
+             runner_job: Job | None = None) -> EvalResult:
+    """Run ``job`` on ``device`` (the current CUDA device by default; ``"cpu"`` for the CPU test path).
+
+    With ``runner`` (the split, :mod:`cudagym.judge.split`), this process never loads the candidate: the
+    runner at the other end of the link does, with ``runner_job`` (the same job, its paths the runner's).
+    """
     started = time.monotonic()
-    ctx = _start(job, device)
+    ctx = _start(job, device, runner)
     if isinstance(ctx, EvalResult):
         return ctx
+    ctx.runner_job = runner_job or job
     caller_flags = TorchFlags.capture()  # restored at the end: run_job may run in a caller's process
     poisoned = False
     try:
         ctx.meter = DeviceMemoryMeter.start(ctx.device)
         with torch.no_grad(), ExitStack() as stack:
             status, message = _pipeline(ctx, stack)
+    except RunnerLost as lost:  # the candidate's process died, hung or sent garbage: the candidate's failure
+        status = EvalStatus.TIMEOUT if lost.timed_out else EvalStatus.CRASHED
+        message = f"the candidate's process failed: {lost}"
     except CandidateFailure as failure:
-        poisoned = failure.cuda
+        poisoned = failure.cuda and ctx.remote is None  # in the split only the runner's context is broken
         status, message = EvalStatus.RUNTIME_ERROR, _failure_message(failure)
         if "OutOfMemoryError" in failure.text:  # how much the task itself held, to tell greed from a big task
             message += f"\n(device memory: {ctx.meter.describe()}; the reference alone peaked at " \
@@ -95,13 +106,19 @@ def evaluate(job: Job, device: str | torch.device | None = None) -> EvalResult:
     return _result(ctx, status, message, time.monotonic() - started)
 
 
-def _start(job: Job, device: str | torch.device | None) -> EvalContext | EvalResult:
+def _start(job: Job, device: str | torch.device | None, runner: RunnerLink | None) -> EvalContext | EvalResult:
     """The evaluation's context, or the verdict when it cannot start (no GPU, unknown guards, ...)."""
     if device is None and not torch.cuda.is_available():
         return EvalResult(EvalStatus.NO_GPU, "this worker has no CUDA device", build=job.build,
                           protocol_id=job.protocol.id, hardware=Hardware(), precision=job.protocol.precision)
     try:
-        return EvalContext(job, _device(device), select_guards(job.protocol.guards), Path(job.workdir or os.getcwd()))
+        guards = select_guards(job.protocol.guards)
+        ctx = EvalContext(job, _device(device), sided(guards, "trusted") if runner else guards,
+                          Path(job.workdir or os.getcwd()))
+        if runner is not None:
+            ctx.remote, ctx.side, runner.device = runner, "trusted", ctx.device
+            runner.on_violation = ctx.flag
+        return ctx
     except ConfigError as exc:
         return EvalResult(EvalStatus.INFRA_ERROR, str(exc), build=job.build, protocol_id=job.protocol.id,
                           precision=job.protocol.precision)
@@ -146,8 +163,14 @@ def _pipeline(ctx: EvalContext, stack: ExitStack) -> tuple[EvalStatus, str]:
     with ctx.clock.phase("profile"):
         _post_timing_check(ctx)
         ctx.forget_kernel_events()  # profile what the candidate does after many calls, not what it did first
+        if ctx.remote is not None:
+            ctx.flag_changes.extend(ctx.remote.flag_changes)
+            verify_claims(ctx)
         for guard in ctx.guards:
             guard.after_timing(ctx)
+        if ctx.remote is not None:
+            remote: Any = ctx.cand_model
+            remote.hook("after_timing")
         _profile(ctx)
     if ctx.violations:
         return _violation(ctx)
@@ -167,6 +190,9 @@ def _checked(ctx: EvalContext) -> tuple[EvalStatus, str] | None:
             f"input {failed[0].index} (seed {failed[0].seed}): {failed[0].message}"
     for guard in ctx.guards:
         guard.after_correctness(ctx)
+    if ctx.remote is not None:
+        remote: Any = ctx.cand_model
+        remote.hook("after_correctness")
     return _violation(ctx) if ctx.violations else None
 
 
@@ -188,6 +214,9 @@ def _prepare(ctx: EvalContext) -> None:
 def _load(ctx: EvalContext, stack: ExitStack) -> None:
     ctx.reference = load_reference(ctx.job.task)
     stack.callback(unload_reference, ctx.reference)
+    if ctx.remote is not None:
+        _load_remote(ctx)
+        return
     ctx.module = stack.enter_context(candidate_module(ctx.job.build, ctx.workdir, lambda: _take_snapshot(ctx)))
     train = ctx.protocol.extra.get("module_mode", "eval") == "train"
     ctx.ref_model, ctx.cand_model = build_models(ctx.reference, ctx.module, ctx.device, ctx.protocol.seed, train)
@@ -198,17 +227,43 @@ def _take_snapshot(ctx: EvalContext) -> None:
     ctx.snapshot = AttributeSnapshot()
 
 
+def _load_remote(ctx: EvalContext) -> None:
+    """The split: the reference here, primed; the candidate loaded in the runner, called through a proxy."""
+    from cudagym.judge.guards.outputs import reference_aliasing
+    from cudagym.judge.harness.loading import build_reference
+    from cudagym.judge.split.remote import RemoteModel
+
+    assert ctx.reference is not None and ctx.remote is not None
+    train = ctx.protocol.extra.get("module_mode", "eval") == "train"
+    ctx.ref_model = build_reference(ctx.reference, ctx.device, ctx.protocol.seed, train)
+    inputs = ctx.make_inputs(ctx.protocol.seed + PRIMING_SEED_OFFSET)
+    prime = ctx.run_reference(inputs)
+    _primed(ctx, inputs, prime)
+    ctx.reference_aliases = reference_aliasing(prime, inputs, ctx.ref_model)
+    ctx.cand_model = RemoteModel(ctx.remote, prime)  # type: ignore[assignment]
+    ctx.poison_results(prime)
+    del inputs, prime
+    ctx.remote.start(ctx.runner_job, {"device": str(ctx.device), "output_dtype": str(ctx.output_dtype).removeprefix(
+        "torch."), "reference_aliases": ctx.reference_aliases})
+
+
+def _primed(ctx: EvalContext, inputs: list[Any], prime: Any) -> None:
+    ctx.io_bytes = (nbytes(inputs), nbytes(prime))
+    ctx.reference_peak_bytes = ctx.meter.peak_bytes()  # the models and one reference run: what the task needs
+    ctx.output_dtype = ctx.first_output_dtype(prime)
+    ctx.primed = True
+
+
 def _correctness(ctx: EvalContext) -> None:
     # Priming: one reference run on a seed no check uses, its outputs poisoned and freed, so even the
     # first candidate call finds poison (not answers) in recycled memory.
-    inputs = ctx.make_inputs(ctx.protocol.seed + PRIMING_SEED_OFFSET)
-    prime = ctx.run_reference(inputs)
-    ctx.io_bytes = (nbytes(inputs), nbytes(prime))
-    ctx.reference_peak_bytes = ctx.meter.peak_bytes()  # the models and one reference run: what the task needs
-    del inputs
-    ctx.output_dtype = ctx.first_output_dtype(prime)
-    ctx.poison_results(prime)
-    del prime
+    if not ctx.primed:
+        inputs = ctx.make_inputs(ctx.protocol.seed + PRIMING_SEED_OFFSET)
+        prime = ctx.run_reference(inputs)
+        _primed(ctx, inputs, prime)
+        del inputs
+        ctx.poison_results(prime)
+        del prime
     for index, seed in enumerate(ctx.protocol.input_seeds()):
         ctx.checks.append(ctx.verify_seed(seed, index, "correctness"))
 
@@ -242,6 +297,8 @@ def _timing(ctx: EvalContext) -> None:
     if not retime:
         ctx.timed["eager"], ctx.timed["compiled"] = job.baselines.eager, job.baselines.compiled
         ctx.note("baselines: cached eager and torch.compile times (not re-timed in PROFILE mode)")
+    elif job.baselines.known:
+        _no_slower_than_cached(ctx)
     cand = ctx.timed["candidate"]
     ctx.speedup_vs_eager = speedup(ctx.timed.get("eager", TimingStats()), cand, protocol.statistic)
     ctx.speedup_vs_compile = speedup(ctx.timed.get("compiled", TimingStats()), cand, protocol.statistic)
@@ -269,7 +326,66 @@ def paired_speedup(samples: dict[str, Samples], baseline: str) -> tuple[float, i
 def _candidate_contender(ctx: EvalContext) -> Contender:
     model = ctx.cand_model
     assert model is not None
+    if ctx.remote is not None:  # timed in the runner, on its own stream; the claim is checked (verify_claims)
+        remote: Any = model
+        return Contender("candidate", remote, measure=remote.timed)
     return Contender("candidate", lambda args: ctx.call_candidate(lambda: model(*args), "timing"))
+
+
+def _no_slower_than_cached(ctx: EvalContext) -> None:
+    """A baseline re-timed beside the candidate counts no slower than its clean cached time.
+
+    The cached times come from jobs that ran no candidate code; a fresh time above them may be the
+    candidate's doing (work left running on the GPU while the baselines were timed), so it cannot raise
+    the speedup.
+    """
+    cached = {"eager": ctx.job.baselines.eager, "compiled": ctx.job.baselines.compiled}
+    statistic = ctx.protocol.statistic
+    for name, clean in cached.items():
+        fresh = ctx.timed.get(name)
+        if fresh is None or not clean.measured or not fresh.measured:
+            continue
+        if statistic_of(fresh, statistic) > statistic_of(clean, statistic):
+            ctx.timed[name] = clean
+            ctx.note(f"baselines: {name} re-timed at {statistic_of(fresh, statistic):.1f} us, slower than its clean "
+                     f"cached {statistic_of(clean, statistic):.1f} us; the cached time counts")
+
+
+UNVERIFIABLE_TIMING = "unverifiable_timing"
+CLAIM_SLACK = 0.10  # a batch may run 10% slower per call than the median claim ...
+CLAIM_SLACK_US = 20.0  # ... plus this, plus the candidate's launch cover (host time the protocol allows)
+BATCH_TARGET_US = 20_000.0
+
+
+def verify_claims(ctx: EvalContext) -> None:
+    """The runner's timing claims against the trusted clock.
+
+    Each claim must lie within its request's wall time, and a batch of back-to-back calls must run no
+    slower per call than the median claim allows.
+    A claim the clock cannot confirm is the violation ``unverifiable_timing``.
+    """
+    link, timing = ctx.remote, ctx.timing
+    if link is None or timing is None or not link.claimed_us:
+        return
+    over = [(c, w) for c, w in zip(link.claimed_us, link.wall_us, strict=True) if c > w]
+    if over:
+        ctx.flag(UNVERIFIABLE_TIMING, f"{len(over)} timed call(s) claimed more device time than the judge's clock "
+                 f"saw around them (first: {over[0][0]:.1f} us claimed in {over[0][1]:.1f} us)")
+        return
+    claim = median(timing.samples["candidate"].time_us)
+    calls = int(max(5, min(1000, BATCH_TARGET_US / max(claim, 1.0))))
+    args = ctx.make_inputs(ctx.protocol.seed + TIMING_SEED_OFFSET - 2_000)
+    model: Any = ctx.cand_model
+    ping = min(model.ping_us() for _ in range(3))
+    wall = model.batch(args, calls)
+    per_call = max(0.0, wall - ping) / calls
+    allowed = claim * (1 + CLAIM_SLACK) + CLAIM_SLACK_US + ctx.protocol.launch_cover_us
+    ctx.note(f"timing claims: median {claim:.1f} us; {calls} back-to-back calls took {per_call:.1f} us each by the "
+             f"judge's clock (allowed {allowed:.1f} us)")
+    if per_call > allowed:
+        ctx.flag(UNVERIFIABLE_TIMING, f"the runner timed the candidate at {claim:.1f} us per call, but {calls} calls "
+                 f"back to back took {per_call:.1f} us each by the judge's clock (allowed {allowed:.1f} us): work ran "
+                 "outside the timed region")
 
 
 def _baseline_contenders(ctx: EvalContext) -> list[Contender]:

@@ -1,0 +1,123 @@
+"""The trusted process's line to its runner: length-prefixed JSON over a Unix socket, file descriptors beside.
+
+JSON only, both ways in shape, so neither side ever unpickles what the other sent (the job itself travels
+from trusted to runner pickled: that direction is the judge's own data). Whatever the runner sends is capped
+in size and checked before use; a message that is malformed, late or missing is the runner's failure
+(:class:`RunnerLost`), which the trusted side turns into the candidate's verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import socket
+import struct
+import time
+from typing import Any
+
+MAX_MESSAGE_BYTES = 16 << 20
+_HEADER = struct.Struct("!Q")
+
+
+class RunnerLost(RuntimeError):
+    """The runner did not answer properly: it died, hung past its deadline, or sent something malformed."""
+
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
+
+
+class Channel:
+    """One end of the socket pair; ``send``/``receive`` move one JSON object (and maybe descriptors)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    @classmethod
+    def from_fd(cls, fd: int) -> Channel:
+        """Wrap an inherited socket descriptor."""
+        return cls(socket.socket(fileno=fd))
+
+    def send(self, message: dict[str, Any], fds: list[int] | None = None) -> None:
+        """Send ``message`` as JSON, with ``fds`` attached to its header."""
+        self._send_bytes(json.dumps(message).encode(), fds)
+
+    def send_pickle(self, obj: Any) -> None:
+        """Send a pickled object (trusted to runner only)."""
+        self._send_bytes(b"P" + pickle.dumps(obj))
+
+    def _send_bytes(self, payload: bytes, fds: list[int] | None = None) -> None:
+        header = _HEADER.pack(len(payload))
+        if fds:
+            socket.send_fds(self.sock, [header], fds)
+            self.sock.sendall(payload)
+        else:
+            self.sock.sendall(header + payload)
+
+    def receive(self, timeout_s: float | None = None, *, max_fds: int = 0) -> tuple[dict[str, Any], list[int]]:
+        """The next JSON object and any descriptors that came with it.
+
+        Raises:
+            RunnerLost: End of stream, a deadline passed, or the message is not a JSON object within the cap.
+        """
+        payload, fds = self._receive_bytes(timeout_s, max_fds)
+        try:
+            message = json.loads(payload)
+        except ValueError as exc:
+            raise RunnerLost(f"the runner sent a message that is not JSON ({exc})") from None
+        if not isinstance(message, dict):
+            raise RunnerLost("the runner sent a message that is not a JSON object")
+        return message, fds
+
+    def receive_pickle(self, timeout_s: float | None = None) -> Any:
+        """The next pickled object (the runner's side: it comes from the trusted process)."""
+        payload, _ = self._receive_bytes(timeout_s, 0)
+        if not payload.startswith(b"P"):
+            raise RunnerLost("expected a pickled job")
+        return pickle.loads(payload[1:])
+
+    def _receive_bytes(self, timeout_s: float | None, max_fds: int) -> tuple[bytes, list[int]]:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        try:
+            self._timeout(deadline)
+            data, fds, _, _ = socket.recv_fds(self.sock, _HEADER.size, max(1, max_fds))
+            if not data:
+                raise RunnerLost("the runner closed its channel (it exited or was killed)")
+            header = data + self._exactly(_HEADER.size - len(data), deadline)
+            (size,) = _HEADER.unpack(header)
+            if size > MAX_MESSAGE_BYTES:
+                raise RunnerLost(f"the runner sent a message of {size} bytes (the cap is {MAX_MESSAGE_BYTES})")
+            if len(fds) > max_fds:
+                raise RunnerLost("the runner sent file descriptors it was not asked for")
+            return self._exactly(size, deadline), list(fds)
+        except TimeoutError:
+            raise RunnerLost("the runner did not answer in time", timed_out=True) from None
+        except OSError as exc:
+            raise RunnerLost(f"the runner's channel failed: {exc}") from None
+
+    def _exactly(self, n: int, deadline: float | None) -> bytes:
+        chunks, got = [], 0
+        while got < n:
+            self._timeout(deadline)
+            chunk = self.sock.recv(min(n - got, 1 << 20))
+            if not chunk:
+                raise RunnerLost("the runner closed its channel mid-message")
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+
+    def _timeout(self, deadline: float | None) -> None:
+        if deadline is None:
+            self.sock.settimeout(None)
+            return
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        self.sock.settimeout(left)
+
+    def close(self) -> None:
+        """Close the socket."""
+        try:
+            self.sock.close()
+        except OSError:
+            pass

@@ -1,0 +1,273 @@
+"""The trusted side's handle on its runner: the candidate model as the harness sees it, living elsewhere.
+
+:class:`RemoteModel` stands in for ``ModelNew`` in the trusted process. Calling it copies the arguments into
+the input arena, asks the runner to run the real model there, and rebuilds the outputs from the output
+arena as tensors the trusted process allocates itself: the harness compares, fingerprints and poisons
+those, never an object the candidate made. The runner's copy of the inputs is copied back, so a candidate
+that writes to its inputs is seen writing to them.
+
+Everything the runner says is checked before use; what cannot be used is :class:`RunnerLost`, which the
+harness turns into the candidate's failure (``RUNTIME_ERROR``, ``CRASHED`` or ``TIMEOUT``), never the judge's.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from cudagym.judge.harness.failures import CandidateFailure
+from cudagym.judge.harness.inputs import tensors_in
+from cudagym.judge.harness.profiling import DeviceEvent
+from cudagym.judge.harness.timing import Measurement
+from cudagym.judge.split.arena import Arena, Slot, layout, new_arena, views
+from cudagym.judge.split.channel import Channel, RunnerLost
+
+MIN_REPLY_S = 5.0  # the least time a request gets, whatever the job's budget says
+
+
+@dataclass(frozen=True)
+class StructureMismatch:
+    """The candidate returned outputs of another count, shape or dtype than the reference (``message`` says)."""
+
+    message: str
+
+    @property
+    def structure_mismatch(self) -> str:
+        """What the comparison reports (it reads this attribute, knowing nothing of the split)."""
+        return self.message
+
+
+def structure_problem(outputs: Any, expected: list[Slot], container: str) -> str:
+    """Why ``outputs`` cannot fill ``expected`` (``""`` when it can); used by the runner before copying."""
+    if container == "tensor":
+        got = [outputs]
+    elif isinstance(outputs, (tuple, list)):
+        got = list(outputs)
+    else:
+        return f"expected a {container} of {len(expected)} tensors, got {type(outputs).__name__}"
+    if len(got) != len(expected):
+        return f"expected {len(expected)} output tensor(s), got {len(got)}"
+    for i, (tensor, slot) in enumerate(zip(got, expected, strict=True)):
+        if not isinstance(tensor, torch.Tensor):
+            return f"output {i}: expected a tensor, got {type(tensor).__name__}"
+        if tuple(tensor.shape) != slot.shape:
+            return f"output {i}: expected shape {list(slot.shape)}, got {list(tensor.shape)}"
+        if str(tensor.dtype).removeprefix("torch.") != slot.dtype:
+            return f"output {i}: expected dtype {slot.dtype}, got {str(tensor.dtype).removeprefix('torch.')}"
+    return ""
+
+
+class RunnerLink:
+    """The channel to one runner, the arenas shared with it, and the deadline of the job.
+
+    Args:
+        channel: The socket to the runner.
+        deadline: ``time.monotonic()`` by which the whole job must end.
+    """
+
+    def __init__(self, channel: Channel, deadline: float) -> None:
+        self.channel = channel
+        self.deadline = deadline
+        self.device = torch.device("cpu")
+        self.arenas: dict[str, Arena] = {}
+        self.violations: list[tuple[str, str]] = []  # what the runner's guards reported, in order
+        self.on_violation: Any = None  # called with (guard, message) for each, as they arrive
+        self.notes: list[str] = []
+        self.flag_changes: list[str] = []
+        self.wall_us: list[float] = []  # the trusted clock around each timed request
+        self.claimed_us: list[float] = []
+
+    def request(self, message: dict[str, Any], fds: list[int] | None = None, expect: str = "") -> dict[str, Any]:
+        """Send one request and return the runner's reply (its violations recorded).
+
+        Raises:
+            CandidateFailure: The candidate raised (or broke the CUDA context) in the runner.
+            RunnerLost: No proper reply.
+        """
+        try:
+            self.channel.send(message, fds)
+        except OSError as exc:
+            raise RunnerLost(f"the runner's channel failed: {exc}") from None
+        reply, _ = self.channel.receive(max(MIN_REPLY_S, self.deadline - time.monotonic()))
+        try:
+            for guard, text in reply.get("violations", [])[:50]:
+                found = (str(guard)[:60], str(text)[:2000])
+                self.violations.append(found)
+                if self.on_violation is not None:
+                    self.on_violation(*found)
+            kind = reply["kind"]
+            if kind == "failure":
+                raise CandidateFailure(str(reply["stage"])[:40], str(reply["text"])[:8000], cuda=bool(reply["cuda"]))
+            if kind == "task_problem":  # the trusted side loaded the task itself: in the runner it is the candidate's
+                raise CandidateFailure("load", str(reply["text"])[:4000])
+            if expect and kind != expect:
+                raise RunnerLost(f"the runner answered {str(kind)[:40]!r} to a {message.get('kind')!r} request")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RunnerLost(f"the runner sent a malformed reply ({type(exc).__name__}: {exc})") from None
+        return reply
+
+    def start(self, job: Any, start: dict[str, Any]) -> None:
+        """Hand the runner its job; returns once the candidate is loaded (or raises its failure)."""
+        try:
+            ready, _ = self.channel.receive(max(MIN_REPLY_S, self.deadline - time.monotonic()))
+            if ready.get("kind") != "ready":
+                raise RunnerLost("the runner did not start properly")
+            self.channel.send_pickle(job)
+        except OSError as exc:
+            raise RunnerLost(f"the runner's channel failed: {exc}") from None
+        self.request({"kind": "start", **start}, expect="loaded")
+
+    def ensure_arenas(self, input_bytes: int, output_bytes: int) -> None:
+        """Arenas at least this large, shared with the runner (replaced when too small)."""
+        have = self.arenas
+        if have and have["inputs"].size >= input_bytes and have["outputs"].size >= output_bytes:
+            return
+        for arena in have.values():
+            arena.close()
+        self.arenas = {"inputs": new_arena(input_bytes, self.device), "outputs": new_arena(output_bytes, self.device)}
+        fds = [self.arenas["inputs"].descriptor(), self.arenas["outputs"].descriptor()]
+        try:
+            self.request({"kind": "arenas", "sizes": {k: a.size for k, a in self.arenas.items()}}, fds,
+                         expect="attached")
+        finally:
+            import os
+
+            for fd in fds:
+                os.close(fd)
+
+    def end(self) -> tuple[list[str], list[str]]:
+        """Tell the runner the job is over; the files and connections it tried (its escape audit)."""
+        try:
+            reply = self.request({"kind": "end"}, expect="ended")
+            self.notes.extend(str(n)[:500] for n in reply.get("notes", [])[:50])
+            return [str(f)[:300] for f in reply.get("files", [])[:100]], [str(n)[:300] for n in
+                                                                           reply.get("network", [])[:100]]
+        except (RunnerLost, CandidateFailure):
+            return [], []
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Close the channel and the arenas."""
+        self.channel.close()
+        for arena in self.arenas.values():
+            arena.close()
+        self.arenas = {}
+
+
+class RemoteModel:
+    """``ModelNew`` as the trusted process calls it: every call runs in the runner.
+
+    Args:
+        link: The runner.
+        outputs_like: The reference's outputs of the priming run (their structure: count, shapes, dtypes).
+    """
+
+    def __init__(self, link: RunnerLink, outputs_like: Any) -> None:
+        self.link = link
+        self.container = "tensor" if isinstance(outputs_like, torch.Tensor) else (
+            "list" if isinstance(outputs_like, list) else "tuple")
+        self.out_slots, self.out_bytes = layout(tensors_in(outputs_like))
+        self.out_like = [(t.shape, t.dtype) for t in tensors_in(outputs_like)]
+
+    def parameters(self) -> list[torch.Tensor]:
+        """None here: the weights live in the runner."""
+        return []
+
+    def buffers(self) -> list[torch.Tensor]:
+        """None here: the buffers live in the runner."""
+        return []
+
+    def _place(self, args: tuple[Any, ...]) -> tuple[list[dict[str, Any]], list[torch.Tensor], list[Slot]]:
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        slots, nbytes = layout(tensors)
+        self.link.ensure_arenas(nbytes, self.out_bytes)
+        arena = self.link.arenas["inputs"].tensor
+        for view, tensor in zip(views(arena, slots), tensors, strict=True):
+            view.copy_(tensor)
+        self.link.arenas["outputs"].tensor.fill_(0xFF)  # nothing of the last call stays readable as an answer
+        if arena.is_cuda:
+            torch.cuda.synchronize(arena.device)
+        spec: list[dict[str, Any]] = []
+        k = 0
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                spec.append({"slot": slots[k].to_json()})
+                k += 1
+            elif a is None or isinstance(a, (bool, int, float, str)):
+                spec.append({"value": a})
+            else:
+                raise TypeError(f"the task's inputs include a {type(a).__name__}, which cannot be sent to the runner")
+        return spec, tensors, slots
+
+    def _collect(self, reply: dict[str, Any], tensors: list[torch.Tensor], slots: list[Slot]) -> Any:
+        """Copy the runner's view of the inputs back, then the outputs out of the arena (or the mismatch)."""
+        for view, tensor in zip(views(self.link.arenas["inputs"].tensor, slots), tensors, strict=True):
+            tensor.copy_(view)  # what the candidate did to its inputs, the harness sees
+        problem = reply.get("problem", "")
+        if not isinstance(problem, str):
+            raise RunnerLost("the runner sent a malformed reply (problem)")
+        if problem:
+            return StructureMismatch(problem[:2000])
+        outs = [v.clone() for v in views(self.link.arenas["outputs"].tensor, self.out_slots)]
+        if self.container == "tensor":
+            return outs[0]
+        return list(outs) if self.container == "list" else tuple(outs)
+
+    def __call__(self, *args: Any) -> Any:
+        """One audited forward in the runner; the outputs as tensors of this process."""
+        spec, tensors, slots = self._place(args)
+        reply = self.link.request({"kind": "forward", "args": spec, "outputs": [s.to_json() for s in self.out_slots],
+                                   "container": self.container}, expect="outputs")
+        return self._collect(reply, tensors, slots)
+
+    def timed(self, args: list[Any], cover_us: float | None) -> Measurement:
+        """One timed call in the runner; its claim is kept only if the trusted clock around it agrees."""
+        spec, tensors, slots = self._place(tuple(args))
+        t0 = time.perf_counter()
+        reply = self.link.request({"kind": "timed", "args": spec, "outputs": [s.to_json() for s in self.out_slots],
+                                   "container": self.container}, expect="timed")
+        wall = (time.perf_counter() - t0) * 1e6
+        try:
+            claim = float(reply["time_us"])
+            runner_wall, enqueue = float(reply["wall_us"]), float(reply["enqueue_us"])
+            self.link.flag_changes.extend(str(c)[:300] for c in reply.get("flag_changes", [])[:10])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RunnerLost(f"the runner sent a malformed timing ({exc})") from None
+        if not (math.isfinite(claim) and claim > 0):
+            raise RunnerLost(f"the runner claimed an impossible time ({claim!r} us)")
+        self.link.wall_us.append(wall)
+        self.link.claimed_us.append(claim)
+        outputs = self._collect(reply, tensors, slots)
+        return Measurement(outputs, claim, max(runner_wall, 0.0), max(enqueue, 0.0))
+
+    def batch(self, args: list[Any], calls: int) -> float:
+        """Microseconds of the trusted clock for ``calls`` back-to-back calls in the runner (one request)."""
+        spec, _, _ = self._place(tuple(args))
+        t0 = time.perf_counter()
+        self.link.request({"kind": "batch", "args": spec, "calls": calls}, expect="batch")
+        return (time.perf_counter() - t0) * 1e6
+
+    def ping_us(self) -> float:
+        """The trusted clock around an empty request: the channel's own cost."""
+        t0 = time.perf_counter()
+        self.link.request({"kind": "hook", "name": "none"}, expect="")
+        return (time.perf_counter() - t0) * 1e6
+
+    def profile(self) -> list[DeviceEvent]:
+        """The runner's kernel profile of the candidate (as it reports it)."""
+        reply = self.link.request({"kind": "profile"}, expect="profile")
+        try:
+            return [DeviceEvent(str(e["name"])[:300], float(e["duration_us"]), 0, bool(e["is_memory_op"]))
+                    for e in reply["events"][:5000]]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RunnerLost(f"the runner sent a malformed profile ({exc})") from None
+
+    def hook(self, name: str) -> None:
+        """Run the runner's side of a guard hook (``after_correctness``, ``after_timing``)."""
+        reply = self.link.request({"kind": "hook", "name": name}, expect="hooked")
+        self.link.notes.extend(str(n)[:500] for n in reply.get("notes", [])[:20])

@@ -1,0 +1,318 @@
+"""The untrusted runner: ``python -m cudagym.judge.split.runner``, one process per job, in its own sandbox.
+
+It is the only process that loads candidate code. Started ahead of its job (torch imported, CUDA up, the
+launch cover calibrated: nothing of any candidate yet), it receives one job from the trusted process,
+loads the solution, and then only answers requests: run ``ModelNew`` on the inputs the trusted side put in
+the input arena and copy what it returned into the output arena (``forward``), the same with the timer
+around it (``timed``), many calls back to back (``batch``), a kernel profile (``profile``), and the guard
+hooks that inspect this process (``hook``). It never sees a reference output or a baseline, and what it
+says can only count against the candidate: the trusted process compares the bytes itself.
+
+When the job ends the process exits; nothing of it judges another job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import traceback
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from cudagym.judge.guards import escape
+from cudagym.judge.sandbox import SandboxPolicy, enter_sandbox, set_cpu_budget
+from cudagym.judge.split.channel import Channel, RunnerLost
+
+MAX_BATCH_CALLS = 1000
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Enter the sandbox, get ready, serve one job, exit."""
+    parser = argparse.ArgumentParser(prog="python -m cudagym.judge.split.runner")
+    parser.add_argument("--sock", type=int, required=True)
+    parser.add_argument("--root", required=True)
+    parser.add_argument("--policy", required=True)
+    args = parser.parse_args(argv)
+    policy = SandboxPolicy.from_json(args.policy)
+    enter_sandbox(policy)
+    os.environ[escape.WORKER_ROOT_ENV] = args.root
+    escape.install()
+    channel = Channel.from_fd(args.sock)
+    server = _Server(channel, Path(args.root), policy)
+    try:
+        server.warm()
+        channel.send({"kind": "ready"})
+        server.serve()
+    except RunnerLost:
+        return 0  # the trusted side went away: nothing to answer
+    return 0
+
+
+class _Server:
+    def __init__(self, channel: Channel, root: Path, policy: SandboxPolicy) -> None:
+        self.channel = channel
+        self.root = root
+        self.policy = policy
+        self.ctx: Any = None
+        self.stack = ExitStack()
+        self.arenas: dict[str, Any] = {}
+        self.cover: Any = None
+        self.timer: Any = None
+        self.flusher: Any = None
+
+    def warm(self) -> None:
+        """Import torch and the harness; on a GPU, create the context and calibrate the launch cover."""
+        import torch
+
+        import cudagym.judge.harness.runner  # noqa: F401  (the guards and the harness, before any job)
+
+        if torch.cuda.is_available():
+            torch.cuda.init()
+            torch.cuda.set_device(0)
+            torch.ones(1, device="cuda").add_(1)
+
+    def serve(self) -> None:
+        """Receive the job, then answer requests until ``end`` or the channel closes."""
+        job = self.channel.receive_pickle()
+        start, _ = self.channel.receive()
+        reply = self._start(job, start)
+        self.channel.send(reply)
+        if reply["kind"] != "loaded":
+            return
+        while True:
+            request, fds = self.channel.receive(max_fds=2)
+            kind = request.get("kind")
+            if kind == "end":
+                self.channel.send(self._end())
+                return
+            try:
+                reply = self._answer(kind, request, fds)
+            except Exception as exc:  # a candidate failure, or our own: the trusted side decides
+                reply = _failure_reply(exc)
+            reply["violations"] = self._new_violations()
+            self.channel.send(reply)
+            if reply["kind"] == "failure" and reply.get("cuda"):
+                return  # a broken CUDA context answers nothing more
+
+    # ------------------------------------------------------------------------------------------ loading
+
+    def _start(self, job: Any, start: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        from cudagym.judge.guards.base import select_guards, sided
+        from cudagym.judge.harness.context import EvalContext
+        from cudagym.judge.harness.loading import build_models, candidate_module, load_reference
+        from cudagym.judge.harness.runner import _take_snapshot
+
+        device = torch.device(str(start.get("device", "cpu")))
+        if device.type == "cuda":
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.workdir = job.workdir
+        os.chdir(job.workdir)
+        set_cpu_budget(self.policy.cpu_time_s)
+        artifact = os.path.dirname(job.build.artifact_path) if job.build.artifact_path else ""
+        escape.start_job(job.workdir, extra=[artifact] if artifact else [])
+        try:
+            ctx = EvalContext(job, device, sided(select_guards(job.protocol.guards), "runner"), Path(job.workdir))
+            ctx.side = "runner"
+            ctx.reference_aliases = dict(start.get("reference_aliases") or {})
+            self.ctx = ctx
+            if ctx.on_gpu:
+                torch.cuda.set_device(device)
+            import importlib
+
+            importlib.import_module("torch._dynamo")
+            ctx.flags.apply()
+            ctx.sources = dict(job.solution.files)
+            if ctx.on_gpu and job.protocol.launch_cover_us > 0 and job.protocol.timing == "cuda_events":
+                ctx.setup_cover()
+            ctx.output_dtype = getattr(torch, str(start.get("output_dtype", "float32")), torch.float32)
+            for guard in ctx.guards:
+                guard.check_sources(ctx)
+            torch.set_grad_enabled(False)
+            ctx.reference = load_reference(job.task)
+            ctx.module = self.stack.enter_context(candidate_module(job.build, ctx.workdir, lambda: _take_snapshot(ctx)))
+            train = job.protocol.extra.get("module_mode", "eval") == "train"
+            ctx.ref_model, ctx.cand_model = build_models(ctx.reference, ctx.module, device, job.protocol.seed, train)
+            for guard in ctx.guards:
+                guard.after_load(ctx)
+            ctx.ref_model = None  # the runner never runs the reference: its outputs are the trusted side's
+        except Exception as exc:
+            return {**_failure_reply(exc), "violations": self._new_violations()}
+        return {"kind": "loaded", "violations": self._new_violations()}
+
+    def _new_violations(self) -> list[list[str]]:
+        if self.ctx is None:
+            return []
+        found = [[v.guard, v.message] for v in self.ctx.violations]
+        self.ctx.violations.clear()
+        return found
+
+    # ------------------------------------------------------------------------------------------ requests
+
+    def _answer(self, kind: Any, request: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+        if kind == "arenas":
+            return self._attach(request, fds)
+        if kind == "forward":
+            return self._forward(request)
+        if kind == "timed":
+            return self._timed(request)
+        if kind == "batch":
+            return self._batch(request)
+        if kind == "profile":
+            return self._profile()
+        if kind == "hook":
+            return self._hook(str(request.get("name", "")))
+        return {"kind": "error", "message": f"unknown request {str(kind)[:60]!r}"}
+
+    def _attach(self, request: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+        from cudagym.judge.split.arena import attach_arena
+
+        for arena in self.arenas.values():
+            arena.close()
+        self.arenas = {}
+        sizes = request["sizes"]
+        for name, fd in zip(("inputs", "outputs"), fds, strict=True):
+            self.arenas[name] = attach_arena(fd, int(sizes[name]), self.ctx.device)
+        return {"kind": "attached"}
+
+    def _args(self, request: dict[str, Any]) -> list[Any]:
+        from cudagym.judge.split.arena import Slot, views
+
+        arena = self.arenas["inputs"].tensor
+        args: list[Any] = []
+        for item in request["args"]:
+            if "slot" in item:
+                args.append(views(arena, [Slot.from_json(item["slot"])])[0])
+            else:
+                args.append(item.get("value"))
+        return args
+
+    def _deliver(self, request: dict[str, Any], outputs: Any) -> str:
+        """Copy the candidate's outputs into the output arena; ``""`` or why their structure is wrong."""
+        from cudagym.judge.split.arena import Slot, views
+        from cudagym.judge.split.remote import structure_problem
+
+        expected = [Slot.from_json(s) for s in request["outputs"]]
+        problem = structure_problem(outputs, expected, request.get("container", "tensor"))
+        if problem:
+            return problem
+        from cudagym.judge.harness.inputs import tensors_in
+
+        for view, tensor in zip(views(self.arenas["outputs"].tensor, expected), tensors_in(outputs), strict=True):
+            view.copy_(tensor)
+        if self.ctx.on_gpu:
+            import torch
+
+            torch.cuda.synchronize(self.ctx.device)
+        return ""
+
+    def _forward(self, request: dict[str, Any]) -> dict[str, Any]:
+        args = self._args(request)
+        outputs = self.ctx.run_candidate(args, str(request.get("purpose", "forward"))[:40])
+        return {"kind": "outputs", "problem": self._deliver(request, outputs)}
+
+    def _timed(self, request: dict[str, Any]) -> dict[str, Any]:
+        from cudagym.judge.harness.hardware import l2_cache_bytes
+        from cudagym.judge.harness.integrity import TorchFlags
+        from cudagym.judge.harness.timing import L2Flusher, make_timer
+
+        ctx = self.ctx
+        if self.timer is None:
+            self.timer = make_timer(ctx.protocol.timing, ctx.device, ctx.cover)
+            self.flusher = L2Flusher(ctx.device, l2_cache_bytes(ctx.device) if ctx.on_gpu else 0,
+                                     ctx.protocol.l2_flush)
+        args = self._args(request)
+        model = ctx.cand_model
+        reset_persisting_l2(ctx.on_gpu)
+        self.flusher.flush()
+        measured = ctx.call_candidate(lambda: self.timer.measure(lambda: model(*args)), "timing")
+        changes = []
+        now = TorchFlags.capture()
+        if now != ctx.flags:
+            changes = ctx.flags.differences(now)
+            ctx.flags.apply()
+        problem = self._deliver(request, measured.outputs)
+        return {"kind": "timed", "problem": problem, "time_us": _finite(measured.time_us),
+                "wall_us": _finite(measured.wall_us), "enqueue_us": _finite(measured.enqueue_us),
+                "flag_changes": changes}
+
+    def _batch(self, request: dict[str, Any]) -> dict[str, Any]:
+        args = self._args(request)
+        calls = max(1, min(MAX_BATCH_CALLS, int(request.get("calls", 1))))
+        model = self.ctx.cand_model
+
+        def run() -> None:
+            for _ in range(calls):
+                model(*args)
+
+        self.ctx.call_candidate(run, "timing")
+        if self.ctx.on_gpu:
+            import torch
+
+            torch.cuda.synchronize(self.ctx.device)
+        return {"kind": "batch", "calls": calls}
+
+    def _profile(self) -> dict[str, Any]:
+        from cudagym.judge.harness.inputs import generate_inputs
+
+        ctx = self.ctx
+        ctx.forget_kernel_events()
+        assert ctx.reference is not None
+        ctx.make_inputs = lambda seed, on_device=True: generate_inputs(ctx.reference.get_inputs, seed, ctx.device,
+                                                                        on_device=on_device)
+        events = ctx.kernel_events() if ctx.on_gpu else []
+        return {"kind": "profile", "events": [
+            {"name": e.name[:300], "duration_us": _finite(e.duration_us), "is_memory_op": bool(e.is_memory_op)}
+            for e in events[:5000]]}
+
+    def _hook(self, name: str) -> dict[str, Any]:
+        if name not in ("after_correctness", "after_timing"):
+            return {"kind": "error", "message": f"unknown hook {name[:40]!r}"}
+        for guard in self.ctx.guards:
+            getattr(guard, name)(self.ctx)
+        return {"kind": "hooked", "notes": self.ctx.notes[-20:]}
+
+    def _end(self) -> dict[str, Any]:
+        files, network = escape.finish_job()
+        notes = list(self.ctx.notes) if self.ctx is not None else []
+        return {"kind": "ended", "files": files[:100], "network": network[:100], "notes": notes[-50:],
+                "violations": self._new_violations()}
+
+
+def reset_persisting_l2(on_gpu: bool) -> None:
+    """Turn any persisting-L2 window back into normal lines and its carve-out to zero (CUDA driver API)."""
+    if not on_gpu:
+        return
+    try:
+        from cudagym.runtime import _driver
+
+        drv = _driver()
+        drv.current_context()
+        drv.lib.cuCtxResetPersistingL2Cache()
+        drv.lib.cuCtxSetLimit(0x06, 0)  # CU_LIMIT_PERSISTING_L2_CACHE_SIZE
+    except (OSError, RuntimeError):
+        pass
+
+
+def _finite(x: float) -> float:
+    return float(x) if math.isfinite(x) else -1.0
+
+
+def _failure_reply(exc: BaseException) -> dict[str, Any]:
+    from cudagym.judge.harness.failures import CandidateFailure, TaskProblem, exception_line, is_cuda_error
+
+    if isinstance(exc, CandidateFailure):
+        return {"kind": "failure", "stage": exc.stage, "text": exc.text[-8000:], "cuda": exc.cuda}
+    if isinstance(exc, TaskProblem):
+        return {"kind": "task_problem", "text": str(exc)[-4000:]}
+    cuda = is_cuda_error(exc)
+    return {"kind": "failure", "stage": "runner", "cuda": cuda,
+            "text": exception_line(exc) if cuda else traceback.format_exc()[-6000:]}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""The trusted process's job function: judge one job whose candidate runs in the job's runner."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from cudagym.judge.job import Job
+from cudagym.judge.records import EvalResult
+from cudagym.judge.split import RunnerHandoff
+from cudagym.judge.split.channel import Channel
+from cudagym.judge.split.remote import RunnerLink
+
+
+def run_job(job: Job, runner: RunnerHandoff | None = None) -> EvalResult:
+    """Evaluate ``job`` on this process's current CUDA device, the candidate in ``runner``.
+
+    Without a runner (a pool configured without the split) the candidate runs in this process, as the
+    harness's :func:`~cudagym.judge.harness.run_job` does.
+    """
+    return _run(job, runner, None)
+
+
+def run_job_on_cpu(job: Job, runner: RunnerHandoff | None = None) -> EvalResult:
+    """:func:`run_job` on the CPU (the test path: host arenas instead of device memory)."""
+    return _run(job, runner, "cpu")
+
+
+def _run(job: Job, runner: RunnerHandoff | None, device: str | None) -> EvalResult:
+    from cudagym.judge.harness.runner import evaluate
+
+    if runner is None:
+        return evaluate(job, device)
+    link = RunnerLink(Channel.from_fd(runner.fd), time.monotonic() + job.protocol.eval_timeout_s)
+    try:
+        result = evaluate(job, device, runner=link, runner_job=runner.job)
+    finally:
+        files, network = link.end()
+    from cudagym.judge.worker import _with_escapes
+
+    result = _with_escapes(result, job, files, network)
+    notes = [n for n in link.notes if n not in result.log]
+    log = "\n".join([result.log, "verdict: made by the trusted process; the candidate ran in a fresh runner",
+                     *notes[-20:]]).strip()
+    return dataclasses.replace(result, log=log)

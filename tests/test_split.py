@@ -1,0 +1,271 @@
+"""The trust split on the CPU path, through the real worker pool: a trusted worker, a fresh sandboxed runner.
+
+Each attack here is written as a white-box attacker would: it knows the judge's code and patches it in the
+process where it runs. Most run with every guard off, so nothing but the split's structure stands between
+the attack and the reward: the verdict is made in a process that never loaded the candidate.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterator, Sequence
+
+import pytest
+
+from cudagym.judge.interface import EvalMode
+from cudagym.judge.job import Job, KnownBaselines
+from cudagym.judge.protocol import CUDAGYM_V0
+from cudagym.judge.records import BuildResult, BuildStatus, EvalResult, EvalStatus
+from cudagym.judge.worker import PoolOptions, WorkerPool
+from cudagym.solution import Solution
+from cudagym.task import make_task
+
+TASK = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+
+def get_inputs():
+    return [torch.randn(8, 32)]
+
+def get_init_inputs():
+    return [32]
+'''
+
+HONEST = '''
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+
+    def forward(self, x):
+        return torch.relu(torch.addmm(self.lin.bias, x, self.lin.weight.t()))
+'''
+
+ZEROS = '''
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+
+    def forward(self, x):
+        return torch.zeros(x.shape[0], self.lin.out_features)
+'''
+
+# Patch the harness's comparison and verdict in the process the candidate runs in: any output then "passes".
+FORGE_COMPARISON = '''
+import importlib
+import torch
+import torch.nn as nn
+
+mod = importlib.import_module("cudagym.judge.harness." + "correctness")
+ctx_mod = importlib.import_module("cudagym.judge.harness." + "context")
+real = mod.compare_outputs
+
+def always(reference, candidate, tolerance, **kw):
+    return real(reference, reference, tolerance, **kw)
+
+setattr(mod, "compare_outputs", always)
+setattr(ctx_mod, "compare_outputs", always)
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+
+    def forward(self, x):
+        return torch.zeros(x.shape[0], self.lin.out_features)
+'''
+
+# Look for the reference's answers in the process: every tensor the garbage collector knows of.
+STEAL_REFERENCE = '''
+import gc
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+
+    def forward(self, x):
+        want = (x.shape[0], self.lin.out_features)
+        for obj in gc.get_objects():
+            if isinstance(obj, torch.Tensor) and tuple(obj.shape) == want and obj.data_ptr() != x.data_ptr():
+                if bool((obj >= 0).all()) and bool((obj > 0).any()):
+                    return obj.clone()
+        return torch.zeros(want)
+'''
+
+# Claim a 1 us time for every timed call, whatever it took (the runner's timer patched).
+FORGE_TIMING = '''
+import importlib
+import time
+import torch
+import torch.nn as nn
+
+timing = importlib.import_module("cudagym.judge.harness." + "timing")
+real = timing.HostTimer.measure
+
+def fast(self, call, cover_us=None):
+    m = real(self, call, cover_us)
+    return timing.Measurement(m.outputs, 1.0, 1.0, 1.0)
+
+setattr(timing.HostTimer, "measure", fast)
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+
+    def forward(self, x):
+        time.sleep(0.003)
+        return torch.relu(torch.addmm(self.lin.bias, x, self.lin.weight.t()))
+'''
+
+# Poison the process for whoever comes next: every later comparison in this process passes.
+POISON_NEXT = FORGE_COMPARISON.replace("return torch.zeros(x.shape[0], self.lin.out_features)",
+                                       "return torch.relu(torch.addmm(self.lin.bias, x, self.lin.weight.t()))")
+
+# An output whose attributes raise when the judge touches them.
+HOSTILE_OUTPUT = '''
+import torch
+import torch.nn as nn
+
+class Boom:
+    def __getattr__(self, name):
+        raise RuntimeError("boom: " + name)
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+
+    def forward(self, x):
+        return Boom()
+'''
+
+EXIT_IN_FORWARD = HONEST.replace("return torch.relu(", "import os; os._exit(0)\n        return torch.relu(")
+
+# Write garbage into the socket to the trusted process (its descriptor is on the runner's command line).
+GARBAGE_ON_CHANNEL = '''
+import os
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+
+    def forward(self, x):
+        argv = open("/proc/self/cmdline", "rb").read().split(b"\\0")
+        fd = int(argv[argv.index(b"--sock") + 1])
+        os.write(fd, b"\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x10" + b'{"kind": "outp')
+        return torch.relu(torch.addmm(self.lin.bias, x, self.lin.weight.t()))
+'''
+
+WRITES_INPUT = HONEST.replace("return torch.relu(", "x.mul_(0.5)\n        return 2 * torch.relu(")
+
+
+# torch computes these candidates' outputs (the CPU path has no kernels): the fallback guard would stop them all
+EVERY_GUARD_BUT_FALLBACK = ("side_stream", "tampering", "timer_patch", "file_access", "host_threads",
+                            "input_mutation", "lazy_output", "network", "reference_reuse", "result_cache",
+                            "stale_memory", "degenerate_output", "hard_coding", "precision", "decoy_kernels",
+                            "suspicious_speedup")
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[WorkerPool]:
+    options = PoolOptions(job_fn="cudagym.judge.split.trusted:run_job_on_cpu", runner=True, startup_timeout_s=180.0)
+    with WorkerPool(["0"], options=options) as p:
+        yield p
+
+
+def judge(pool: WorkerPool, candidate: str, *, guards: Sequence[str] = (), mode: EvalMode = EvalMode.VERIFY,
+          job_id: str = "job") -> EvalResult:
+    code = textwrap.dedent(candidate)
+    job = Job(
+        job_id=job_id,
+        task=make_task(textwrap.dedent(TASK), id="test/split", suite="test", level=1, name="split", origin="test"),
+        solution=Solution("inline", {"model_new.py": code}),
+        build=BuildResult(BuildStatus.OK, "inline"),
+        mode=mode,
+        protocol=CUDAGYM_V0.with_changes(id="test-split", guards=tuple(guards), num_inputs=2, warmup_runs=1,
+                                         warmup_ms=0.0, min_runs=5, max_runs=5, target_ci_pct=0.0),
+        baselines=KnownBaselines(),
+    )
+    return pool.submit(job).result(timeout=300)
+
+
+def test_honest_candidate_passes_and_is_timed_in_the_runner(pool: WorkerPool) -> None:
+    result = judge(pool, HONEST, mode=EvalMode.PROFILE, guards=EVERY_GUARD_BUT_FALLBACK)
+    assert result.status is EvalStatus.OK, result.message + result.log[-3000:]
+    assert len(result.checks) >= 2 and all(c.passed for c in result.checks)
+    assert result.candidate.runs == 5 and result.eager.runs == 5
+    assert "made by the trusted process" in result.log
+    assert "timing claims: median" in result.log
+
+
+def test_a_patched_comparison_in_the_candidates_process_forges_nothing(pool: WorkerPool) -> None:
+    result = judge(pool, FORGE_COMPARISON)
+    assert result.status is EvalStatus.INCORRECT, result.message
+    assert not result.violations  # every guard off: the verdict's own structure caught it
+
+
+def test_the_reference_outputs_are_not_in_the_candidates_process(pool: WorkerPool) -> None:
+    result = judge(pool, STEAL_REFERENCE)
+    assert result.status is EvalStatus.INCORRECT, result.message
+
+
+def test_a_forged_timing_claim_is_unverifiable(pool: WorkerPool) -> None:
+    result = judge(pool, FORGE_TIMING, mode=EvalMode.PROFILE)
+    assert result.status is EvalStatus.RULE_VIOLATION, result.message + result.log[-2000:]
+    assert [v.guard for v in result.violations] == ["unverifiable_timing"]
+
+
+def test_state_left_by_one_candidate_does_not_judge_the_next(pool: WorkerPool) -> None:
+    first = judge(pool, POISON_NEXT, job_id="poisoner")
+    assert first.status is EvalStatus.OK, first.message  # itself correct
+    second = judge(pool, ZEROS, job_id="after")
+    assert second.status is EvalStatus.INCORRECT, second.message
+
+
+def test_failures_while_receiving_outputs_are_the_candidates(pool: WorkerPool) -> None:
+    hostile = judge(pool, HOSTILE_OUTPUT)
+    assert hostile.status is EvalStatus.INCORRECT, hostile.message
+    assert "expected a tensor" in hostile.message
+    exited = judge(pool, EXIT_IN_FORWARD)
+    assert exited.status is EvalStatus.CRASHED, exited.message
+    assert "candidate's process" in exited.message
+    garbage = judge(pool, GARBAGE_ON_CHANNEL)
+    assert garbage.status in (EvalStatus.CRASHED, EvalStatus.TIMEOUT), garbage.message
+    assert garbage.status is not EvalStatus.INFRA_ERROR
+
+
+def test_writes_to_inputs_are_seen_by_the_trusted_side(pool: WorkerPool) -> None:
+    result = judge(pool, WRITES_INPUT, guards=("input_mutation",))
+    assert result.status is EvalStatus.RULE_VIOLATION, result.message
+    assert {v.guard for v in result.violations} == {"input_mutation"}
+
+
+def test_every_job_gets_a_fresh_runner(pool: WorkerPool) -> None:
+    marker = HONEST.replace("import torch.nn as nn", "import torch.nn as nn\nprint('left by an earlier job:', "
+                            "hasattr(torch, '_split_marker'))\ntorch._split_marker = 1")
+    for n in range(2):
+        result = judge(pool, marker, job_id=f"fresh{n}")
+        assert result.status is EvalStatus.OK, result.message
+        assert "left by an earlier job: False" in result.log, result.log[-2000:]
