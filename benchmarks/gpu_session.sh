@@ -3,7 +3,7 @@
 # slow file cannot starve the rest, and all of them under a total budget; logs under $OUT (or ./gpu-logs), a
 # summary table last (also written to $OUT/summary.txt after every step, so a call cut short keeps its rows).
 #   bash benchmarks/gpu_session.sh [SECONDS_PER_STEP [TOTAL_SECONDS [STEP ...]]]    (repository root, GPU host)
-# Steps: prebuild (prebuild1: bundled only) build formats local sandbox env hacks judge bundled bench_bld bench_eval soak
+# Steps: prebuild (prebuild1: bundled only) build formats local sandbox split templates env hacks judge bundled bench_bld bench_eval soak
 # (default: all but soak).
 # Wheels the host lacks (gymnasium) are installed from .whl/ when it exists (../shared/tools/stage-wheels.sh);
 # bubblewrap from .debs/ (carry both).
@@ -50,6 +50,8 @@ for s in $steps; do
     formats)    run_step formats    $pyt tests/test_formats_gpu.py -m gpu ;;
     build)      run_step build      $pyt tests/test_build_extension.py tests/test_build_inline.py tests/test_runtime.py -m gpu ;;
     local)      run_step local      $pyt tests/test_local_judge.py tests/test_worker_faults_gpu.py -m gpu ;;
+    split)      run_step split      $pyt tests/test_split_gpu.py tests/test_split.py ;;
+    templates)  run_step templates  $pyt tests/test_templates.py -m gpu ;;
     sandbox)    run_step sandbox    $pyt tests/test_sandbox_gpu.py tests/test_sandbox_escapes.py ;;
     bench_bld)  run_step bench_bld  $base benchmarks/bench_build.py --benchmark-only ;;  # one load_inline: 25-60 s
     bench_eval) run_step bench_eval $base benchmarks/bench_eval.py --benchmark-only ;;  # 20 SUBMITs per test
