@@ -60,6 +60,15 @@ class Protocol:
         statistic: ``median`` or ``mean`` of the timed calls.
         threshold: Fraction faster than a baseline needed for a tier step (0.05 = 5%).
         guards: Names of the reward-hacking guards that run (see ``cudagym.judge.guards``).
+        atol_scale: 0 keeps ``atol`` as is. Above it, each output tensor's absolute tolerance is at most this
+            fraction of the reference tensor's RMS, so zeros cannot pass on a reference of tiny magnitude.
+        scaled_inputs: Extra correctness input sets with the task's signed floating-point inputs multiplied by
+            each factor (one set per factor, an unpublished seed), so an identity or an analytic expectation
+            that holds for one input distribution fails. A set is skipped, with a note, where the reference's
+            output there is not finite, or where no input is signed (probabilities, indices: a different
+            problem, not the same one at another scale).
+        flat_reference_note: Note in the result when a reference output barely varies (its spread within
+            the tolerance): a constant would pass that check.
         build_timeout_s: Wall-clock limit of one build.
         eval_timeout_s: Wall-clock limit of one evaluation job on a GPU worker.
     """
@@ -84,6 +93,9 @@ class Protocol:
     statistic: Statistic = "median"
     threshold: float = 0.05
     guards: tuple[str, ...] = ("all",)
+    atol_scale: float = 0.0
+    scaled_inputs: tuple[float, ...] = ()
+    flat_reference_note: bool = False
     build_timeout_s: float = 180.0
     eval_timeout_s: float = 300.0
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
@@ -187,6 +199,19 @@ CUDAGYM_V1 = CUDAGYM_V0.with_changes(
     launch_cover_max_us=2000.0,
 )
 
+# cudagym-v1 plus correctness a determined policy needs (issue 13): a scale-aware absolute tolerance (zeros fail
+# on tiny-magnitude references), one extra input set with the signed inputs at 4x scale (an identity or an
+# analytic expectation tied to one distribution fails), and a note where a reference barely varies. It is
+# judged by the trust split: the candidate runs in a fresh runner process, the verdict in the worker.
+CUDAGYM_V2 = CUDAGYM_V1.with_changes(
+    id="cudagym-v2",
+    description="as cudagym-v1 (5 seeded inputs, atol=rtol=1e-4, launch covers, L2 flush, interleaved median, every "
+    "guard), plus atol at most 1% of each output's RMS, one extra input set at 4x scale, flat references noted",
+    atol_scale=0.01,
+    scaled_inputs=(4.0,),
+    flat_reference_note=True,
+)
+
 # The CUDA Agent scripts (verification.py / profiling.py): 5 random inputs at atol=rtol=1e-2, 5 warm-ups
 # then 10 runs under torch.profiler summing kernel device time, no L2 flush, mean. v0 ran its baselines with
 # TF32 off for convolutions too, which the scripts never do: kept by id, superseded by v1.
@@ -243,7 +268,8 @@ KERNELBENCH = KERNELBENCH_V02.with_changes(
 )
 
 PROTOCOLS: dict[str, Protocol] = {
-    "cudagym": CUDAGYM_V1,
+    "cudagym": CUDAGYM_V2,
+    CUDAGYM_V2.id: CUDAGYM_V2,
     CUDAGYM_V1.id: CUDAGYM_V1,
     CUDAGYM_V0.id: CUDAGYM_V0,
     "cuda-agent": CUDA_AGENT,
@@ -254,7 +280,7 @@ PROTOCOLS: dict[str, Protocol] = {
     KERNELBENCH_V02.id: KERNELBENCH_V02,
 }
 
-DEFAULT_PROTOCOL = CUDAGYM_V1
+DEFAULT_PROTOCOL = CUDAGYM_V2
 
 
 def get_protocol(spec: str | Protocol | None) -> Protocol:

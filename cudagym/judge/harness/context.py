@@ -40,9 +40,9 @@ from cudagym.judge.harness.profiling import DeviceEvent, profile_calls
 from cudagym.judge.harness.scrub import scrub_free_blocks
 from cudagym.judge.harness.timing import Cover, TimingRun
 from cudagym.judge.job import Job
-from cudagym.judge.split.channel import RunnerLost
 from cudagym.judge.protocol import Protocol
 from cudagym.judge.records import InputCheck, KernelTime, TimingStats, Violation
+from cudagym.judge.split.channel import RunnerLost
 
 PROFILE_REPEATS = 3  # forward passes per kernel profile
 
@@ -87,7 +87,7 @@ class EvalContext:
         self.device = device
         self.guards = guards
         self.workdir = workdir
-        self.tolerance = Tolerance(job.protocol.atol, job.protocol.rtol)
+        self.tolerance = Tolerance(job.protocol.atol, job.protocol.rtol, job.protocol.atol_scale)
         self.flags: TorchFlags = protocol_flags(job.protocol.matmul_tf32, job.protocol.cudnn_tf32)
         self.sources: dict[str, str] = {}
         self.reference: Reference | None = None
@@ -242,8 +242,18 @@ class EvalContext:
                               f"{exc}") from exc
         return outputs
 
-    def verify_seed(self, seed: int, index: int, purpose: str) -> InputCheck:
+    def inputs_at(self, seed: int, scale: float = 1.0) -> list[Any]:
+        """The input set of ``seed``, its signed floating-point tensors multiplied by ``scale``."""
+        inputs = self.make_inputs(seed)
+        if scale != 1.0:
+            for tensor in signed_float_tensors(inputs):
+                tensor.mul_(scale)
+        return inputs
+
+    def verify_seed(self, seed: int, index: int, purpose: str, scale: float = 1.0) -> InputCheck:
         """Check the candidate against the reference on the input set of ``seed``; runs ``on_check`` hooks.
+
+        ``scale`` multiplies the set's signed floating-point inputs (the protocol's ``scaled_inputs``).
 
         On the device at once: the reference's copy of the inputs, the candidate's copy, the candidate's
         outputs and the reference's (the bound of :mod:`cudagym.judge.harness.memory`). The candidate runs
@@ -252,7 +262,7 @@ class EvalContext:
         Raises:
             TaskProblem: The reference output is not finite (the task is invalid for this input).
         """
-        ref_args = self.make_inputs(seed)  # pristine until the reference runs on it, after the candidate
+        ref_args = self.inputs_at(seed, scale)  # pristine until the reference runs on it, after the candidate
         args = clone_tree(ref_args)
         outputs = self.run_candidate(args, purpose)
         changed = not trees_bitwise_equal(args, ref_args)
@@ -263,7 +273,7 @@ class EvalContext:
                               f"seed {seed}; the task is invalid (its reference must be finite)")
         check = compare_outputs(reference, outputs, self.tolerance, index=index, seed=seed)
         # Rare (a candidate that writes its inputs): does the reference write its own? Compare with a fresh draw.
-        writes = changed and not trees_bitwise_equal(ref_args, self.make_inputs(seed))
+        writes = changed and not trees_bitwise_equal(ref_args, self.inputs_at(seed, scale))
         record = CheckRecord(index, seed, purpose, args, ref_args, outputs, reference, check, changed, writes)
         for guard in self.guards:
             guard.on_check(self, record)
@@ -332,6 +342,11 @@ class EvalContext:
         """The dtype of the first tensor of an output tree (float32 when there is none)."""
         found = tensors_in(outputs)
         return found[0].dtype if found else torch.float32
+
+
+def signed_float_tensors(inputs: list[Any]) -> list[torch.Tensor]:
+    """The floating-point input tensors that hold negative values (drawn from a signed distribution)."""
+    return [t for t in tensors_in(inputs) if t.is_floating_point() and t.numel() and bool((t < 0).any())]
 
 
 def _cuda_text(exc: BaseException) -> str:

@@ -10,6 +10,10 @@ the reference has them: a reference that is not finite makes the task invalid (s
 Every elementwise pass walks the tensors in chunks (:func:`~cudagym.judge.harness.memory.flat_chunks`), so a
 7 GiB output is compared with temporaries of a few hundred MB, not five copies of it.
 
+With ``atol_scale`` (the protocol's scale-aware tolerance), the absolute tolerance of each output tensor is
+at most that fraction of the reference tensor's RMS (never below :data:`ATOL_FLOOR`): on a reference whose
+values are all far below ``atol``, zeros (or any constant near them) no longer pass.
+
 Relative errors are reported over the elements with ``|ref| >= atol`` (below that only the absolute
 error is meaningful), so a near-zero reference value does not produce a meaningless huge ratio. Maximum
 errors are over finite differences (records stay plain JSON numbers); NaN and Inf outputs are counted as
@@ -26,13 +30,25 @@ import torch
 from cudagym.judge.harness.memory import count_where_not_finite, flat_chunks
 from cudagym.judge.records import InputCheck
 
+ATOL_FLOOR = 1e-7  # the scale-aware absolute tolerance never goes below this
+
 
 @dataclass(frozen=True)
 class Tolerance:
-    """Elementwise tolerance ``|out - ref| <= atol + rtol * |ref|``."""
+    """Elementwise tolerance ``|out - ref| <= atol + rtol * |ref|``; ``atol_scale`` caps ``atol`` per tensor."""
 
     atol: float
     rtol: float
+    atol_scale: float = 0.0  # > 0: atol is at most this times the reference tensor's RMS
+
+    def for_reference(self, ref: torch.Tensor) -> Tolerance:
+        """The tolerance for one reference tensor (``atol`` scaled down to its magnitude where asked)."""
+        if self.atol_scale <= 0 or ref.numel() == 0 or not ref.is_floating_point():
+            return self
+        squares = sum(float(piece.double().pow(2).sum().item()) for _, (piece,) in flat_chunks(ref))
+        rms = (squares / ref.numel()) ** 0.5
+        scaled = max(ATOL_FLOOR, self.atol_scale * rms)
+        return Tolerance(min(self.atol, scaled), self.rtol) if scaled < self.atol else self
 
 
 @dataclass
@@ -125,6 +141,7 @@ def _compare_tensor(ref: torch.Tensor, out: Any, where: str, tol: Tolerance, tot
             return
     if ref.numel() == 0:
         return
+    tol = tol.for_reference(ref)
     first = _Mismatch()
     for offset, (ref_piece, out_piece) in flat_chunks(ref, out):
         _compare_piece(ref_piece, out_piece, offset, tol, totals, first)

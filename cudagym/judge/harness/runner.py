@@ -8,6 +8,7 @@ statuses, CUDA errors are statuses with the poisoned-context marker, and the har
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import os
@@ -52,7 +53,7 @@ log = logging.getLogger(__name__)
 
 PRIMING_SEED_OFFSET = -1  # the priming run's seed: protocol.seed - 1, never a correctness seed
 TIMING_SEED_OFFSET = 100_000  # timing round r draws its inputs from seed + 100000 + r
-SPOT_CHECK_EVERY = 10  # with cached baselines, every 10th timed round is checked against the reference
+SPOT_CHECK_EVERY = 10  # with cached baselines, 1 in 10 timed rounds (drawn at random) is checked against the reference
 TIMING_BUDGET_FRACTION = 0.6  # of the protocol's eval timeout, for the timing loop
 
 
@@ -252,6 +253,23 @@ def _primed(ctx: EvalContext, inputs: list[Any], prime: Any) -> None:
     ctx.reference_peak_bytes = ctx.meter.peak_bytes()  # the models and one reference run: what the task needs
     ctx.output_dtype = ctx.first_output_dtype(prime)
     ctx.primed = True
+    if ctx.protocol.flat_reference_note:
+        _note_flat_references(ctx, prime)
+
+
+def _note_flat_references(ctx: EvalContext, outputs: Any) -> None:
+    """A note for each reference output whose spread is within the tolerance: a constant would pass it."""
+    from cudagym.judge.harness.inputs import tensors_in
+    from cudagym.judge.harness.memory import moments
+
+    for i, ref in enumerate(tensors_in(outputs)):
+        if not ref.is_floating_point() or ref.numel() < 2:
+            continue
+        found = moments(ref.detach())
+        tol = ctx.tolerance.for_reference(ref)
+        if found.std <= tol.atol + tol.rtol * abs(found.mean):
+            ctx.note(f"flat reference: output {i} barely varies (mean {found.mean:.6g}, std {found.std:.3g}, within "
+                     "the tolerance): a constant near its mean passes this task's checks")
 
 
 def _correctness(ctx: EvalContext) -> None:
@@ -266,6 +284,38 @@ def _correctness(ctx: EvalContext) -> None:
         del prime
     for index, seed in enumerate(ctx.protocol.input_seeds()):
         ctx.checks.append(ctx.verify_seed(seed, index, "correctness"))
+    if all(c.passed for c in ctx.checks):
+        _scaled_checks(ctx)
+
+
+SCALED_INDEX = 500  # the scaled input sets' indices in the result start here
+
+
+def _scaled_checks(ctx: EvalContext) -> None:
+    """The protocol's extra input sets at other scales (unpublished seeds), where the task leaves room."""
+    from cudagym.judge.harness.context import signed_float_tensors
+    from cudagym.judge.harness.correctness import nonfinite_count
+
+    for k, factor in enumerate(ctx.protocol.scaled_inputs):
+        seed = secrets.randbelow(2**31 - 1)
+        probe = ctx.inputs_at(seed)
+        if not signed_float_tensors(probe):
+            ctx.note(f"scaled inputs x{factor:g}: skipped (no signed floating-point input: scaling would change the "
+                     "problem)")
+            return
+        for tensor in signed_float_tensors(probe):
+            tensor.mul_(factor)
+        reference = ctx.run_reference(probe)
+        finite = nonfinite_count(reference) == 0
+        ctx.poison_results(reference)
+        del probe, reference
+        if not finite:
+            ctx.note(f"scaled inputs x{factor:g}: skipped (the reference is not finite there)")
+            continue
+        check = ctx.verify_seed(seed, SCALED_INDEX + k, "scaled_inputs", scale=factor)
+        if not check.passed:
+            check = dataclasses.replace(check, message=f"inputs scaled x{factor:g}: {check.message}")
+        ctx.checks.append(check)
 
 
 def _timing(ctx: EvalContext) -> None:
@@ -415,7 +465,8 @@ class SpotCheck:
     """The timing loop's round hook: the candidate's timed outputs against the reference's on the same inputs.
 
     With eager timed in the round, its outputs are the reference's (compared as soon as eager returns, then
-    freed); otherwise every :data:`SPOT_CHECK_EVERY`-th round runs the reference at the end of the round.
+    freed); otherwise the first round and then one in :data:`SPOT_CHECK_EVERY`, drawn after the round's call
+    so the candidate cannot know which, run the reference at the end of the round.
     """
 
     def __init__(self, ctx: EvalContext) -> None:
@@ -440,7 +491,7 @@ class SpotCheck:
         if flags_now != ctx.flags:  # the candidate changed torch's switches: restore before the next round
             ctx.flag_changes.extend(ctx.flags.differences(flags_now))
             ctx.flags.apply()
-        if self.inputs is not None and not self.compared and index % SPOT_CHECK_EVERY == 0:
+        if self.inputs is not None and not self.compared and (index == 0 or secrets.randbelow(SPOT_CHECK_EVERY) == 0):
             reference = ctx.run_reference(clone_tree(self.inputs))
             self._compare(index, reference)
             ctx.poison_results(reference)  # freed results hold poison, never answers
