@@ -29,6 +29,7 @@ pytestmark = [
 from cudagym.judge import EvalMode  # noqa: E402
 from cudagym.judge.local import LocalJudge  # noqa: E402
 from cudagym.judge.protocol import DEFAULT_PROTOCOL, get_protocol  # noqa: E402
+from cudagym.judge.worker import PoolOptions  # noqa: E402
 from cudagym.reward import tier_of  # noqa: E402
 from cudagym.sources.bundled import BundledSource  # noqa: E402
 
@@ -38,9 +39,20 @@ COVERS = re.compile(r"launch covers \(baselines' sized to their host enqueue tim
 PAIRED = re.compile(r"paired speedup vs eager \(median of \d+ per-round ratios\): ([0-9.]+)x")
 
 
+# the judge before the trust split: the candidate in the worker process itself, a worker reused across jobs
+IN_PROCESS = "in-process"
+IN_PROCESS_OPTIONS = PoolOptions(job_fn="cudagym.judge.harness:run_job", runner=False)
+
+
 @pytest.fixture(scope="module")
 def judge():
     with LocalJudge() as j:
+        yield j
+
+
+@pytest.fixture(scope="module")
+def in_process_judge():
+    with LocalJudge(pool_options=IN_PROCESS_OPTIONS) as j:
         yield j
 
 
@@ -49,19 +61,22 @@ def bundled() -> BundledSource:
     return BundledSource()
 
 
+@pytest.mark.parametrize("path", ["split", IN_PROCESS])
 @pytest.mark.parametrize("task_id", LEVEL1)
-def test_full_evaluation_latency_with_build_and_baselines_cached(benchmark, judge, bundled, task_id):
+def test_full_evaluation_latency_with_build_and_baselines_cached(benchmark, request, bundled, task_id, path):
+    judge = request.getfixturevalue("judge" if path == "split" else "in_process_judge")
     task, solution = bundled.get(task_id), bundled.solution(task_id)
     first = judge.evaluate(task, solution, EvalMode.PROFILE)  # builds, times the baselines, fills the caches
     assert first.correct, first.message
     result = benchmark.pedantic(judge.evaluate, args=(task, solution, EvalMode.PROFILE), rounds=5, iterations=1)
     assert result.correct, result.message
-    benchmark.extra_info.update(task=task_id, speedup_vs_eager=result.speedup_vs_eager,
+    benchmark.extra_info.update(task=task_id, path=path, speedup_vs_eager=result.speedup_vs_eager,
                                 candidate_median_us=result.candidate.median_us)
 
 
 # CUDAGYM_BENCH_COMPARE=<protocol id> times that protocol alongside the default, alternating SUBMIT by SUBMIT, so
-# both spreads come from one run (cudagym-v0: the default before the sized launch cover).
+# both spreads come from one run (cudagym-v0: the default before the sized launch cover; in-process: the judge
+# before the trust split, the candidate in the worker itself).
 COMPARE = os.environ.get("CUDAGYM_BENCH_COMPARE", "")
 
 
@@ -70,7 +85,9 @@ def judges(judge):
     if not COMPARE:
         yield {DEFAULT_PROTOCOL.id: judge}
         return
-    with LocalJudge(get_protocol(COMPARE)) as other:
+    other_judge = (LocalJudge(pool_options=IN_PROCESS_OPTIONS) if COMPARE == IN_PROCESS
+                   else LocalJudge(get_protocol(COMPARE)))
+    with other_judge as other:
         yield {DEFAULT_PROTOCOL.id: judge, COMPARE: other}
 
 

@@ -154,3 +154,36 @@ def test_a_flat_reference_is_noted(tmp_path) -> None:
     result = run(tmp_path, FLAT_CONSTANT, task=FLAT_TASK, **V2_FIELDS)
     assert result.status is EvalStatus.OK  # a constant passes such a task: the note says so
     assert "flat reference: output 0 barely varies" in result.log
+
+
+# fp32 on the calls the judge audits (3 correctness sets, 2 precision probes) and the warm-up, bfloat16 from the
+# first timed call on.
+LOWER_PRECISION_WHEN_TIMED = '''
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls <= 6:
+            return torch.relu(torch.addmm(self.lin.bias, x, self.lin.weight.t()))
+        w, b = self.lin.weight.t().bfloat16(), self.lin.bias.bfloat16()
+        return torch.relu(torch.addmm(b, x.bfloat16(), w)).float()
+'''
+
+
+def test_lower_precision_only_in_timed_calls_is_caught_on_a_timed_round(tmp_path) -> None:
+    from cudagym.judge.interface import EvalMode
+    from cudagym.judge.job import KnownBaselines
+    from cudagym.judge.records import TimingStats
+
+    cached = KnownBaselines(TimingStats(median_us=50.0, runs=5), TimingStats(median_us=60.0, runs=5))
+    result = run(tmp_path, LOWER_PRECISION_WHEN_TIMED, guards=("precision",), mode=EvalMode.PROFILE, atol=5e-2,
+                 rtol=5e-2, baselines=cached, **V2_FIELDS)
+    assert result.status is EvalStatus.RULE_VIOLATION, result.message
+    assert "of timed round" in result.message and {v.guard for v in result.violations} == {"precision"}

@@ -121,6 +121,33 @@ class Precision(Guard):
             ctx.flag(self.name, f"torch's precision switches were changed during timing: {ctx.flag_changes[0]}")
         self._check_switches(ctx, "timing")
 
+    def check_timed(self, ctx: EvalContext, inputs: list[Any], outputs: Any, reference: Any, label: str) -> None:
+        """The error-magnitude rule on one timed call's outputs (the candidate cannot tell it from the others)."""
+        import torch
+
+        from cudagym.judge.harness.inputs import tensors_in
+
+        if ctx.ref_model is None or not ctx.meter.room_for(2 * ctx.meter.peak_bytes()):
+            return
+        try:
+            ref64_model = copy.deepcopy(ctx.ref_model).double()
+        except Exception:
+            return
+        ref64 = _forward64(ref64_model, inputs)
+        del ref64_model
+        if ref64 is None:
+            return
+        for i, (cand, r32, r64) in enumerate(zip(tensors_in(outputs), tensors_in(reference), ref64, strict=False)):
+            if not (r32.is_floating_point() and cand.shape == r32.shape == r64.shape):
+                continue
+            if not (bool(torch.isfinite(r64).all()) and bool(torch.isfinite(r32).all())):
+                return
+            keep = _in_domain(cand, r32, ctx.tolerance.atol, ctx.tolerance.rtol)
+            message = _compare(i, cand[keep], r32[keep], r64[keep], label)
+            if message:
+                ctx.flag(self.name, message)
+                return
+
     def _check_switches(self, ctx: EvalContext, stage: str) -> None:
         from cudagym.judge.harness.integrity import TorchFlags
 

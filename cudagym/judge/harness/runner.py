@@ -474,6 +474,9 @@ class SpotCheck:
         self.outputs: Any = None  # the candidate's outputs of the current round
         self.inputs: list[Any] | None = None
         self.compared = False
+        self.precision_done = False
+        # the precision rule runs on the first checked round from this one on: drawn now, unknown to the candidate
+        self.precision_round = secrets.randbelow(max(1, ctx.protocol.min_runs))
 
     def call(self, index: int, name: str, inputs: list[Any], args: list[Any], outputs: Any) -> None:
         """Keep the candidate's outputs; compare eager's with them."""
@@ -491,7 +494,8 @@ class SpotCheck:
         if flags_now != ctx.flags:  # the candidate changed torch's switches: restore before the next round
             ctx.flag_changes.extend(ctx.flags.differences(flags_now))
             ctx.flags.apply()
-        if self.inputs is not None and not self.compared and (index == 0 or secrets.randbelow(SPOT_CHECK_EVERY) == 0):
+        checked = index in (0, self.precision_round) or secrets.randbelow(SPOT_CHECK_EVERY) == 0
+        if self.inputs is not None and not self.compared and checked:
             reference = ctx.run_reference(clone_tree(self.inputs))
             self._compare(index, reference)
             ctx.poison_results(reference)  # freed results hold poison, never answers
@@ -502,6 +506,19 @@ class SpotCheck:
         check = compare_outputs(reference, self.outputs, self.ctx.tolerance, index=index)
         if not check.passed:
             self.ctx.spot_failures.append(f"timed round {index}: {check.message}")
+        elif not self.precision_done and self.inputs is not None and index >= self.precision_round:
+            self._precision(index, reference)
+
+    def _precision(self, index: int, reference: Any) -> None:
+        """Once per evaluation, in a round drawn at random: the float64 error rule on the timed outputs."""
+        from cudagym.judge.guards.precision import Precision
+
+        self.precision_done = True
+        for guard in self.ctx.guards:
+            inner = getattr(guard, "inner", guard)
+            if isinstance(inner, Precision):
+                assert self.inputs is not None
+                inner.check_timed(self.ctx, self.inputs, self.outputs, reference, f"of timed round {index}")
 
 
 def _post_timing_check(ctx: EvalContext) -> None:
