@@ -34,7 +34,7 @@ from cudagym.reward import tier_of  # noqa: E402
 from cudagym.sources.bundled import BundledSource  # noqa: E402
 
 LEVEL1 = ["bundled/L1/01_Swish", "bundled/L1/05_Softmax", "bundled/L1/09_DiagMatmul"]
-REPEATS = 10
+REPEATS = int(os.environ.get("CUDAGYM_BENCH_REPEATS", "10"))
 COVERS = re.compile(r"launch covers \(baselines' sized to their host enqueue time\): [^\n]*")
 PAIRED = re.compile(r"paired speedup vs eager \(median of \d+ per-round ratios\): ([0-9.]+)x")
 

@@ -188,7 +188,8 @@ def _judging(protocol: Protocol, hardware: Hardware, reward: RewardConfig) -> st
         gpu,
         f"Protocol `{protocol.id}`: {protocol.description}.",
         f"Correctness: {protocol.num_inputs} input sets from seeds {protocol.input_seeds()}; every output "
-        f"element must satisfy |out - ref| <= {protocol.atol:g} + {protocol.rtol:g} * |ref|.",
+        f"element must satisfy |out - ref| <= {protocol.atol:g} + {protocol.rtol:g} * |ref|"
+        f"{_correctness_extras(protocol)}.",
         precision,
         f"Timing: {timer}; {protocol.warmup_runs} warm-up runs"
         f"{f' (and at least {protocol.warmup_ms:g} ms of them)' if protocol.warmup_ms else ''}, {runs}; "
@@ -206,3 +207,14 @@ def _limits(limits: EpisodeLimits) -> str:
         f"{limits.token_counter}); a cut-off episode is judged on the files as they are. Files: at most "
         f"{ws.max_files} writable files of {ws.max_file_bytes} bytes each, UTF-8 text only."
     )
+
+
+def _correctness_extras(protocol: Protocol) -> str:
+    """What cudagym-v2's correctness adds, in words (empty for protocols without it)."""
+    parts = []
+    if protocol.atol_scale > 0:
+        parts.append(f"the absolute term is at most {protocol.atol_scale:g} x the RMS of that reference output")
+    for factor in protocol.scaled_inputs:
+        parts.append(f"one more input set from an unpublished seed with the signed floating-point inputs x{factor:g}")
+    parts.append("timed calls are checked too, on rounds you cannot predict")
+    return "; " + "; ".join(parts)

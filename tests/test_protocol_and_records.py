@@ -6,7 +6,7 @@ import math
 import pytest
 
 from cudagym.errors import ConfigError
-from cudagym.judge.protocol import CUDA_AGENT, CUDAGYM_V0, CUDAGYM_V1, KERNELBENCH, get_protocol
+from cudagym.judge.protocol import CUDA_AGENT, CUDAGYM_V0, CUDAGYM_V1, CUDAGYM_V2, KERNELBENCH, get_protocol
 from cudagym.judge.records import (
     BuildResult,
     BuildStatus,
@@ -54,7 +54,8 @@ def test_presets_run_under_their_sources_precision_and_the_default_stays_strict_
 
 
 def test_get_protocol_resolves_names_and_rejects_unknown():
-    assert get_protocol(None) is CUDAGYM_V1 and get_protocol("cudagym") is CUDAGYM_V1
+    assert get_protocol(None) is CUDAGYM_V2 and get_protocol("cudagym") is CUDAGYM_V2
+    assert get_protocol("cudagym-v1") is CUDAGYM_V1
     assert get_protocol("cudagym-v0") is CUDAGYM_V0  # old results stay reproducible by id
     assert get_protocol("cuda-agent") is CUDA_AGENT and get_protocol("kernelbench-v0.3") is KERNELBENCH
     assert get_protocol("kernelbench").id == "kernelbench-v0.3" and get_protocol("cuda-agent").id == "cuda-agent-v1"

@@ -294,7 +294,7 @@ class LocalJudge(Judge):
         ...     result = judge.evaluate(task, solution, EvalMode.PROFILE)
 
     Args:
-        protocol: Protocol name, id or record (default ``cudagym-v1``).
+        protocol: Protocol name, id or record (default ``cudagym-v2``).
         devices: ``"auto"``, ``"none"``, or a list of CUDA device ids / UUIDs (one worker each).
         build_workers: Builds that may run at once.
         cache_dir: The cudagym cache folder (baselines under ``baselines/``, builds under ``build/``);
