@@ -27,6 +27,7 @@ from cudagym.judge.split.arena import Arena, Slot, layout, new_arena, views
 from cudagym.judge.split.channel import Channel, RunnerLost
 
 MIN_REPLY_S = 5.0  # the least time a request gets, whatever the job's budget says
+CALIBRATION_ROUNDS = 15
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,8 @@ class RunnerLink:
         self.flag_changes: list[str] = []
         self.wall_us: list[float] = []  # the trusted clock around each timed request
         self.claimed_us: list[float] = []
+        self.calibration_us: list[float] = []  # wall less claim of empty timed calls, before the candidate loaded
+        self.handled_us: dict[str, list[float]] = {"timed": [], "calibrate": []}  # the runner's own account
 
     def request(self, message: dict[str, Any], fds: list[int] | None = None, expect: str = "") -> dict[str, Any]:
         """Send one request and return the runner's reply (its violations recorded).
@@ -110,8 +113,8 @@ class RunnerLink:
             raise RunnerLost(f"the runner sent a malformed reply ({type(exc).__name__}: {exc})") from None
         return reply
 
-    def start(self, job: Any, start: dict[str, Any]) -> None:
-        """Hand the runner its job; returns once the candidate is loaded (or raises its failure)."""
+    def hand(self, job: Any) -> None:
+        """Hand the runner its job (it loads nothing of it until :meth:`start`)."""
         try:
             ready, _ = self.channel.receive(max(MIN_REPLY_S, self.deadline - time.monotonic()))
             if ready.get("kind") != "ready":
@@ -119,6 +122,9 @@ class RunnerLink:
             self.channel.send_pickle(job)
         except OSError as exc:
             raise RunnerLost(f"the runner's channel failed: {exc}") from None
+
+    def start(self, start: dict[str, Any]) -> None:
+        """Let the runner load the candidate; returns once it is loaded (or raises its failure)."""
         self.request({"kind": "start", **start}, expect="loaded")
 
     def ensure_arenas(self, input_bytes: int, output_bytes: int) -> None:
@@ -143,9 +149,8 @@ class RunnerLink:
         """Tell the runner the job is over; the files and connections it tried (its escape audit)."""
         try:
             reply = self.request({"kind": "end"}, expect="ended")
-            self.notes.extend(str(n)[:500] for n in reply.get("notes", [])[:50])
-            return [str(f)[:300] for f in reply.get("files", [])[:100]], [str(n)[:300] for n in
-                                                                           reply.get("network", [])[:100]]
+            self.notes.extend(_strings(reply.get("notes"), 50, 500))
+            return _strings(reply.get("files"), 100, 300), _strings(reply.get("network"), 100, 300)
         except (RunnerLost, CandidateFailure):
             return [], []
         finally:
@@ -235,28 +240,36 @@ class RemoteModel:
         try:
             claim = float(reply["time_us"])
             runner_wall, enqueue = float(reply["wall_us"]), float(reply["enqueue_us"])
-            self.link.flag_changes.extend(str(c)[:300] for c in reply.get("flag_changes", [])[:10])
+            self.link.flag_changes.extend(_strings(reply.get("flag_changes"), 10, 300))
         except (KeyError, TypeError, ValueError) as exc:
             raise RunnerLost(f"the runner sent a malformed timing ({exc})") from None
         if not (math.isfinite(claim) and claim > 0):
             raise RunnerLost(f"the runner claimed an impossible time ({claim!r} us)")
         self.link.wall_us.append(wall)
         self.link.claimed_us.append(claim)
+        self.link.handled_us["timed"].append(_number(reply.get("handled_us")))
         outputs = self._collect(reply, tensors, slots)
         return Measurement(outputs, claim, max(runner_wall, 0.0), max(enqueue, 0.0))
 
-    def batch(self, args: list[Any], calls: int) -> float:
-        """Microseconds of the trusted clock for ``calls`` back-to-back calls in the runner (one request)."""
-        spec, _, _ = self._place(tuple(args))
-        t0 = time.perf_counter()
-        self.link.request({"kind": "batch", "args": spec, "calls": calls}, expect="batch")
-        return (time.perf_counter() - t0) * 1e6
+    def calibrate(self, args: list[Any], rounds: int = CALIBRATION_ROUNDS) -> None:
+        """Timed calls of an empty forward in the runner, before it loads the candidate: their cost.
 
-    def ping_us(self) -> float:
-        """The trusted clock around an empty request: the channel's own cost."""
-        t0 = time.perf_counter()
-        self.link.request({"kind": "hook", "name": "none"}, expect="")
-        return (time.perf_counter() - t0) * 1e6
+        The runner's code alone answers them (no candidate is in its process yet), so its claims are true and
+        the wall time beyond them is what every timed request costs besides the forward itself.
+        """
+        spec, _, _ = self._place(tuple(args))
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            reply = self.link.request({"kind": "calibrate", "args": spec, "outputs": [s.to_json() for s in self.out_slots],
+                                       "container": self.container}, expect="calibrated")
+            wall = (time.perf_counter() - t0) * 1e6
+            try:
+                claim = float(reply["time_us"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise RunnerLost(f"the runner sent a malformed calibration ({exc})") from None
+            if math.isfinite(claim) and 0 <= claim <= wall:
+                self.link.calibration_us.append(wall - claim)
+                self.link.handled_us["calibrate"].append(_number(reply.get("handled_us")))
 
     def profile(self) -> list[DeviceEvent]:
         """The runner's kernel profile of the candidate (as it reports it)."""
@@ -270,4 +283,20 @@ class RemoteModel:
     def hook(self, name: str) -> None:
         """Run the runner's side of a guard hook (``after_correctness``, ``after_timing``)."""
         reply = self.link.request({"kind": "hook", "name": name}, expect="hooked")
-        self.link.notes.extend(str(n)[:500] for n in reply.get("notes", [])[:20])
+        self.link.notes.extend(_strings(reply.get("notes"), 20, 500))
+
+
+def _number(value: Any) -> float:
+    """A finite number the runner sent, or -1.0."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return -1.0
+    return x if math.isfinite(x) else -1.0
+
+
+def _strings(value: Any, limit: int, length: int) -> list[str]:
+    """At most ``limit`` strings of at most ``length`` characters from what the runner sent (anything else: none)."""
+    if not isinstance(value, list):
+        return []
+    return [str(v)[:length] for v in value[:limit]]

@@ -1,12 +1,13 @@
 """The untrusted runner: ``python -m cudagym.judge.split.runner``, one process per job, in its own sandbox.
 
-It is the only process that loads candidate code. Started ahead of its job (torch imported, CUDA up, the
-launch cover calibrated: nothing of any candidate yet), it receives one job from the trusted process,
-loads the solution, and then only answers requests: run ``ModelNew`` on the inputs the trusted side put in
-the input arena and copy what it returned into the output arena (``forward``), the same with the timer
-around it (``timed``), many calls back to back (``batch``), a kernel profile (``profile``), and the guard
-hooks that inspect this process (``hook``). It never sees a reference output or a baseline, and what it
-says can only count against the candidate: the trusted process compares the bytes itself.
+It is the only process that loads candidate code. Started ahead of its job (torch imported, CUDA up:
+nothing of any candidate yet), it receives one job from the trusted process, times empty calls for the
+trusted side's calibration (``calibrate``) while it still holds no candidate code, loads the solution, and
+then only answers requests: run ``ModelNew`` on the inputs the trusted side put in the input arena and
+copy what it returned into the output arena (``forward``), the same with the timer around it (``timed``),
+a kernel profile (``profile``), and the guard hooks that inspect this process (``hook``). It never sees a
+reference output or a baseline, and what it says can only count against the candidate: the trusted process
+compares the bytes itself and checks the claimed times against its own clock.
 
 When the job ends the process exits; nothing of it judges another job.
 """
@@ -17,6 +18,7 @@ import argparse
 import math
 import os
 import sys
+import time
 import traceback
 from contextlib import ExitStack
 from pathlib import Path
@@ -25,8 +27,6 @@ from typing import Any
 from cudagym.judge.guards import escape
 from cudagym.judge.sandbox import SandboxPolicy, enter_sandbox, set_cpu_budget
 from cudagym.judge.split.channel import Channel, RunnerLost
-
-MAX_BATCH_CALLS = 1000
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,9 +75,32 @@ class _Server:
             torch.ones(1, device="cuda").add_(1)
 
     def serve(self) -> None:
-        """Receive the job, then answer requests until ``end`` or the channel closes."""
+        """Receive the job, calibrate while no candidate code is loaded, then answer requests until ``end``."""
+        import torch
+
         job = self.channel.receive_pickle()
-        start, _ = self.channel.receive()
+        self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else \
+            torch.device("cpu")
+        if self.device.type == "cpu":
+            torch.set_num_threads(1)  # the CPU test path: see cudagym.judge.split.trusted.run_job_on_cpu
+        while True:  # before the candidate loads: arenas and calibration only
+            start, fds = self.channel.receive(max_fds=2)
+            kind = start.get("kind")
+            if kind == "start":
+                break
+            t0 = time.perf_counter()
+            try:
+                if kind == "arenas":
+                    reply = self._attach(start, fds)
+                elif kind == "calibrate":
+                    reply = self._calibrate(job, start)
+                else:
+                    reply = {"kind": "error", "message": f"unknown request {str(kind)[:60]!r} before start"}
+            except Exception as exc:
+                reply = _failure_reply(exc)
+            reply["violations"] = []
+            reply["handled_us"] = (time.perf_counter() - t0) * 1e6
+            self.channel.send(reply)
         reply = self._start(job, start)
         self.channel.send(reply)
         if reply["kind"] != "loaded":
@@ -88,10 +111,12 @@ class _Server:
             if kind == "end":
                 self.channel.send(self._end())
                 return
+            t0 = time.perf_counter()
             try:
                 reply = self._answer(kind, request, fds)
             except Exception as exc:  # a candidate failure, or our own: the trusted side decides
                 reply = _failure_reply(exc)
+            reply["handled_us"] = (time.perf_counter() - t0) * 1e6
             reply["violations"] = self._new_violations()
             self.channel.send(reply)
             if reply["kind"] == "failure" and reply.get("cuda"):
@@ -107,9 +132,7 @@ class _Server:
         from cudagym.judge.harness.loading import build_models, candidate_module, load_reference
         from cudagym.judge.harness.runner import _take_snapshot
 
-        device = torch.device(str(start.get("device", "cpu")))
-        if device.type == "cuda":
-            device = torch.device("cuda", torch.cuda.current_device())
+        device = self.device
         self.workdir = job.workdir
         os.chdir(job.workdir)
         set_cpu_budget(self.policy.cpu_time_s)
@@ -160,8 +183,6 @@ class _Server:
             return self._forward(request)
         if kind == "timed":
             return self._timed(request)
-        if kind == "batch":
-            return self._batch(request)
         if kind == "profile":
             return self._profile()
         if kind == "hook":
@@ -176,7 +197,7 @@ class _Server:
         self.arenas = {}
         sizes = request["sizes"]
         for name, fd in zip(("inputs", "outputs"), fds, strict=True):
-            self.arenas[name] = attach_arena(fd, int(sizes[name]), self.ctx.device)
+            self.arenas[name] = attach_arena(fd, int(sizes[name]), self.device)
         return {"kind": "attached"}
 
     def _args(self, request: dict[str, Any]) -> list[Any]:
@@ -204,10 +225,10 @@ class _Server:
 
         for view, tensor in zip(views(self.arenas["outputs"].tensor, expected), tensors_in(outputs), strict=True):
             view.copy_(tensor)
-        if self.ctx.on_gpu:
+        if self.device.type == "cuda":
             import torch
 
-            torch.cuda.synchronize(self.ctx.device)
+            torch.cuda.synchronize(self.device)
         return ""
 
     def _forward(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -215,46 +236,63 @@ class _Server:
         outputs = self.ctx.run_candidate(args, str(request.get("purpose", "forward"))[:40])
         return {"kind": "outputs", "problem": self._deliver(request, outputs)}
 
-    def _timed(self, request: dict[str, Any]) -> dict[str, Any]:
+    def _timing_tools(self, protocol: Any) -> None:
+        """The timer, its launch cover and the L2 flush: the same for the calibration and the candidate."""
         from cudagym.judge.harness.hardware import l2_cache_bytes
-        from cudagym.judge.harness.integrity import TorchFlags
         from cudagym.judge.harness.timing import L2Flusher, make_timer
 
+        if self.timer is not None:
+            return
+        on_gpu = self.device.type == "cuda"
+        cover = None
+        if on_gpu and protocol.launch_cover_us > 0 and protocol.timing == "cuda_events":
+            from cudagym.judge.harness.cover import LaunchCover
+
+            cover = LaunchCover(self.device, protocol.launch_cover_us)
+        self.timer = make_timer(protocol.timing, self.device, cover)
+        self.flusher = L2Flusher(self.device, l2_cache_bytes(self.device) if on_gpu else 0, protocol.l2_flush)
+
+    def _calibrate(self, job: Any, request: dict[str, Any]) -> dict[str, Any]:
+        """One timed call of an empty forward (zeros of the outputs' shapes), by the candidate's own code path."""
+        import torch
+
+        from cudagym.judge.harness.integrity import protocol_flags
+        from cudagym.judge.split.arena import Slot
+
+        self._timing_tools(job.protocol)
+        expected = [Slot.from_json(s) for s in request["outputs"]]
+        dtypes = [getattr(torch, s.dtype) for s in expected]
+        container = request.get("container", "tensor")
+
+        def empty(*_: Any) -> Any:
+            outs = [torch.zeros(s.shape, dtype=d, device=self.device) for s, d in zip(expected, dtypes, strict=True)]
+            return outs[0] if container == "tensor" else (list(outs) if container == "list" else tuple(outs))
+
+        flags = protocol_flags(job.protocol.matmul_tf32, job.protocol.cudnn_tf32)
+        return {**self._timed_call(empty, request, flags, lambda fn: fn()), "kind": "calibrated"}
+
+    def _timed(self, request: dict[str, Any]) -> dict[str, Any]:
         ctx = self.ctx
-        if self.timer is None:
-            self.timer = make_timer(ctx.protocol.timing, ctx.device, ctx.cover)
-            self.flusher = L2Flusher(ctx.device, l2_cache_bytes(ctx.device) if ctx.on_gpu else 0,
-                                     ctx.protocol.l2_flush)
+        self._timing_tools(ctx.protocol)
+        return self._timed_call(ctx.cand_model, request, ctx.flags, lambda fn: ctx.call_candidate(fn, "timing"))
+
+    def _timed_call(self, model: Any, request: dict[str, Any], flags: Any, call: Any) -> dict[str, Any]:
+        """Flush, time one forward with the timer, restore torch's switches, deliver the outputs: one reply."""
+        from cudagym.judge.harness.integrity import TorchFlags
+
         args = self._args(request)
-        model = ctx.cand_model
-        reset_persisting_l2(ctx.on_gpu)
+        reset_persisting_l2(self.device.type == "cuda")
         self.flusher.flush()
-        measured = ctx.call_candidate(lambda: self.timer.measure(lambda: model(*args)), "timing")
+        measured = call(lambda: self.timer.measure(lambda: model(*args)))
         changes = []
         now = TorchFlags.capture()
-        if now != ctx.flags:
-            changes = ctx.flags.differences(now)
-            ctx.flags.apply()
+        if now != flags:
+            changes = flags.differences(now)
+            flags.apply()
         problem = self._deliver(request, measured.outputs)
         return {"kind": "timed", "problem": problem, "time_us": _finite(measured.time_us),
                 "wall_us": _finite(measured.wall_us), "enqueue_us": _finite(measured.enqueue_us),
                 "flag_changes": changes}
-
-    def _batch(self, request: dict[str, Any]) -> dict[str, Any]:
-        args = self._args(request)
-        calls = max(1, min(MAX_BATCH_CALLS, int(request.get("calls", 1))))
-        model = self.ctx.cand_model
-
-        def run() -> None:
-            for _ in range(calls):
-                model(*args)
-
-        self.ctx.call_candidate(run, "timing")
-        if self.ctx.on_gpu:
-            import torch
-
-            torch.cuda.synchronize(self.ctx.device)
-        return {"kind": "batch", "calls": calls}
 
     def _profile(self) -> dict[str, Any]:
         from cudagym.judge.harness.inputs import generate_inputs

@@ -22,7 +22,14 @@ def run_job(job: Job, runner: RunnerHandoff | None = None) -> EvalResult:
 
 
 def run_job_on_cpu(job: Job, runner: RunnerHandoff | None = None) -> EvalResult:
-    """:func:`run_job` on the CPU (the test path: host arenas instead of device memory)."""
+    """:func:`run_job` on the CPU (the test path: host arenas instead of device memory).
+
+    One torch thread, here and in the runner: on a small host the thread pools' spinning would otherwise
+    land in the other process's timed requests.
+    """
+    import torch
+
+    torch.set_num_threads(1)
     return _run(job, runner, "cpu")
 
 
@@ -35,7 +42,10 @@ def _run(job: Job, runner: RunnerHandoff | None, device: str | None) -> EvalResu
     try:
         result = evaluate(job, device, runner=link, runner_job=runner.job)
     finally:
-        files, network = link.end()
+        try:  # the verdict is made: nothing the runner says while it ends can replace it
+            files, network = link.end()
+        except Exception:
+            files, network = [], []
     from cudagym.judge.worker import _with_escapes
 
     result = _with_escapes(result, job, files, network)
