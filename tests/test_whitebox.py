@@ -465,6 +465,31 @@ def _forward(self, x):
 ModelNew.forward = _forward
 ''')
 
+# (11, second candidate) The same subclass as an attacker who read ``_Server._deliver`` writes it: forward returns at
+# once an empty tensor of the output's shape, and the work is done inside __torch_function__ when the runner
+# copies it into the output arena, after the timer stopped; the claim check's ``batch`` never copies an output, so
+# it never pays for the work either. The bytes the trusted side reads are right.
+LAZY_OUTPUT = candidate('''
+import time
+
+class _Lazy(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") == "copy_" and len(args) == 2 and hasattr(args[1], "_pending"):
+            model, x = args[1]._pending
+            with torch._C.DisableTorchFunctionSubclass():
+                time.sleep(0.003)  # the real cost of the forward, paid outside the timed region
+                return args[0].copy_(model._right(x))
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+def _forward(self, x):
+    out = torch.empty(x.shape[0], self.lin.out_features).as_subclass(_Lazy)
+    out._pending = (self, x.clone())
+    return out
+
+ModelNew.forward = _forward
+''')
+
 # (12) An output whose attribute access raises: a tensor subclass whose shape, dtype and every torch function
 # raise BaseExceptions (KeyboardInterrupt, SystemExit), which an `except Exception` in the judge lets through.
 RAISING_OUTPUT = candidate('''
@@ -664,6 +689,16 @@ def test_10_nothing_left_by_one_job_judges_the_next(pool: WorkerPool) -> None:
 def test_11_a_shadowed_output_is_judged_by_its_bytes(pool: WorkerPool) -> None:
     result = judge(pool, SHADOWED_OUTPUT)
     assert_minus_one(result, EvalStatus.INCORRECT)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "A lazy output: ModelNew.forward returns an empty torch.Tensor subclass; its __torch_function__ computes the "
+    "answer when the runner's _Server._deliver calls view.copy_(output), after the timer stopped. The outputs in "
+    "the arena are right, the claims cover none of the work, and the claim check's _batch never copies an output, "
+    "so it runs no work either: OK with a forged speedup. The runner copies through the candidate's object."))
+def test_11_work_done_when_the_runner_copies_the_output_is_timed(pool: WorkerPool) -> None:
+    result = judge(pool, LAZY_OUTPUT, mode=EvalMode.PROFILE)
+    assert_minus_one(result, EvalStatus.RULE_VIOLATION, EvalStatus.INCORRECT)
 
 
 def test_12_an_output_raising_base_exceptions_is_the_candidates_failure(pool: WorkerPool) -> None:
