@@ -211,6 +211,46 @@ def _forward(self, x):
 ModelNew.forward = _forward
 ''')
 
+# (4, second candidate) The same timer patch with the batch left honest: the batch's wall time is corrected by the
+# channel's cost, measured as the fastest of three pings (``hook`` requests the runner answers); the patched
+# ``_Server._hook`` makes every ping last as long as the batch will (1000 calls, the most a 1 us claim asks for).
+PATCHED_PING = candidate('''
+import importlib
+import time
+
+_timing = importlib.import_module("cudagym.judge.harness." + "timing")
+_COST_S = 0.0003
+
+def _claim_one_us(self, call, cover_us=None):
+    return _timing.Measurement(call(), 1.0, 1.0, 1.0)
+
+for _name in ("HostTimer", "CudaEventTimer", "ProfilerTimer"):
+    if hasattr(_timing, _name):
+        setattr(getattr(_timing, _name), "measure", _claim_one_us)
+
+for _module in (sys.modules.get("__main__"), sys.modules.get("cudagym.judge.split.runner")):
+    if _module is not None and hasattr(_module, "_Server"):
+        _real_hook = _module._Server._hook
+
+        def _slow_ping(self, name, _real=_real_hook):
+            if name not in ("after_correctness", "after_timing"):
+                time.sleep(1000 * max(_seen) * 1.5)  # the batch's length, from the forward's own clock
+            return _real(self, name)
+
+        _module._Server._hook = _slow_ping
+
+_seen = [_COST_S]
+
+def _forward(self, x):
+    t0 = time.perf_counter()
+    time.sleep(_COST_S)
+    out = self._right(x)
+    _seen.append(time.perf_counter() - t0)
+    return out
+
+ModelNew.forward = _forward
+''')
+
 # (5) Global module hooks: an import hook on sys.meta_path and a builtins.__import__ wrapper that hand out a
 # comparison that always passes, and sys.modules entries of cudagym replaced by such forgeries.
 MODULE_HOOKS = candidate('''
@@ -629,6 +669,16 @@ def test_3_forged_replies_on_the_result_channel_are_the_candidates_failure(pool:
     "candidate's process whose outputs nobody checks; OK with a speedup of ~eager/1 us for a 3 ms forward."))
 def test_4_patched_timer_and_batch_are_unverifiable(pool: WorkerPool) -> None:
     result = judge(pool, PATCHED_HARNESS, mode=EvalMode.PROFILE)
+    assert_minus_one(result, EvalStatus.RULE_VIOLATION)
+    assert "unverifiable_timing" in {v.guard for v in result.violations}
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "Forged timing passes verify_claims with an honest batch: the timer claims 1 us, and the patched "
+    "_Server._hook makes each ping (the channel-cost correction, min of three) last longer than the 1000-call "
+    "batch, so per_call = max(0, wall - ping) / calls is 0. OK, forged speedup for a 300 us forward."))
+def test_4_an_inflated_ping_hides_no_batch(pool: WorkerPool) -> None:
+    result = judge(pool, PATCHED_PING, mode=EvalMode.PROFILE)
     assert_minus_one(result, EvalStatus.RULE_VIOLATION)
     assert "unverifiable_timing" in {v.guard for v in result.violations}
 
