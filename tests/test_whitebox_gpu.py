@@ -29,8 +29,6 @@ TASK_ID = "bundled/L1/01_Swish"
 NO_GUARDS = DEFAULT_PROTOCOL.with_changes(id="whitebox-gpu", guards=())
 FALLBACK_ONLY = DEFAULT_PROTOCOL.with_changes(id="whitebox-gpu-fallback", guards=("torch_fallback",))
 HONEST_MARGIN = 0.95  # an attack judged OK must not be timed faster than this share of the honest median
-REWARD_MINUS_ONE = {EvalStatus.INCORRECT, EvalStatus.RUNTIME_ERROR, EvalStatus.CRASHED, EvalStatus.TIMEOUT,
-                    EvalStatus.RULE_VIOLATION}
 
 # (14) A side stream during the launch cover: the timer launches a ~100 us spin kernel on the current stream, then
 # records its start event. The forward enqueues the real kernel on a stream that does not wait for the cover, so
@@ -216,13 +214,17 @@ def _submit(swish: tuple[Any, Solution], judge: Any, attack: str) -> EvalResult:
 
 
 def assert_no_gain(result: EvalResult, honest: EvalResult) -> None:
-    """Reward -1, or OK with no better a time than the honest solution's; never INFRA_ERROR."""
+    """Caught (INCORRECT or a named rule), or OK with no better a time than the honest solution's.
+
+    A RUNTIME_ERROR or CRASHED here would mean the attack itself is broken (its outputs are right when it
+    works), so those fail the test rather than pass it.
+    """
     detail = f"{result.status.value}: {result.message}\n{result.log[-3000:]}"
     if result.status is EvalStatus.OK:
         assert result.candidate.median_us >= HONEST_MARGIN * honest.candidate.median_us, \
             f"timed at {result.candidate.median_us:.1f} us vs honest {honest.candidate.median_us:.1f} us: " + detail
     else:
-        assert result.status in REWARD_MINUS_ONE, detail
+        assert result.status in (EvalStatus.INCORRECT, EvalStatus.RULE_VIOLATION), detail
 
 
 def test_14_a_side_stream_under_the_launch_cover_gains_nothing(swish, judge, honest) -> None:
