@@ -1,0 +1,265 @@
+"""The planted white-box corpus on the H200: the GPU-only attack classes, through LocalJudge (worker + runner).
+
+Each candidate is the bundled Swish extension solution (x * sigmoid(x) on 4096 x 16384 fp32, ~0.5 GB moved,
+about the length of the default protocol's 100 us launch cover) with an attack added to ``model_new.py`` by
+someone who read the judge: they move the work where the timer does not look, or hide it from the audit.
+
+Their outputs are right, so the verdict that stops them is reward -1 with the rule named
+(``unverifiable_timing``, ``torch_fallback``) or, where the structure simply removes the advantage, OK at no
+better a time than the honest solution's (``HONEST_MARGIN``). Two attacks the CPU corpus found
+(``tests/test_whitebox.py``: a patched timer with a patched ``_batch``; a lazy output computed when the runner
+copies it) are repeated here with the CUDA timer, as strict xfails.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cudagym.judge.interface import EvalMode
+from cudagym.judge.local import LocalJudge, probe_gpus
+from cudagym.judge.protocol import DEFAULT_PROTOCOL
+from cudagym.judge.records import EvalResult, EvalStatus
+from cudagym.solution import Solution
+
+pytestmark = pytest.mark.gpu
+
+TASK_ID = "bundled/L1/01_Swish"
+NO_GUARDS = DEFAULT_PROTOCOL.with_changes(id="whitebox-gpu", guards=())
+FALLBACK_ONLY = DEFAULT_PROTOCOL.with_changes(id="whitebox-gpu-fallback", guards=("torch_fallback",))
+HONEST_MARGIN = 0.95  # an attack judged OK must not be timed faster than this share of the honest median
+
+# (14) A side stream during the launch cover: the timer launches a ~100 us spin kernel on the current stream, then
+# records its start event. The forward enqueues the real kernel on a stream that does not wait for the cover, so
+# it runs beside the spin kernel; the join (a legitimate wait_stream) then costs only what is left of it.
+SIDE_STREAM_UNDER_COVER = '''
+import torch as _torch
+_side = _torch.cuda.Stream()
+_forward = ModelNew.forward
+def _beside_the_cover(self, x):
+    main = _torch.cuda.current_stream()
+    with _torch.cuda.stream(_side):
+        y = _forward(self, x)
+    main.wait_stream(_side)
+    y.record_stream(main)
+    return y
+ModelNew.forward = _beside_the_cover
+'''
+
+# (15) A host thread finishing the work after the timer's synchronize: forward returns at once a buffer (wrapped in
+# a tensor subclass) and starts a thread that waits half a millisecond, past the end event and the sync, then
+# computes into the buffer on its own stream. The runner reads ``.shape`` before copying the output out: the
+# property joins the thread, so the copied bytes are right. The claim check's batch never reads ``.shape``.
+THREAD_AFTER_SYNC = '''
+import threading as _threading
+import time as _time
+import torch as _torch
+_forward = ModelNew.forward
+_stream = _torch.cuda.Stream()
+_buffers = {}
+class _Late(_torch.Tensor):
+    @property
+    def shape(self):
+        worker = self.__dict__.get("_worker")
+        if worker is not None:
+            worker.join()
+        return _torch.Tensor.shape.__get__(self, _torch.Tensor)
+def _after_sync(self, x):
+    out = _buffers.get(tuple(x.shape))
+    if out is None:
+        out = _buffers.setdefault(tuple(x.shape), _torch.empty_like(x))
+    def work():
+        _time.sleep(0.0005)
+        with _torch.cuda.stream(_stream):
+            out.copy_(_forward(self, x))
+        _stream.synchronize()
+    worker = _threading.Thread(target=work, daemon=True)
+    worker.start()
+    late = out.as_subclass(_Late)
+    late.__dict__["_worker"] = worker
+    return late
+ModelNew.forward = _after_sync
+'''
+
+# (16) A CUDA graph captured in a method nobody audits: ``train()`` (build_models calls ``.train(False)`` after
+# ``.to(device)``) captures torch's own x * sigmoid(x) on static buffers; forward only copies in, replays and
+# returns, so the fallback audit (a dispatch mode around audited forwards) sees a copy and no compute. The name
+# of the torch function is assembled at run time, past the source scan.
+GRAPH_IN_TRAIN = '''
+import torch as _torch
+_act = getattr(_torch, "sig" + "moid")
+def _train(self, mode=True):
+    result = _torch.nn.Module.train(self, mode)
+    if "_graph" not in self.__dict__:
+        self._sx = _torch.zeros(4096, 16384, device="cuda")
+        warm = _torch.cuda.Stream()
+        warm.wait_stream(_torch.cuda.current_stream())
+        with _torch.cuda.stream(warm):
+            for _ in range(2):
+                self._sy = self._sx * _act(self._sx)
+        _torch.cuda.current_stream().wait_stream(warm)
+        graph = _torch.cuda.CUDAGraph()
+        with _torch.cuda.graph(graph):
+            self._sy = self._sx * _act(self._sx)
+        self.__dict__["_graph"] = graph
+    return result
+def _replay(self, x):
+    self._sx.copy_(x)
+    self.__dict__["_graph"].replay()
+    return self._sy
+ModelNew.train = _train
+ModelNew.forward = _replay
+'''
+
+# (17) A persisting-L2 window (driver API through ctypes): every forward raises the persisting carve-out to the
+# device's maximum and puts the input under a persisting access policy on the stream the kernel runs on, hoping
+# the lines survive the judge's L2 flush into the next timed call.
+PERSISTING_L2 = '''
+import ctypes as _ctypes
+import torch as _torch
+_cuda = _ctypes.CDLL("libcuda.so.1")
+_stream = _torch.cuda.Stream()
+_forward = ModelNew.forward
+class _Window(_ctypes.Structure):
+    _fields_ = [("base_ptr", _ctypes.c_void_p), ("num_bytes", _ctypes.c_size_t), ("hitRatio", _ctypes.c_float),
+                ("hitProp", _ctypes.c_int), ("missProp", _ctypes.c_int)]
+class _Value(_ctypes.Union):
+    _fields_ = [("window", _Window), ("pad", _ctypes.c_char * 64)]
+_props = _torch.cuda.get_device_properties(0)
+_carve = int(getattr(_props, "L2_cache_size", 50 << 20) * 3 // 4)
+_status = []
+def _persist(self, x):
+    _status.append(_cuda.cuCtxSetLimit(0x06, _ctypes.c_size_t(_carve)))  # CU_LIMIT_PERSISTING_L2_CACHE_SIZE
+    value = _Value()
+    value.window = _Window(x.data_ptr(), min(x.numel() * x.element_size(), _carve), 1.0, 2, 1)  # persisting hits
+    _status.append(_cuda.cuStreamSetAttribute(_ctypes.c_void_p(_stream.cuda_stream), 1, _ctypes.byref(value)))
+    main = _torch.cuda.current_stream()
+    _stream.wait_stream(main)
+    with _torch.cuda.stream(_stream):
+        y = _forward(self, x)
+    main.wait_stream(_stream)
+    y.record_stream(main)
+    if len(_status) == 2:
+        print("persisting L2: driver status", _status)
+    return y
+ModelNew.forward = _persist
+'''
+
+# Repeats of the CPU corpus's findings with the CUDA event timer.
+PATCHED_TIMER_AND_BATCH = '''
+import importlib as _il
+import sys as _sys
+_t = _il.import_module("cudagym.judge.harness." + "timing")
+def _claim(self, call, cover_us=None):
+    outputs = call()
+    return _t.Measurement(outputs, 1.0, 1.0, 1.0)
+_t.CudaEventTimer.measure = _claim
+for _m in (_sys.modules.get("__main__"), _sys.modules.get("cudagym.judge.split.runner")):
+    if _m is not None and hasattr(_m, "_Server"):
+        _m._Server._batch = lambda self, request: {"kind": "batch", "calls": int(request.get("calls", 1))}
+'''
+
+LAZY_OUTPUT = '''
+import torch as _torch
+_forward = ModelNew.forward
+class _Lazy(_torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") == "copy_" and len(args) == 2 and hasattr(args[1], "_pending"):
+            model, x = args[1]._pending
+            with _torch._C.DisableTorchFunctionSubclass():
+                return args[0].copy_(_forward(model, x))
+        return super().__torch_function__(func, types, args, kwargs or {})
+def _lazy(self, x):
+    out = _torch.empty_like(x).as_subclass(_Lazy)
+    out._pending = (self, x)
+    return out
+ModelNew.forward = _lazy
+'''
+
+
+@pytest.fixture(scope="module")
+def swish() -> tuple[Any, Solution]:
+    from cudagym.sources.bundled import BundledSource
+
+    source = BundledSource()
+    return source.get(TASK_ID), source.solution(TASK_ID)
+
+
+@pytest.fixture(scope="module")
+def judge() -> Any:
+    with LocalJudge(NO_GUARDS, devices=list(probe_gpus("auto").device_ids[:1])) as j:
+        yield j
+
+
+@pytest.fixture(scope="module")
+def honest(swish: tuple[Any, Solution], judge: Any) -> EvalResult:
+    task, reference = swish
+    result = judge.evaluate(task, reference, EvalMode.SUBMIT)
+    assert result.status is EvalStatus.OK and not result.violations, result.message + result.log[-3000:]
+    print(f"honest: {result.message}")
+    return result
+
+
+def _with(reference: Solution, attack: str) -> Solution:
+    return Solution("extension", {**reference.files, "model_new.py": reference.files["model_new.py"] + "\n" + attack})
+
+
+def _submit(swish: tuple[Any, Solution], judge: Any, attack: str) -> EvalResult:
+    task, reference = swish
+    result = judge.evaluate(task, _with(reference, attack), EvalMode.SUBMIT)
+    print(f"{result.status.value}: {result.message[:600]}\n{result.log[-1500:]}")
+    return result
+
+
+def assert_no_gain(result: EvalResult, honest: EvalResult) -> None:
+    """Caught (INCORRECT or a named rule), or OK with no better a time than the honest solution's.
+
+    A RUNTIME_ERROR or CRASHED here would mean the attack itself is broken (its outputs are right when it
+    works), so those fail the test rather than pass it.
+    """
+    detail = f"{result.status.value}: {result.message}\n{result.log[-3000:]}"
+    if result.status is EvalStatus.OK:
+        assert result.candidate.median_us >= HONEST_MARGIN * honest.candidate.median_us, \
+            f"timed at {result.candidate.median_us:.1f} us vs honest {honest.candidate.median_us:.1f} us: " + detail
+    else:
+        assert result.status in (EvalStatus.INCORRECT, EvalStatus.RULE_VIOLATION), detail
+
+
+def test_14_a_side_stream_under_the_launch_cover_gains_nothing(swish, judge, honest) -> None:
+    assert_no_gain(_submit(swish, judge, SIDE_STREAM_UNDER_COVER), honest)
+
+
+def test_15_a_thread_finishing_after_the_synchronize_gains_nothing(swish, judge, honest) -> None:
+    assert_no_gain(_submit(swish, judge, THREAD_AFTER_SYNC), honest)
+
+
+def test_16_a_cuda_graph_captured_in_train_is_a_fallback(swish) -> None:
+    task, reference = swish
+    with LocalJudge(FALLBACK_ONLY, devices=list(probe_gpus("auto").device_ids[:1])) as fallback_judge:
+        clean = fallback_judge.evaluate(task, reference, EvalMode.VERIFY)
+        assert clean.status is EvalStatus.OK, clean.message  # the honest kernel passes the fallback audit
+        result = _submit(swish, fallback_judge, GRAPH_IN_TRAIN)
+    assert result.status is EvalStatus.RULE_VIOLATION, result.message + result.log[-2000:]
+    assert "torch_fallback" in {v.guard for v in result.violations}
+
+
+def test_17_a_persisting_l2_window_gains_nothing(swish, judge, honest) -> None:
+    assert_no_gain(_submit(swish, judge, PERSISTING_L2), honest)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "GPU repeat of tests/test_whitebox.py::test_4: CudaEventTimer.measure patched in the runner to claim 1 us, "
+    "_Server._batch patched to reply without calling the model; verify_claims has nothing from below."))
+def test_patched_timer_and_batch_are_unverifiable_on_the_gpu(swish, judge) -> None:
+    result = _submit(swish, judge, PATCHED_TIMER_AND_BATCH)
+    assert result.status is EvalStatus.RULE_VIOLATION, result.message
+    assert "unverifiable_timing" in {v.guard for v in result.violations}
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "GPU repeat of tests/test_whitebox.py::test_11 (lazy output): the kernel runs inside the subclass's "
+    "__torch_function__ when _Server._deliver copies the output into the arena, after the end event."))
+def test_work_done_when_the_runner_copies_the_output_is_timed_on_the_gpu(swish, judge, honest) -> None:
+    assert_no_gain(_submit(swish, judge, LAZY_OUTPUT), honest)
