@@ -260,8 +260,9 @@ class RemoteModel:
         spec, _, _ = self._place(tuple(args))
         for _ in range(rounds):
             t0 = time.perf_counter()
-            reply = self.link.request({"kind": "calibrate", "args": spec, "outputs": [s.to_json() for s in self.out_slots],
-                                       "container": self.container}, expect="calibrated")
+            request = {"kind": "calibrate", "args": spec, "outputs": [s.to_json() for s in self.out_slots],
+                       "container": self.container}
+            reply = self.link.request(request, expect="calibrated")
             wall = (time.perf_counter() - t0) * 1e6
             try:
                 claim = float(reply["time_us"])
