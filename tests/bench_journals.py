@@ -102,3 +102,41 @@ def oracle_entries() -> list[Entry]:
         entry(c, 2, 0, verdict(25.0)),
         entry(c, 2, 1, no_gpu()),
     ]
+
+
+# ---------------------------------------------------------------- stand-ins for `cudagym bench --judge/--agent`
+
+def fake_judge(protocol: Any) -> Any:
+    """``--judge bench_journals:fake_judge``: FakeJudge (builds need model_new.py; evaluations are tier 2)."""
+    from fakes import FakeJudge
+
+    return FakeJudge(protocol=protocol)
+
+
+def slow_judge(protocol: Any) -> Any:
+    """``--judge bench_journals:slow_judge``: FakeJudge whose evaluations take 0.15 s (so a run can be killed)."""
+    import time
+
+    from fakes import FakeJudge
+
+    class SlowJudge(FakeJudge):
+        def evaluate(self, task: Any, solution: Any, mode: Any = None) -> Any:
+            time.sleep(0.15)
+            return super().evaluate(task, solution, mode) if mode is not None else super().evaluate(task, solution)
+
+    return SlowJudge(protocol=protocol)
+
+
+class SubmitAgent:
+    """Submits at once (``--agent bench_journals:SubmitAgent``); remembers its task and seed."""
+
+    def __init__(self, task_id: str, seed: int) -> None:
+        """Keep the task and seed the runner passes."""
+        self.task_id, self.seed = task_id, seed
+
+    def reset(self) -> None:
+        """Nothing to forget."""
+
+    def act(self, observation: str, info: Mapping[str, Any]) -> str:
+        """Always submit."""
+        return call("submit")
