@@ -140,3 +140,32 @@ class SubmitAgent:
     def act(self, observation: str, info: Mapping[str, Any]) -> str:
         """Always submit."""
         return call("submit")
+
+
+def wrong_judge(protocol: Any) -> Any:
+    """``--judge bench_journals:wrong_judge``: every evaluation is incorrect."""
+    from fakes import FakeJudge
+
+    return FakeJudge(protocol=protocol, eval_fn=lambda *a: incorrect_result())
+
+
+def cpu_judge(protocol: Any) -> Any:
+    """``--judge bench_journals:cpu_judge``: a judge without a GPU (builds need model_new.py)."""
+    from fakes import FakeJudge
+
+    class CpuJudge(FakeJudge):
+        def evaluate(self, task: Any, solution: Any, mode: Any = None) -> Any:
+            build = self.build(task, solution)
+            status = EvalStatus.NO_GPU if build.ok else EvalStatus.BUILD_FAILED
+            return EvalResult(status=status, build=build, message="this judge has no GPU", protocol_id=protocol.id)
+
+    return CpuJudge(gpu="none", protocol=protocol)
+
+
+def failing_build_judge(protocol: Any) -> Any:
+    """``--judge bench_journals:failing_build_judge``: every build fails with a located error, no GPU."""
+    from fakes import failed_build
+
+    judge = cpu_judge(protocol)
+    judge.build_fn = lambda task, solution: failed_build(solution.format)
+    return judge
