@@ -98,8 +98,10 @@ def test_a_reference_file_can_be_the_task(capsys):
     assert "against file/task, verify mode" in out and "Timing" not in out
 
 
-@pytest.mark.skipif(not (shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists()) or not shutil.which("bwrap"),
-                    reason="needs nvcc and bubblewrap (the real judge's build)")
+HAS_NVCC = bool(shutil.which("nvcc")) or Path("/usr/local/cuda/bin/nvcc").exists()
+
+
+@pytest.mark.skipif(not HAS_NVCC or not shutil.which("bwrap"), reason="needs nvcc and bubblewrap")
 def test_the_real_judge_builds_and_says_no_gpu_on_a_cpu_host():
     # its own process: the process-wide default judge of this one may be another test's stand-in
     run = subprocess.run([sys.executable, "-m", "cudagym.cli", "eval", str(EXAMPLES / "raw"), "--task",

@@ -67,7 +67,7 @@ def _chat(options: ChatOptions) -> AgentMaker:
     from cudagym.baselines.chat import ChatAgent, ChatConfig
 
     config = ChatConfig(base_url=options.base_url, model=options.model, temperature=options.temperature,
-                        max_tokens=options.max_tokens, tool_mode=options.tool_mode)  # type: ignore[arg-type]
+                        max_tokens=options.max_tokens, tool_mode=options.tool_mode)
     factory = ChatAgent.factory(config)  # one shared HTTP client for every episode
     return lambda task_id, seed: factory()
 
@@ -93,7 +93,7 @@ def agent_maker(spec: str, options: ChatOptions | None = None) -> AgentMaker:
         if not (callable(getattr(agent, "act", None)) and callable(getattr(agent, "reset", None))):
             raise ConfigError(f"expected {spec} to return an agent with reset() and act(observation, info), "
                               f"got {type(agent).__name__}")
-        return agent  # type: ignore[no-any-return]
+        return agent
 
     return make
 
@@ -119,7 +119,7 @@ def load_callable(spec: str, *, what: str) -> Callable[..., Any]:
             raise ConfigError(f"module {module_name!r} has no {attr!r} (the {what} {spec!r})")
     if not callable(target):
         raise ConfigError(f"expected {spec} to be callable, got {type(target).__name__}")
-    return target  # type: ignore[return-value]
+    return target
 
 
 def _keywords(target: Callable[..., Any], names: tuple[str, ...]) -> tuple[str, ...]:

@@ -9,11 +9,10 @@ short by the kill is dropped, and the rest is played, so no result is lost or du
 Examples::
 
     cudagym bench --agent scripted --env CudaKernel-Bundled-v0 --out runs/scripted
-    cudagym bench --agent random --tasks bundled/L1/01_Swish bundled/L2/01_GemmGeluScaleShift -k 4 \\
-        --parallel 8 --out runs/random
+    cudagym bench --agent random --tasks bundled/L1/01_Swish -k 4 --parallel 8 --out runs/random
     cudagym bench --resume --out runs/random          # after a kill: the plan comes from the manifest
-    cudagym bench --agent chat --base-url http://127.0.0.1:8000/v1 --model qwen --env CudaKernel-L1-v0 \\
-        --env-kwargs '{"suite_options": {"root": "KernelBench"}}' --out runs/qwen-l1
+    cudagym bench --agent chat --base-url http://127.0.0.1:8000/v1 --model qwen --env CudaKernel-L1-v0
+        --env-kwargs '{"suite_options": {"root": "KernelBench"}}' --out runs/qwen-l1   (one line)
 """
 
 from __future__ import annotations
