@@ -196,6 +196,8 @@ class Bench:
     def _jobs(self, judge: Judge) -> list[EpisodeJob]:
         probe = self._env(judge)
         tasks = list(probe.unwrapped.tasks)
+        with self._lock:
+            self._free.append(probe)  # the first episode's env
         if self.plan["limit"] is not None:
             tasks = tasks[: max(self.plan["limit"], 0)]
         if not tasks:
