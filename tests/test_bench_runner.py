@@ -126,3 +126,22 @@ def test_a_run_killed_with_sigkill_resumes_with_no_lost_or_duplicated_episode(tm
 def test_counts_below_one_are_refused(tmp_path, capsys, bad):
     assert bench("--agent", "scripted", "--tasks", TASKS[0], *bad, "--out", str(tmp_path / "r")) == 2
     assert ">= 1" in capsys.readouterr().err
+
+
+def test_the_chat_agent_against_a_loopback_endpoint_reports_model_tokens(tmp_path):
+    pytest.importorskip("httpx")
+    from cudagym.baselines.standin import ChatStandIn, solution_replies
+
+    from cudagym.sources.bundled import BundledSource
+
+    files = dict(BundledSource().solution(TASKS[0]).files)
+    out = tmp_path / "chat"
+    with ChatStandIn(solution_replies(files)) as server:
+        assert bench("--agent", "chat", "--base-url", server.url, "--model", "stand-in", "--tasks", TASKS[0],
+                     "-k", "2", "--parallel", "2", "--out", str(out)) == 0
+    entries = read_entries(out)
+    assert len(entries) == 2
+    for e in entries:
+        assert e.summary.final.tier == 2 and e.record.episode_end == "submit"
+        assert e.summary.model_tokens > 0  # the endpoint's usage, summed over the turns
+    assert read_manifest(out)["plan"]["model"] == "stand-in"
