@@ -135,7 +135,7 @@ def render_markdown(manifest: Mapping[str, Any], rows: Mapping[str, Sequence[Gro
     done = rows["final"][-1].episodes
     lines = [
         "# cudagym bench report", "",
-        f"- agent `{plan.get('agent')}`, {plan.get('env') or 'tasks ' + ', '.join(plan.get('tasks') or [])}, "
+        f"- agent `{plan.get('agent')}`, {_what(plan)}, "
         f"K = {plan.get('k')} sample(s) per task, protocol {plan.get('protocol') or 'cudagym-v1 (default)'}, "
         f"format {plan.get('format')}",
         f"- episodes: {done} finished" + (f" of {planned} planned" if planned is not None else ""),
@@ -158,6 +158,14 @@ def render_markdown(manifest: Mapping[str, Any], rows: Mapping[str, Sequence[Gro
     elif note:
         lines += [note, ""]
     return "\n".join(lines)
+
+
+def _what(plan: Mapping[str, Any]) -> str:
+    if plan.get("env"):
+        limit = plan.get("limit")
+        return f"env {plan['env']}" + (f" (first {limit} tasks)" if limit is not None else "")
+    tasks = list(plan.get("tasks") or [])
+    return f"tasks {', '.join(tasks)}" if len(tasks) <= 4 else f"{len(tasks)} tasks ({tasks[0]}, ...)"
 
 
 def _md(header: Sequence[str], body: Iterable[Sequence[Any]]) -> list[str]:
