@@ -53,8 +53,8 @@ for s in $steps; do
     split)      run_step split      $pyt tests/test_split_gpu.py tests/test_split.py ;;
     templates)  run_step templates  $pyt tests/test_templates.py -m gpu ;;
     sandbox)    run_step sandbox    $pyt tests/test_sandbox_gpu.py tests/test_sandbox_escapes.py ;;
-    bench_bld)  run_step bench_bld  $base benchmarks/bench_build.py --benchmark-only ;;  # one load_inline: 25-60 s
-    bench_eval) run_step bench_eval $base benchmarks/bench_eval.py --benchmark-only ;;  # 20 SUBMITs per test
+    bench_bld)  run_step bench_bld  $base benchmarks/bench_build.py --benchmark-only --benchmark-json "$out/bench_bld.json" ;;  # one load_inline: 25-60 s
+    bench_eval) run_step bench_eval $base benchmarks/bench_eval.py --benchmark-only --benchmark-json "$out/bench_eval.json" ;;  # 20 SUBMITs per test
     soak)       run_step soak       $base -m slow benchmarks/soak_judge.py ;;  # one long test: no per-test limit
     *)          summary+=("$s: unknown step") ;;
   esac

@@ -47,6 +47,10 @@ COMMANDS: dict[str, Command] = {
     "demo": Command("cudagym.baselines.demo", "replay bundled reference solutions through the env's tool calls"),
     "baselines": Command("cudagym.judge.baselines", "time eager and torch.compile baselines for tasks"),
     "train": Command("cudagym.baselines.ppo.commands", "PPO baseline stages: rft, critic, ppo"),
+    "eval": Command("cudagym.bench.evaluate", "judge one solution folder or model_new.py against a task"),
+    "bench": Command("cudagym.bench.runner", "run an agent over tasks, K episodes each, journaled and resumable"),
+    "report": Command("cudagym.bench.report", "Table-1 metrics, fast_p, pass@k and plots of a bench run"),
+    "export": Command("cudagym.bench.export", "a bench run's episodes as RFT, SFT or chat training data"),
 }
 
 

@@ -1,0 +1,182 @@
+"""A benchmark run folder: ``manifest.json`` (what was asked) and ``episodes.jsonl`` (what finished).
+
+Each finished episode is one JSON line, appended, flushed and fsynced the moment it ends, so a run killed
+at any point (``kill -9`` included) loses at most the episodes still playing. A line cut short by the
+kill is dropped (and cut off the file) when the run is resumed or read. Lines::
+
+    {"key": "bundled/L1/01_Swish#0", "task_id": ..., "sample": 0, "level": 1, "seed": 0,
+     "summary": {... EpisodeSummary ...}, "record": {... EpisodeRecord ...}}
+
+The manifest holds the run's plan (the ``plan`` arguments, which must match on ``--resume``), the
+cudagym version, the git commit when run from a checkout, and when it was started.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cudagym import __version__
+from cudagym.bench.metrics import EpisodeSummary
+from cudagym.errors import ConfigError
+from cudagym.rollout import EpisodeRecord
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+EPISODES = "episodes.jsonl"
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One journaled episode.
+
+    Attributes:
+        key: ``<task id>#<sample>``, unique in a run.
+        summary: What the metrics read.
+        record: The whole episode (every action and observation).
+        seed: The episode's reset seed.
+    """
+
+    key: str
+    summary: EpisodeSummary
+    record: EpisodeRecord
+    seed: int = 0
+
+    def to_line(self) -> str:
+        """The entry as one line of JSON (no newline)."""
+        s = self.summary
+        data = {"key": self.key, "task_id": s.task_id, "sample": s.sample, "level": s.level, "seed": self.seed,
+                "summary": s.to_dict(), "record": self.record.to_dict()}
+        return json.dumps(data, default=str)
+
+    @classmethod
+    def from_line(cls, line: str) -> Entry:
+        """Parse one journal line.
+
+        Raises:
+            ConfigError: The line is not a journal entry.
+        """
+        try:
+            data = json.loads(line)
+        except ValueError as exc:
+            raise ConfigError(f"expected a journal line (JSON), got text that is not JSON: {exc}") from exc
+        if not isinstance(data, dict) or not {"key", "summary", "record"} <= set(data):
+            raise ConfigError("expected a journal entry with 'key', 'summary' and 'record'")
+        return cls(key=str(data["key"]), summary=EpisodeSummary.from_dict(data["summary"]),
+                   record=EpisodeRecord.from_dict(data["record"]), seed=int(data.get("seed", 0)))
+
+
+def episode_key(task_id: str, sample: int) -> str:
+    """The journal key of sample ``sample`` of ``task_id``."""
+    return f"{task_id}#{sample}"
+
+
+class RunJournal:
+    """Appends finished episodes to a run folder's journal; thread-safe."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        """Open (and create) the run folder ``run_dir``."""
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.run_dir / EPISODES
+        self._lock = threading.Lock()
+
+    def append(self, entry: Entry) -> None:
+        """Write ``entry`` as one line, then flush and fsync (it survives a kill of this process)."""
+        line = entry.to_line() + "\n"
+        with self._lock, open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(line)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def write_manifest(run_dir: str | Path, plan: Mapping[str, Any], extra: Mapping[str, Any]) -> Path:
+    """Write ``manifest.json``: the plan, the cudagym version and commit, the start time, and ``extra``."""
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    path = Path(run_dir) / MANIFEST
+    data = {"format": FORMAT_VERSION, "cudagym": __version__, "commit": git_commit(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "plan": dict(plan), **extra}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)  # atomic: a kill never leaves half a manifest
+    return path
+
+
+def read_manifest(run_dir: str | Path) -> dict[str, Any]:
+    """The run's manifest.
+
+    Raises:
+        ConfigError: ``run_dir`` holds no (readable) manifest.
+    """
+    path = Path(run_dir) / MANIFEST
+    if not path.is_file():
+        raise ConfigError(f"expected a benchmark run folder with {MANIFEST} at {run_dir} "
+                          "(written by `cudagym bench --out RUN_DIR`), found none")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ConfigError(f"{path} is not JSON: {exc}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("plan"), dict):
+        raise ConfigError(f"expected {path} to hold an object with a 'plan'")
+    return data
+
+
+def read_entries(run_dir: str | Path, *, repair: bool = False) -> list[Entry]:
+    """The journaled episodes of a run, first of each key only.
+
+    A last line without its newline (the run was killed while writing it) is left out; with ``repair``
+    it is also cut off the file, so appending goes on from a clean line.
+
+    Raises:
+        ConfigError: A complete line is not a journal entry (the file is not a run journal).
+    """
+    path = Path(run_dir) / EPISODES
+    if not path.is_file():
+        return []
+    data = path.read_bytes()
+    complete = data.rfind(b"\n") + 1
+    if complete < len(data):
+        log.warning("%s: the last line was cut short (the run was killed while writing it); left out", path)
+        if repair:
+            with open(path, "r+b") as fh:
+                fh.truncate(complete)
+                fh.flush()
+                os.fsync(fh.fileno())
+    entries: dict[str, Entry] = {}
+    for number, line in enumerate(data[:complete].decode("utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = Entry.from_line(line)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}:{number}: {exc}") from exc
+        if entry.key in entries:
+            log.warning("%s:%d: a second entry for %s; the first is kept", path, number, entry.key)
+            continue
+        entries[entry.key] = entry
+    return list(entries.values())
+
+
+def git_commit() -> str:
+    """The commit of the checkout cudagym runs from (``-dirty`` when it has changes), else empty."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return ""
+    try:
+        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                             text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return sha + ("-dirty" if dirty else "")
