@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from cudagym.integrations.kernel_families import LaunchParams, all_params
+from cudagym.integrations.launch_params import LaunchParams, all_params
 from cudagym.integrations.sb3 import LaunchTuningEnv
 
 
