@@ -159,6 +159,7 @@ def test_check_env_with_the_real_judge_builds_on_cpu() -> None:
 def test_the_example_compares_ppo_with_random_search(tmp_path, capsys) -> None:
     import importlib.util
     import json
+    import re
     import sys
     from pathlib import Path
 
@@ -176,12 +177,17 @@ def test_the_example_compares_ppo_with_random_search(tmp_path, capsys) -> None:
         block = int(solution.files["model_new.py"].split("BLOCK, PER_BLOCK = ")[1].split(",")[0])
         return timed_result(1000.0 / block)
 
-    summary = module.main(["--budget", "6", "--confirm", "2", "--out", str(tmp_path)],
+    summary = module.main(["--budget", "6", "--confirm", "2", "--seeds", "2", "--out", str(tmp_path)],
                           judge=FakeJudge(eval_fn=timed_by_block))
     out = capsys.readouterr().out
     assert "random: 6 evaluations" in out and "   ppo: 6 evaluations" in out and "confirm (2 rounds)" in out
-    assert summary["ppo"]["evaluations"] == summary["random"]["evaluations"] == 6
-    assert json.loads((tmp_path / "sb3_launch_tuning.json").read_text())["confirm"]["random_median_us"] > 0
+    assert [run["seed"] for run in summary["runs"]] == [0, 1]
+    assert all(run["ppo"]["evaluations"] == run["random"]["evaluations"] == 6 for run in summary["runs"])
+    rows = [line for line in out.splitlines() if line.startswith("| 0 |") or line.startswith("| 1 |")]
+    assert len(rows) == 2 and all(re.search(r"\| \d+x\d+x\d \| [0-9.]+ \| \d+x\d+x\d \|", row) for row in rows)
+    assert "confirmed seed(s)" in out
+    saved = json.loads((tmp_path / "sb3_launch_tuning.json").read_text())
+    assert saved["runs"][0]["confirm"]["random_median_us"] > 0
 
 
 def test_every_family_builds_with_the_real_judge() -> None:
