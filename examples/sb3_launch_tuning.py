@@ -4,7 +4,8 @@ Both searches get the same evaluation budget (profiles of one configuration thro
 PPO learns over ``--budget`` steps of :class:`cudagym.integrations.sb3.LaunchTuningEnv`; the baseline
 profiles a fixed random sample of ``--budget`` distinct configurations (seeded). Each reports the fastest
 correct configuration it saw; then both winners are profiled again ``--confirm`` times, alternating, so
-the comparison does not rest on one noisy sample. Prints both and writes ``--out/sb3_launch_tuning.json``.
+the comparison does not rest on one noisy sample (when both found the same configuration, it is profiled once
+per round and the two tie). Prints both and writes ``--out/sb3_launch_tuning.json``.
 
     python examples/sb3_launch_tuning.py --task bundled/L1/05_Softmax --budget 24 --seeds 3 --time-budget-s 120
 
@@ -116,12 +117,17 @@ def compare(env: LaunchTuningEnv, ppo_env: LaunchTuningEnv, budget: int, seed: i
               + (f"{best[0]} at {best[1]:.2f} us" if best else "none correct and timed"))
     rand_best, ppo_best = rand.best(), ppo.best()
     if rand_best and ppo_best and rounds > 0:
-        times = confirm(env, [rand_best[0], ppo_best[0]], rounds)
+        same = rand_best[0] == ppo_best[0]  # one configuration: a tie, whatever its re-profiles say
+        times = confirm(env, [rand_best[0]] if same else [rand_best[0], ppo_best[0]], rounds)
+        times = times * 2 if same else times
         medians = [statistics.median(t) for t in times]
         run["confirm"] = {"random_us": times[0], "ppo_us": times[1], "random_median_us": medians[0],
-                          "ppo_median_us": medians[1], "ppo_at_least_as_fast": medians[1] <= medians[0]}
+                          "ppo_median_us": medians[1], "same_configuration": same,
+                          "ppo_at_least_as_fast": same or medians[1] <= medians[0]}
+        verdict = "the same configuration" if same else \
+            "at least as fast" if medians[1] <= medians[0] else "slower"
         print(f"confirm ({rounds} rounds): random best {medians[0]:.2f} us, PPO best {medians[1]:.2f} us "
-              f"-> PPO {'at least as fast' if medians[1] <= medians[0] else 'slower'}")
+              f"-> PPO {verdict}")
     elif not (rand_best or ppo_best):
         print("no configuration was timed (no GPU on the judge?): nothing to compare")
     return run
