@@ -31,7 +31,8 @@ Where cubins come from:
   :class:`KernelCompileError` with the compiler's messages when it does not compile.
 
 The CUDA driver (``libcuda.so.1``) is used through ctypes; CuPy is not needed. Importing this module
-does not import torch.
+does not import torch. ``CUDAGYM_RAW_RUNTIME=cupy`` launches the same cubins through CuPy instead
+(:mod:`cudagym.runtime_cupy`, same API and checks; ``driver``, the default, is this module's ctypes layer).
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ from typing import Any
 from cudagym.judge.build.kernel_signature import KernelSignature, Param, parse_kernels
 
 MANIFEST_ENV = "CUDAGYM_RAW_MANIFEST"
+RUNTIME_ENV = "CUDAGYM_RAW_RUNTIME"
+RUNTIMES = ("driver", "cupy")
 _DEFAULT_SMEM_LIMIT = 48 * 1024
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 _INT_RANGES = {
@@ -72,6 +75,24 @@ def use_manifest(path: str | os.PathLike[str] | None) -> None:
     """Resolve sources through a raw build's ``manifest.json`` (``None``: back to ``CUDAGYM_RAW_MANIFEST``)."""
     global _manifest_override
     _manifest_override = os.fspath(path) if path is not None else None
+    if path is not None:
+        _module_class()  # the chosen backend (and CuPy) loads now, before the candidate's code runs
+
+
+def _module_class() -> type[KernelModule]:
+    """The :class:`KernelModule` class of the backend ``CUDAGYM_RAW_RUNTIME`` names (default ``driver``).
+
+    Raises:
+        ValueError: An unknown backend name.
+    """
+    choice = os.environ.get(RUNTIME_ENV, "") or "driver"
+    if choice == "driver":
+        return KernelModule
+    if choice == "cupy":
+        from cudagym.runtime_cupy import CupyKernelModule
+
+        return CupyKernelModule
+    raise ValueError(f"expected {RUNTIME_ENV} to be one of {', '.join(RUNTIMES)}, got {choice!r}")
 
 
 def load(source: str | os.PathLike[str]) -> KernelModule:
@@ -125,7 +146,7 @@ class KernelModule:
     def __init__(self, source: str, cubin: _Cubin) -> None:
         self.source = source
         self._cubin = cubin
-        self._kernels = {sig.name: Kernel(sig, self) for sig in cubin.signatures}
+        self._kernels = {sig.name: self._make_kernel(sig) for sig in cubin.signatures}
         self._handles: dict[int, int] = {}  # CUcontext -> CUmodule
         self._lock = threading.Lock()
 
@@ -148,6 +169,9 @@ class KernelModule:
 
     def __repr__(self) -> str:
         return f"<cudagym.runtime.KernelModule {self.source}: {', '.join(self._kernels)}>"
+
+    def _make_kernel(self, signature: KernelSignature) -> Kernel:
+        return Kernel(signature, self)
 
     def _module_handle(self, ctx: int) -> int:
         with self._lock:
@@ -175,14 +199,7 @@ class Kernel:
     def __call__(self, grid: int | Sequence[int], block: int | Sequence[int], args: Sequence[Any] = (),
                  shared_mem: int = 0, stream: Any = None) -> None:
         """Launch asynchronously on ``stream`` (default: torch's current stream)."""
-        params = self.signature.params
-        if len(args) != len(params):
-            listing = ", ".join(f"{p.ctype} {p.name}" for p in params)
-            raise TypeError(f"kernel {self.name}({listing}) takes {len(params)} argument(s), got {len(args)}")
-        values = [_marshal(self.name, p, a) for p, a in zip(params, args, strict=True)]
-        grid3, block3 = _dims(self.name, "grid", grid), _dims(self.name, "block", block)
-        if shared_mem < 0:
-            raise ValueError(f"kernel {self.name}: expected shared_mem >= 0 bytes, got {shared_mem}")
+        values, grid3, block3 = self._checked(grid, block, args, shared_mem)
         drv = _driver()
         ctx = drv.current_context()
         fn = self._function(drv, ctx)
@@ -194,6 +211,19 @@ class Kernel:
         status = drv.lib.cuLaunchKernel(ctypes.c_void_p(fn), *grid3, *block3, ctypes.c_uint(shared_mem),
                                         ctypes.c_void_p(_stream_handle(stream)), pointers, None)
         drv.check(status, f"kernel {self.name}: launch")
+
+    def _checked(self, grid: int | Sequence[int], block: int | Sequence[int], args: Sequence[Any],
+                 shared_mem: int) -> tuple[list[Any], tuple[ctypes.c_uint, ...], tuple[ctypes.c_uint, ...]]:
+        """The arguments as ctypes values of the parameters' exact types, and the launch shape (checked)."""
+        params = self.signature.params
+        if len(args) != len(params):
+            listing = ", ".join(f"{p.ctype} {p.name}" for p in params)
+            raise TypeError(f"kernel {self.name}({listing}) takes {len(params)} argument(s), got {len(args)}")
+        values = [_marshal(self.name, p, a) for p, a in zip(params, args, strict=True)]
+        grid3, block3 = _dims(self.name, "grid", grid), _dims(self.name, "block", block)
+        if shared_mem < 0:
+            raise ValueError(f"kernel {self.name}: expected shared_mem >= 0 bytes, got {shared_mem}")
+        return values, grid3, block3
 
     def _function(self, drv: _Driver, ctx: int) -> int:
         fn = self._functions.get(ctx)
@@ -351,7 +381,7 @@ def _from_manifest(manifest: Path, rel: str, on_disk: Path | None) -> KernelModu
     if on_disk is not None and source_sha256(on_disk.read_text(encoding="utf-8")) != unit["source_sha256"]:
         raise RuntimeError(f"{rel} changed since the judge built it; rebuild before running")
     sigs = tuple(KernelSignature.from_dict(k) for k in unit["kernels"])
-    return KernelModule(rel, _Cubin(manifest.parent / unit["cubin"], sigs))
+    return _module_class()(rel, _Cubin(manifest.parent / unit["cubin"], sigs))
 
 
 def _compile_standalone(path: Path, rel: str) -> KernelModule:
@@ -375,4 +405,4 @@ def _compile_standalone(path: Path, rel: str) -> KernelModule:
         output = PathMap(prefixes=(str(stage),)).scrub(result.output)
     if result.path is None:
         raise KernelCompileError(f"{rel} did not compile ({unit.tool}):\n{output}")
-    return KernelModule(rel, _Cubin(result.path, parse_kernels(text)))
+    return _module_class()(rel, _Cubin(result.path, parse_kernels(text)))

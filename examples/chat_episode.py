@@ -26,10 +26,14 @@ from cudagym.sources.bundled import BundledSource
 
 
 def print_turn(turn: Turn) -> None:
-    """One line per turn: tool, ok, the observation's first line, model tokens."""
+    """One Markdown table row per turn: tool, ok, the observation's first line, model tokens, env seconds."""
     first = turn.observation.strip().splitlines()[0][:90] if turn.observation.strip() else ""
-    print(f"  turn {turn.turn:>2} {turn.tool:<10} {'ok  ' if turn.ok else 'FAIL'} {first}  "
-          f"[{turn.usage.get('completion_tokens', 0)} completion tokens, {turn.env_time_s:.2f} s env]")
+    first = first.replace("|", "\\|")
+    print(f"| {turn.turn} | {turn.tool} | {'ok' if turn.ok else 'FAIL'} | {first} | "
+          f"{turn.usage.get('completion_tokens', 0)} | {turn.env_time_s:.2f} |")
+
+
+TABLE_HEAD = "| turn | tool | ok | observation (first line) | completion tokens | env s |\n|---:|---|---|---|---:|---:|"
 
 
 def main(argv: Sequence[str] | None = None, judge: object = "local") -> EpisodeRecord:
@@ -41,7 +45,8 @@ def main(argv: Sequence[str] | None = None, judge: object = "local") -> EpisodeR
     parser.add_argument("--form", choices=("native", "text"), default="native", help="stand-in reply form")
     parser.add_argument("--out", default=None, help="folder for chat_episode.json (the EpisodeRecord)")
     parser.add_argument("--bundled-root", default=None, help="a folder laid out like envs/bundled/")
-    parser.add_argument("--tokenizer", default=None, help="token counter spec (default: o200k_base)")
+    parser.add_argument("--tokenizer", default=None,
+                        help="token counter spec (default: the env's shipped BPE, cudagym:code-bpe-16k)")
     args = parser.parse_args(argv)
     env = CudaKernelEnv("bundled", tasks=[args.task], suite_options={"root": args.bundled_root},
                         judge=judge, token_counter=args.tokenizer)  # type: ignore[arg-type]
@@ -51,7 +56,7 @@ def main(argv: Sequence[str] | None = None, judge: object = "local") -> EpisodeR
         server = ChatStandIn(solution_replies(files, form=args.form), lifetime_s=540).start()
     agent = ChatAgent(base_url=args.base_url or server.url, model=args.model)  # type: ignore[union-attr]
     try:
-        print(f"ChatAgent on {args.task} via {agent.config.base_url} (model {args.model})")
+        print(f"ChatAgent on {args.task} via {agent.config.base_url} (model {args.model})\n\n{TABLE_HEAD}")
         record = run_episode(env, agent, options={"task": args.task}, on_turn=print_turn)
         transcript = agent.transcript()
     finally:
@@ -60,7 +65,7 @@ def main(argv: Sequence[str] | None = None, judge: object = "local") -> EpisodeR
         if server is not None:
             server.stop()
     last = record.last_eval
-    print(f"reward {record.reward:g} ({record.episode_end}; evaluated {record.evaluated}); status "
+    print(f"\nreward {record.reward:g} ({record.episode_end}; evaluated {record.evaluated}); status "
           f"{last.get('status', '-')}, {last.get('speedup_vs_eager', 0):.2f}x eager, "
           f"{last.get('speedup_vs_compile', 0):.2f}x torch.compile; model tokens {record.model_tokens}; "
           f"env tokens {record.tokens_used}; {record.wall_time_s:.1f} s")

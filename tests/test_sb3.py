@@ -10,7 +10,9 @@ from conftest_env import TOKENIZER
 from fakes import FakeJudge, incorrect_result
 
 from cudagym.errors import ConfigError
-from cudagym.integrations.kernel_families import FAMILIES, LaunchParams, all_params, get_family
+from cudagym.integrations import kernel_families
+from cudagym.integrations.kernel_families import FAMILIES, get_family
+from cudagym.integrations.launch_params import LaunchParams, all_params
 from cudagym.integrations.sb3 import FEATURES, LaunchTuningEnv
 from cudagym.judge.build.kernel_signature import parse_kernels
 
@@ -24,15 +26,51 @@ def test_every_family_renders_every_configuration() -> None:
     for family in FAMILIES.values():
         for params in configs:
             files = family.files(params)
-            (kernel,) = parse_kernels(files[f"kernels/{family.name}.cu"])
-            assert kernel.name == family.name
-            assert f"BLOCK, PER_BLOCK = {params.block_size}, {params.per_block}" in files["model_new.py"]
+            source = files[f"kernels/{family.name}.cu"]
+            (kernel,) = parse_kernels(source)
+            assert kernel.name == family.name and f"__launch_bounds__({params.block_size})" in source
+            assert "BLOCK, " in files["model_new.py"] and f"= {params.block_size}, " in files["model_new.py"]
+            assert f"kernels.{family.name}(grid=" in files["model_new.py"]
             compile(files["model_new.py"], "model_new.py", "exec")  # valid Python
+            vt = {1: "float", 2: "float2", 4: "float4"}[params.vector_width]
+            assert f"const {vt}" in source and (params.vector_width == 1 or "float4" not in source.replace(vt, ""))
     assert "float4" in get_family("bundled/L1/01_Swish").files(LaunchParams(vector_width=4))["kernels/swish.cu"]
     with pytest.raises(ConfigError, match="block_size"):
         LaunchParams(block_size=100)
     with pytest.raises(ConfigError, match="kernel family"):
-        get_family("bundled/L1/05_Softmax")
+        get_family("bundled/L1/08_CumSum")  # a scan: left out (see the module docstring)
+
+
+def test_families_cover_the_bundled_tasks_with_a_launch_grid() -> None:
+    from cudagym.sources.bundled import BundledSource
+
+    bundled = {t.id for t in BundledSource().tasks()}
+    assert set(FAMILIES) <= bundled and len(FAMILIES) == 13
+    for task_id in bundled - set(FAMILIES):  # each left-out task is named, with its reason, in the docstring
+        assert task_id.removeprefix("bundled/") in kernel_families.__doc__
+
+
+def test_each_family_model_keeps_the_reference_constructor_and_state_names() -> None:
+    # the harness builds ModelNew from get_init_inputs() and loads the reference's state dict into it
+    import torch
+
+    from cudagym.sources.bundled import BundledSource
+
+    source = BundledSource()
+    for task_id, family in FAMILIES.items():
+        task = source.get(task_id)
+        reference: dict = {}
+        exec(compile(task.source, task_id, "exec"), reference)
+        code = family.files(LaunchParams())["model_new.py"].replace(
+            'kernels = runtime.load(', 'kernels = (lambda path: None)(')  # nothing to launch: construct only
+        candidate: dict = {}
+        exec(compile(code, "model_new.py", "exec"), candidate)
+        init = reference["get_init_inputs"]()
+        torch.manual_seed(0)
+        ref_state = reference["Model"](*init).state_dict()
+        new_state = candidate["ModelNew"](*init).state_dict()
+        assert list(ref_state) == list(new_state), task_id
+        assert all(ref_state[k].shape == new_state[k].shape for k in ref_state), task_id
 
 
 def fake_env(**kwargs: object) -> LaunchTuningEnv:
@@ -121,6 +159,7 @@ def test_check_env_with_the_real_judge_builds_on_cpu() -> None:
 def test_the_example_compares_ppo_with_random_search(tmp_path, capsys) -> None:
     import importlib.util
     import json
+    import re
     import sys
     from pathlib import Path
 
@@ -138,12 +177,17 @@ def test_the_example_compares_ppo_with_random_search(tmp_path, capsys) -> None:
         block = int(solution.files["model_new.py"].split("BLOCK, PER_BLOCK = ")[1].split(",")[0])
         return timed_result(1000.0 / block)
 
-    summary = module.main(["--budget", "6", "--confirm", "2", "--out", str(tmp_path)],
+    summary = module.main(["--budget", "6", "--confirm", "2", "--seeds", "2", "--out", str(tmp_path)],
                           judge=FakeJudge(eval_fn=timed_by_block))
     out = capsys.readouterr().out
     assert "random: 6 evaluations" in out and "   ppo: 6 evaluations" in out and "confirm (2 rounds)" in out
-    assert summary["ppo"]["evaluations"] == summary["random"]["evaluations"] == 6
-    assert json.loads((tmp_path / "sb3_launch_tuning.json").read_text())["confirm"]["random_median_us"] > 0
+    assert [run["seed"] for run in summary["runs"]] == [0, 1]
+    assert all(run["ppo"]["evaluations"] == run["random"]["evaluations"] == 6 for run in summary["runs"])
+    rows = [line for line in out.splitlines() if line.startswith("| 0 |") or line.startswith("| 1 |")]
+    assert len(rows) == 2 and all(re.search(r"\| \d+x\d+x\d \| [0-9.]+ \| \d+x\d+x\d \|", row) for row in rows)
+    assert "confirmed seed(s)" in out
+    saved = json.loads((tmp_path / "sb3_launch_tuning.json").read_text())
+    assert saved["runs"][0]["confirm"]["random_median_us"] > 0
 
 
 def test_every_family_builds_with_the_real_judge() -> None:

@@ -1,12 +1,14 @@
 """Adapters to RL libraries and trainers; each module loads its optional dependency only when used.
 
-============================================  ======================================================
-module                                        for
-============================================  ======================================================
-:mod:`cudagym.integrations.sb3`               Stable-Baselines3: launch-configuration tuning as a numeric env
-:mod:`cudagym.integrations.kernel_families`   the parametrised raw-format kernels that env tunes
-:mod:`cudagym.integrations.trl`               TRL ``GRPOTrainer(environment_factory=...)``
-:mod:`cudagym.integrations.openenv`           an OpenEnv ``Environment`` and its ``create_app`` server
-:mod:`cudagym.integrations.verl`              a verl ``AgentLoopBase`` keyed by request id
-============================================  ======================================================
+=============================================  ======================================================
+module                                         for
+=============================================  ======================================================
+:mod:`cudagym.integrations.sb3`                Stable-Baselines3: launch-configuration tuning as a numeric env
+:mod:`cudagym.integrations.kernel_families`    the parametrised raw-format kernels that env tunes (elementwise)
+:mod:`cudagym.integrations.reduction_families` the same for row and channel reductions (softmax, norms)
+:mod:`cudagym.integrations.launch_params`      the launch-configuration grid the families share
+:mod:`cudagym.integrations.trl`                TRL ``GRPOTrainer(environment_factory=...)``
+:mod:`cudagym.integrations.openenv`            an OpenEnv ``Environment`` and its ``create_app`` server
+:mod:`cudagym.integrations.verl`               a verl ``AgentLoopBase`` keyed by request id
+=============================================  ======================================================
 """

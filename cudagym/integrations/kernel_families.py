@@ -6,66 +6,41 @@ thread (vectors each thread handles, ``#pragma unroll``-ed), and vector width (1
 ``float``, ``float2``, ``float4``). Every configuration computes the same result; only speed differs,
 which is what the Stable-Baselines3 wrapper (:mod:`cudagym.integrations.sb3`) tunes.
 
-Families exist for the bundled elementwise tasks, whose speed depends on exactly these three knobs:
-``bundled/L1/01_Swish``, ``bundled/L1/02_NewGELU``, ``bundled/L1/03_Mish``,
-``bundled/L2/05_BiasGeluResidual`` and ``bundled/L2/08_BNReLUResidual`` (:data:`FAMILIES`). The device
-functions follow the bundled extension solutions' numerics (``expf``, ``tanhf``, ``erff``; the reference's
-operation order) to pass the default protocol's 1e-4 check; ``tests/test_sb3_gpu.py`` checks corners of
-the grid on a GPU.
+Families (:data:`FAMILIES`, 13 of the 26 bundled tasks) are the tasks whose speed depends on exactly these
+three knobs. Elementwise (:class:`KernelFamily`, here): ``L1/01_Swish``, ``L1/02_NewGELU``, ``L1/03_Mish``,
+``L1/09_DiagMatmul`` (a row scaling), ``L2/05_BiasGeluResidual``, ``L2/08_BNReLUResidual``. Row and channel
+reductions (:mod:`cudagym.integrations.reduction_families`): ``L1/04_RMSNormChannels``, ``L1/05_Softmax``,
+``L1/06_LogSoftmax``, ``L1/07_LayerNormLarge``, ``L2/03_ResidualAddLayerNorm``, ``L2/04_ScaleCausalMaskSoftmax``,
+``L2/07_GroupNormSiLU``. The device functions follow the bundled extension solutions' numerics (``expf``,
+``tanhf``, ``erff``; the reference's operation order) to pass the default protocol's 1e-4 check;
+``tests/test_sb3_gpu.py`` checks corners of the grid on a GPU.
+
+Left out, because their speed is set by other parameters than block size, items per thread and vector
+width: the GEMMs and GEMM-shaped tasks (``L1/10_TrilMatmul``, ``L1/11_BatchedTinyMatmul``,
+``L1/12_MatmulSmallKScale``, ``L2/01_GemmGeluScaleShift``, ``L2/06_Conv1x1BNReLU``, ``L3/01_TinyMLP``,
+``L3/02_CausalAttentionHead``: tile shapes and the K loop), the stencils (``L1/13_DepthwiseConv2d``,
+``L2/02_DWConvBNReLU``: the spatial tile and its halo), the scan ``L1/08_CumSum`` (a warp-scan layout, not a
+strided loop), ``L1/14_SumSquaresDim1`` (how a 4096-long reduction over the middle axis is split across
+threads and blocks: with one thread per output column the grid is 16,384 threads) and the multi-kernel
+blocks ``L3/03_DWSeparableResidualBlock`` and ``L3/04_SEResidualBlock`` (each kernel has its own launch).
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from cudagym.errors import ConfigError
-
-BLOCK_SIZES: tuple[int, ...] = (64, 128, 256, 512, 1024)
-ITEMS_PER_THREAD: tuple[int, ...] = (1, 2, 4, 8)
-VECTOR_WIDTHS: tuple[int, ...] = (1, 2, 4)
-_VECTOR_TYPES = {1: "float", 2: "float2", 4: "float4"}
-_LANES = {1: ("",), 2: (".x", ".y"), 4: (".x", ".y", ".z", ".w")}
-
-
-@dataclass(frozen=True)
-class LaunchParams:
-    """One launch configuration.
-
-    Attributes:
-        block_size: Threads per block.
-        items_per_thread: Vectors each thread handles.
-        vector_width: Floats per load and store (1, 2 or 4).
-    """
-
-    block_size: int = 256
-    items_per_thread: int = 1
-    vector_width: int = 4
-
-    def __post_init__(self) -> None:
-        if self.block_size not in BLOCK_SIZES or self.items_per_thread not in ITEMS_PER_THREAD \
-                or self.vector_width not in VECTOR_WIDTHS:
-            raise ConfigError(
-                f"expected block_size in {BLOCK_SIZES}, items_per_thread in {ITEMS_PER_THREAD}, vector_width in "
-                f"{VECTOR_WIDTHS}; got {self.block_size}, {self.items_per_thread}, {self.vector_width}"
-            )
-
-    @property
-    def per_block(self) -> int:
-        """Floats one block covers."""
-        return self.block_size * self.items_per_thread * self.vector_width
+from cudagym.integrations.launch_params import (
+    LANES,
+    VECTOR_TYPES,
+    Family,
+    LaunchParams,
+)
 
 
 def _values(layout: Layout, lane: str) -> dict[str, str]:
     """Each stream's value in one lane of the loaded vectors (``x_s.y``)."""
     return {s: f"{s}_s{lane}" for s in layout.streams}
-
-
-def all_params() -> Iterator[LaunchParams]:
-    """Every configuration of the grid (block size x items per thread x vector width), in a fixed order."""
-    for b, i, v in itertools.product(BLOCK_SIZES, ITEMS_PER_THREAD, VECTOR_WIDTHS):
-        yield LaunchParams(b, i, v)
 
 
 @dataclass(frozen=True)
@@ -80,6 +55,8 @@ class Layout:
         init_args: ``__init__`` parameters after ``self`` (with a leading comma).
         init_body: ``__init__``'s body after ``super().__init__()`` (the reference's parameter names).
         launch_extra: Launch arguments after ``y, n`` (Python, with a leading comma).
+        forward_params: ``forward``'s parameters when they are not just ``streams`` (inputs that are not read
+            elementwise, such as a row scale, come in through ``launch_extra``).
     """
 
     streams: tuple[str, ...] = ("x",)
@@ -88,6 +65,7 @@ class Layout:
     init_args: str = ""
     init_body: str = ""
     launch_extra: str = ""
+    forward_params: tuple[str, ...] = ()
 
 
 UNARY = Layout()
@@ -104,6 +82,11 @@ BN_RESIDUAL = Layout(
     init_body="self.bn = nn.BatchNorm2d(channels)  # parameter and buffer holder (the reference's names)",
     launch_extra=", self.bn.running_mean, self.bn.running_var, self.bn.weight, self.bn.bias, "
                  "x.shape[2] * x.shape[3], x.shape[1], float(self.bn.eps)",
+)
+
+ROW_SCALE = Layout(  # diag(A) @ B is B with row i scaled by A[i]
+    streams=("B",), extra_params=", const float* __restrict__ a, long long cols", op_args="{B}, a[{j} / cols]",
+    launch_extra=", A.contiguous(), B.shape[1]", forward_params=("A", "B"),
 )
 
 
@@ -128,7 +111,7 @@ class KernelFamily:
         return {"model_new.py": self._model(params), f"kernels/{self.name}.cu": self._kernel(params)}
 
     def _kernel(self, p: LaunchParams) -> str:
-        vt, lanes, lay = _VECTOR_TYPES[p.vector_width], _LANES[p.vector_width], self.layout
+        vt, lanes, lay = VECTOR_TYPES[p.vector_width], LANES[p.vector_width], self.layout
         inputs = ", ".join(f"const float* __restrict__ {s}" for s in lay.streams)
         views = "".join(f"  const {vt}* {s}_v = reinterpret_cast<const {vt}*>({s});\n" for s in lay.streams)
         loads = "".join(f"    const {vt} {s}_s = {s}_v[i];\n" for s in lay.streams) + f"    {vt} out;\n"
@@ -159,7 +142,7 @@ class KernelFamily:
     def _model(self, p: LaunchParams) -> str:
         lay = self.layout
         first = lay.streams[0]  # the output has the first input's shape
-        signature = ", ".join(f"{s}: torch.Tensor" for s in lay.streams)
+        signature = ", ".join(f"{s}: torch.Tensor" for s in lay.forward_params or lay.streams)
         inputs = "".join(f"        {s} = {s}.contiguous()\n" for s in lay.streams)
         body = f"\n        {lay.init_body}" if lay.init_body else ""
         args = ", ".join(lay.streams) + f", y, n{lay.launch_extra}"
@@ -205,19 +188,29 @@ __device__ __forceinline__ float op(float x, float r, long long c, const float* 
   const float y = (x - mean[c]) / sqrtf(var[c] + eps) * w[c] + b[c];
   return fmaxf(y + r, 0.0f);
 }"""
+_ROW_SCALE = """
+__device__ __forceinline__ float op(float b, float a) {
+  return a * b;  // the GEMM's one non-zero product per output, rounded once: exact against the reference
+}"""
 
-FAMILIES: dict[str, KernelFamily] = {
-    f.task_id: f for f in (
+def _families() -> dict[str, Family]:
+    from cudagym.integrations.reduction_families import ROW_FAMILIES  # it imports this module's grid
+
+    elementwise: tuple[Family, ...] = (
         KernelFamily("bundled/L1/01_Swish", "swish", _SWISH),
         KernelFamily("bundled/L1/02_NewGELU", "new_gelu", _NEW_GELU),
         KernelFamily("bundled/L1/03_Mish", "mish", _MISH),
+        KernelFamily("bundled/L1/09_DiagMatmul", "diag_matmul", _ROW_SCALE, ROW_SCALE),
         KernelFamily("bundled/L2/05_BiasGeluResidual", "bias_gelu_residual", _BIAS_GELU_RESIDUAL, ROW_BIAS),
         KernelFamily("bundled/L2/08_BNReLUResidual", "bn_add_relu", _BN_ADD_RELU, BN_RESIDUAL),
     )
-}
+    return {f.task_id: f for f in sorted(elementwise + ROW_FAMILIES, key=lambda f: f.task_id)}
 
 
-def get_family(task_id: str) -> KernelFamily:
+FAMILIES: dict[str, Family] = _families()
+
+
+def get_family(task_id: str) -> Family:
     """The kernel family of a bundled task.
 
     Raises:

@@ -49,13 +49,8 @@ from gymnasium import spaces
 
 from cudagym.env import CudaKernelEnv
 from cudagym.errors import ConfigError
-from cudagym.integrations.kernel_families import (
-    BLOCK_SIZES,
-    ITEMS_PER_THREAD,
-    VECTOR_WIDTHS,
-    LaunchParams,
-    get_family,
-)
+from cudagym.integrations.kernel_families import get_family
+from cudagym.integrations.launch_params import BLOCK_SIZES, ITEMS_PER_THREAD, VECTOR_WIDTHS, LaunchParams
 from cudagym.judge.interface import Judge
 from cudagym.judge.records import EvalResult, from_dict
 from cudagym.reward import score
