@@ -50,9 +50,9 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
 
 def default_cache_root() -> Path:
     """``<user cache folder>/baselines``."""
-    from cudagym.sources.hub import cache_dir
+    from cudagym.paths import user_cache_dir
 
-    return cache_dir() / "baselines"
+    return user_cache_dir() / "baselines"
 
 
 @dataclass(frozen=True)
