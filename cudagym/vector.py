@@ -93,8 +93,8 @@ class CudaKernelVectorEnv(VectorEnv[Any, Any, Any]):
         obs, reward, terminated, truncated, info = env.step(action)
         return obs, float(reward), bool(terminated), bool(truncated), info
 
-    def render(self) -> tuple[str | None, ...]:
-        """Each sub-env's last observation (``render_mode="ansi"``)."""
+    def render(self) -> Any:
+        """Each sub-env's last observation (``render_mode="ansi"``), as a tuple."""
         return tuple(env.render() for env in self.envs)
 
     def close_extras(self, **kwargs: Any) -> None:

@@ -286,8 +286,8 @@ class Pipeline:
 
     def _verdict(self, request: _Request, status: EvalStatus, message: str,
                  build: BuildResult | None = None) -> EvalResult:
-        extra = {"build": build} if build is not None else {}
-        return EvalResult(status, message, protocol_id=request.protocol.id, **extra)
+        result = EvalResult(status, message, protocol_id=request.protocol.id)
+        return dataclasses.replace(result, build=build) if build is not None else result
 
     def _hardware_of(self, result: EvalResult) -> Hardware:
         real = result.hardware.gpu not in ("none", "unknown", "")

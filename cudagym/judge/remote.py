@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from contextlib import contextmanager
+from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import Any
@@ -124,7 +125,7 @@ class JudgeServer:
         while not self._closing.is_set():
             try:
                 conn = self._listener.accept()
-            except (OSError, EOFError) as exc:  # a peer without the key fails the handshake: drop it, go on
+            except (OSError, EOFError, AuthenticationError) as exc:  # a peer without the key: drop it, go on
                 if self._closing.is_set():
                     return
                 log.warning("judge server: refused a connection (%s)", exc)
@@ -265,7 +266,7 @@ class RemoteJudge(Judge):
                               "`cudagym judge serve` print them), or pass address= and authkey=")
         try:
             self._conn = Client(self.address, family="AF_UNIX", authkey=key)
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, AuthenticationError) as exc:
             raise ConfigError(f"cannot reach the judge server at {self.address}: {exc}; is it running, and is "
                               f"{AUTHKEY_ENV} its key?") from exc
         self._lock = threading.Lock()

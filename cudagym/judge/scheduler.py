@@ -44,7 +44,9 @@ class FairDispatcher:
 
     def __init__(self, capacity: int) -> None:
         self._lock = threading.Lock()
-        self._queues: OrderedDict[str, deque[_Item]] = OrderedDict()  # rotation order of the clients
+        self._queues: OrderedDict[str, deque[_Item]] = OrderedDict()  # queued jobs per client
+        self._served: dict[str, int] = {}  # when each client last had a job started
+        self._tick = 0
         self._running = 0
         self._pumping = False
         self._again = False
@@ -80,6 +82,7 @@ class FairDispatcher:
         """Drop the client's queued jobs (running ones finish); returns how many were dropped."""
         with self._lock:
             dropped = list(self._queues.pop(client, ()))
+            self._served.pop(client, None)
             priority = self._queues.get(self.PRIORITY)
             if priority:
                 dropped += [item for item in priority if item.client == client]
@@ -98,16 +101,17 @@ class FairDispatcher:
         priority = self._queues.get(self.PRIORITY)
         if priority:
             return priority.popleft()
-        for client in list(self._queues):
-            queue = self._queues[client]
-            if client == self.PRIORITY or not queue:
-                continue
-            item = queue.popleft()
-            self._queues.move_to_end(client)  # this client had its turn: the others come first next time
-            if not queue:
-                del self._queues[client]
-            return item
-        return None
+        waiting = [c for c, q in self._queues.items() if q and c != self.PRIORITY]
+        if not waiting:
+            return None
+        client = min(waiting, key=lambda c: self._served.get(c, -1))  # the client served longest ago goes first
+        queue = self._queues[client]
+        item = queue.popleft()
+        self._tick += 1
+        self._served[client] = self._tick
+        if not queue:
+            del self._queues[client]
+        return item
 
     def _pump(self) -> None:
         with self._lock:
