@@ -246,7 +246,8 @@ def test_profile_on_a_gpu_stores_baselines_and_later_jobs_reuse_them(tmp_path, s
 
 @pytest.mark.gpu
 def test_precompute_times_the_baselines_of_a_task_on_a_gpu(tmp_path, swish, capsys):
-    from cudagym.judge.baselines import BaselineCache, BaselineKey, precompute
+    from cudagym.commands.baselines import precompute
+    from cudagym.judge.baselines import BaselineCache, BaselineKey
 
     task, _ = swish
     first_gpu = list(probe_gpus("auto").device_ids[:1])
