@@ -162,3 +162,30 @@ def test_async_sub_processes_inside_serve_judge_use_the_parents_judge(tree, tmp_
         venv.close()
     judge.close()
     assert list(terminated) == [True, True] and len(gpus.candidates()) == 2
+
+
+def test_cudagym_judge_serve_prints_the_variables_a_client_connects_with(capsys, tmp_path):
+    import argparse
+    import threading
+
+    from cudagym.commands import judge as command
+
+    parser = argparse.ArgumentParser()
+    command.configure(parser)
+    args = parser.parse_args(["serve", "--devices", "none", "--cache-dir", str(tmp_path)])
+    stop = threading.Event()
+    thread = threading.Thread(target=command.run, args=(args, stop))
+    thread.start()
+    deadline = time.monotonic() + 60
+    out = ""
+    while ADDRESS_ENV not in out and time.monotonic() < deadline:
+        time.sleep(0.2)
+        out += capsys.readouterr().out
+    exports = dict(line.removeprefix("export ").split("=", 1) for line in out.splitlines() if line.startswith("export"))
+    client = RemoteJudge(address=exports[ADDRESS_ENV], authkey=bytes.fromhex(exports[AUTHKEY_ENV]))
+    assert not client.has_gpu
+    assert client.evaluate(relu_task(), script("BROKEN")).status in (EvalStatus.BUILD_FAILED, EvalStatus.NO_GPU)
+    client.close()
+    stop.set()
+    thread.join(timeout=60)
+    assert not thread.is_alive()
