@@ -78,3 +78,25 @@ def test_a_job_whose_actor_dies_runs_once_more_on_the_restarted_actor(judge, ray
         except Exception:  # still restarting
             time.sleep(0.5)
     assert after != before  # a new actor process answered
+
+
+@pytest.mark.gpu
+def test_ray_judge_with_one_gpu_actor_judges_the_bundled_suite(tmp_path):
+    ray = pytest.importorskip("ray")
+    from cudagym.judge.ray_judge import RayJudge
+    from cudagym.sources.bundled import BundledSource
+
+    source = BundledSource()
+    ids = [t.id for t in source.tasks()]
+    ray.init(include_dashboard=False, log_to_driver=False)
+    try:
+        with RayJudge("cudagym", actors=1, cache_dir=str(tmp_path)) as judge:
+            assert judge.has_gpu, judge.hardware()
+            futures = {i: judge.submit(source.get(i), source.solution(i), EvalMode.PROFILE) for i in ids}
+            results = {i: f.result(timeout=1800) for i, f in futures.items()}
+    finally:
+        ray.shutdown()
+    bad = {i: f"{r.status.value}: {r.message.splitlines()[0] if r.message else ''}" for i, r in results.items()
+           if not r.correct}
+    print(f"RayJudge, one GPU actor: {len(ids) - len(bad)} of {len(ids)} bundled tasks correct")
+    assert not bad, bad
