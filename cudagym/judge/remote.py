@@ -353,6 +353,9 @@ class RemoteJudge(Judge):
 
     def cancel_pending(self) -> int:
         """Ask the server to drop this connection's jobs that no GPU has started."""
+        with self._lock:
+            if not self._pending:
+                return 0  # nothing in flight: no round trip (an env calls this on every reset)
         try:
             return int(self._call("cancel", lambda m: m["cancelled"]).result(timeout=60))
         except ConfigError:
