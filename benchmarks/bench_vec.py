@@ -134,7 +134,7 @@ def evaluations_per_gpu_hour(judge: Any) -> tuple[float, int]:
     done, started = 0, time.perf_counter()
     while time.perf_counter() - started < GPU_SECONDS:
         *_, info = venv.step([profile] * GPU_ENVS)
-        done += GPU_ENVS
+        done += sum(1 for status in info["last_eval"]["status"] if status == "ok")  # correct verdicts only
     elapsed = time.perf_counter() - started
     venv.close()
     return done / elapsed * 3600 / gpus, done
