@@ -23,6 +23,7 @@ import itertools
 import logging
 import os
 import threading
+import time
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from cudagym.task import Task
 log = logging.getLogger(__name__)
 
 DEFAULT_BUILD_FN = "cudagym.judge.build:build"
+RESTART_WAIT_S = 300.0  # how long a restarting actor may take (it imports torch, starts its workers)
 INSTALL_HINT = 'RayJudge needs Ray: pip install "cudagym[ray]" (or pip install ray)'
 
 
@@ -199,11 +201,23 @@ class RayGpus(GpuService):
         dead = isinstance(problem, self.ray.exceptions.RayActorError)
         if dead and tries_left > 0:
             log.warning("GPU actor %d died during job %s; running it once more after the restart", index, spec.job_id)
-            self._attempt(spec, index, tries_left - 1, out)
+            threading.Thread(target=self._rerun_when_back, args=(spec, index, tries_left - 1, out), daemon=True,
+                             name="cudagym-ray-rerun").start()
             return
         status = EvalStatus.CRASHED if dead else EvalStatus.INFRA_ERROR
         why = "the GPU actor died twice running this job" if dead else f"the GPU actor failed: {problem!r}"
         out.set_result(EvalResult(status, why, build=spec.build, protocol_id=spec.protocol.id))
+
+    def _rerun_when_back(self, spec: JobSpec, index: int, tries_left: int, out: Future[EvalResult]) -> None:
+        """Wait until the restarted actor answers (a call to a restarting actor fails at once), then re-run."""
+        deadline = time.monotonic() + RESTART_WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                self.ray.get(self.actors[index].pid.remote(), timeout=30)
+                break
+            except Exception:  # still restarting (or gone for good: the re-run below then reports it)
+                time.sleep(1.0)
+        self._attempt(spec, index, tries_left, out)
 
     def close(self) -> None:
         """Stop the actors (their worker pools die with them)."""
