@@ -137,7 +137,8 @@ def _print_turn(turn: Turn, full: bool, out: TextIO) -> None:
     summary = lines[0] if lines else ""
     last = turn.info.get("last_eval", {})
     if turn.tool in ("profile", "submit") and last.get("speedup_vs_eager"):
-        reason = str(last.get("message", "")).partition(COMPILE_FAILED_PREFIX)[2] or "no time recorded"
+        reason = (str(last.get("compile_failure", "")) or str(last.get("message", "")).partition(
+            COMPILE_FAILED_PREFIX)[2] or "no time recorded")
         versus = f"{last['speedup_vs_compile']:.2f}x vs compile" if last.get("speedup_vs_compile") \
             else f"torch.compile: not timed ({reason})"
         summary += f" ({last['speedup_vs_eager']:.2f}x vs eager, {versus})"

@@ -29,6 +29,7 @@ pytestmark = [
 from cudagym.judge import EvalMode  # noqa: E402
 from cudagym.judge.local import LocalJudge  # noqa: E402
 from cudagym.judge.protocol import DEFAULT_PROTOCOL, get_protocol  # noqa: E402
+from cudagym.judge.records import paired_speedup  # noqa: E402
 from cudagym.judge.worker import PoolOptions  # noqa: E402
 from cudagym.reward import tier_of  # noqa: E402
 from cudagym.sources.bundled import BundledSource  # noqa: E402
@@ -36,7 +37,6 @@ from cudagym.sources.bundled import BundledSource  # noqa: E402
 LEVEL1 = ["bundled/L1/01_Swish", "bundled/L1/05_Softmax", "bundled/L1/09_DiagMatmul"]
 REPEATS = int(os.environ.get("CUDAGYM_BENCH_REPEATS", "10"))
 COVERS = re.compile(r"launch covers \(baselines' sized to their host enqueue time\): [^\n]*")
-PAIRED = re.compile(r"paired speedup vs eager \(median of \d+ per-round ratios\): ([0-9.]+)x")
 
 
 # the judge before the trust split: the candidate in the worker process itself, a worker reused across jobs
@@ -114,7 +114,7 @@ def _report(benchmark, task_id: str, name: str, results: list, threshold: float)
                      threshold_vs_eager=threshold, threshold_vs_compile=threshold) for r in results]
     spread = max(speedups) / min(speedups) - 1
     cand = [r.candidate.median_us for r in results]
-    paired = [float(m.group(1)) for r in results if (m := PAIRED.search(r.log))]
+    paired = [p for r in results if (p := paired_speedup(r)[0])]
     paired_spread = max(paired) / min(paired) - 1 if len(paired) == len(results) else float("nan")
     benchmark.extra_info[name] = {
         "task": task_id, "spread": spread, "tiers": tiers, "speedup_median": statistics.median(speedups),

@@ -43,9 +43,10 @@ class Command:
 
 
 COMMANDS: dict[str, Command] = {
-    "tasks": Command("cudagym.sources.commands", "list the tasks of a suite, or show one task"),
+    "tasks": Command("cudagym.commands.tasks", "list the tasks of a suite, or show one task"),
     "demo": Command("cudagym.baselines.demo", "replay bundled reference solutions through the env's tool calls"),
-    "baselines": Command("cudagym.judge.baselines", "time eager and torch.compile baselines for tasks"),
+    "baselines": Command("cudagym.commands.baselines", "time eager and torch.compile baselines for tasks"),
+    "judge": Command("cudagym.commands.judge", "serve this host's judge to its other processes (judge serve)"),
     "train": Command("cudagym.baselines.ppo.commands", "PPO baseline stages: rft, critic, ppo"),
     "eval": Command("cudagym.bench.evaluate", "judge one solution folder or model_new.py against a task"),
     "bench": Command("cudagym.bench.runner", "run an agent over tasks, K episodes each, journaled and resumable"),

@@ -12,6 +12,7 @@ from gymnasium.error import ResetNeeded
 from gymnasium.vector import AutoresetMode
 
 from cudagym.errors import ConfigError, UnknownTaskError
+from cudagym.judge.backends import JUDGES, options_key
 from cudagym.judge.interface import EvalMode, Judge
 from cudagym.judge.protocol import Protocol, get_protocol
 from cudagym.judge.records import EvalResult, Hardware, to_dict
@@ -30,16 +31,6 @@ logger = logging.getLogger(__name__)
 MAX_OBSERVATION_CHARS = 1 << 20  # the prompt and every observation are cut to this (a visible marker shows it)
 # suite_options that say where the data is or how to read it, not which tasks to keep
 _DATA_OPTIONS = frozenset({"root", "parquet", "path", "revision", "refresh", "strict"})
-
-
-def _local_judge(protocol: Protocol) -> Judge:
-    from cudagym.judge.local import default_judge
-
-    return default_judge(protocol=protocol)
-
-
-# Judge backends by name: a factory from the protocol to a Judge (``judge=<name>``).
-JUDGES: dict[str, Callable[[Protocol], Judge]] = {"local": _local_judge}
 
 
 @dataclass
@@ -139,7 +130,8 @@ class CudaKernelEnv(gym.Env[str, str]):
     | suite_options | dict or None | None | forwarded to the suite loader: data paths and filters |
     | solution_format | str | "extension" | extension, inline or raw |
     | protocol | str or Protocol or None | None | evaluation protocol (the judge's own when None) |
-    | judge | str or Judge | "local" | a judge backend name or a Judge instance |
+    | judge | str or Judge | "local" | a judge backend name ("local", "ray") or a Judge instance |
+    | judge_options | dict or None | None | the backend's options as plain data; envs with equal ones share a judge |
     | reward | str or dict or RewardConfig | "tier" | tier or speedup, or a RewardConfig |
     | scoring | str or None | None | final or best (the reward config's own when None) |
     | token_counter | object | None | a name, tiktoken Encoding, HF tokenizer or callable; shipped BPE when None |
@@ -177,6 +169,7 @@ class CudaKernelEnv(gym.Env[str, str]):
         solution_format: str = "extension",
         protocol: str | Protocol | None = None,
         judge: str | Judge = "local",
+        judge_options: Mapping[str, Any] | None = None,
         reward: str | Mapping[str, Any] | RewardConfig = "tier",
         scoring: str | None = None,
         token_counter: Any = None,
@@ -204,7 +197,12 @@ class CudaKernelEnv(gym.Env[str, str]):
             raise ConfigError(f"expected judge to be a Judge or one of {sorted(JUDGES)}, got {judge!r}")
         self._format = get_format(solution_format)
         self._protocol = self._resolve_protocol(protocol, judge)
+        if judge_options and isinstance(judge, Judge):
+            raise ConfigError("judge_options configure a judge backend by name; a Judge instance is already "
+                              "configured: pass one or the other")
+        options_key(judge_options or {})  # plain data, or a clear error now rather than in a sub-process
         self._judge_spec = judge
+        self._judge_options = dict(judge_options or {})
         self._judge: Judge | None = judge if isinstance(judge, Judge) else None
         reward_spec = dict(reward) if isinstance(reward, Mapping) else reward
         config = reward_config(reward_spec, threshold=self._protocol.threshold, statistic=self._protocol.statistic)
@@ -321,7 +319,7 @@ class CudaKernelEnv(gym.Env[str, str]):
         """Remove the workspace and stop a judge this env created; safe to call twice."""
         self._end_episode()
         if self._judge is not None and not isinstance(self._judge_spec, Judge):
-            self._judge.close()
+            self._judge.close()  # also drops this env's jobs that no GPU has started
             self._judge = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -412,6 +410,8 @@ class CudaKernelEnv(gym.Env[str, str]):
 
     def _end_episode(self) -> None:
         if self._episode is not None:
+            if self._judge is not None and not isinstance(self._judge_spec, Judge):
+                self._judge.cancel_pending()  # jobs of the old episode that no GPU has started have no reader
             self._episode.workspace.close()
             self._episode = None
 
@@ -468,7 +468,9 @@ class CudaKernelEnv(gym.Env[str, str]):
             spec = self._judge_spec
             if not isinstance(spec, str) or spec not in JUDGES:
                 raise ConfigError(f"expected judge to be a Judge or one of {sorted(JUDGES)}, got {spec!r}")
-            self._judge = JUDGES[spec](self._protocol)
+            factory = JUDGES[spec]
+            self._judge = factory(self._protocol, **self._judge_options) if self._judge_options else factory(
+                self._protocol)
         return self._judge
 
     def _token_counter(self) -> Any:

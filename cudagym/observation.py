@@ -21,6 +21,7 @@ from cudagym.judge.records import (
     InputCheck,
     KernelResources,
     Severity,
+    compile_failure,
 )
 from cudagym.reward import Score
 from cudagym.toolcalls import EXPECTED_FORM, ActionError, signature
@@ -184,16 +185,16 @@ def compile_not_timed_reason(result: EvalResult) -> str:
     """Why the torch.compile baseline has no time in ``result`` (``""`` when it has one)."""
     if result.compiled.measured:
         return ""
-    _, sep, reason = result.message.partition(COMPILE_FAILED_PREFIX)
-    if sep:
-        return f"the baseline failed: {reason.strip()}"
+    reason = compile_failure(result)
+    if reason:
+        return f"the baseline failed: {reason}"
     return "no time was recorded; see the log"
 
 
 def _summary_line(result: EvalResult) -> str:
     """``result.message``, with a failed torch.compile baseline said as ``torch.compile: not timed (...)``."""
     head, sep, _ = result.message.partition("; " + COMPILE_FAILED_PREFIX)
-    if sep and result.candidate.measured:
+    if (sep or result.compile_failure) and result.candidate.measured:
         return f"{head}; torch.compile: not timed ({compile_not_timed_reason(result)})"
     return result.message
 

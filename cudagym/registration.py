@@ -2,7 +2,9 @@
 
 Gymnasium 1.x has no plugin auto-loading, so ``gym.make("CudaKernel-L1-v0")`` works after
 ``import cudagym``, and ``gym.make("cudagym:CudaKernel-L1-v0")`` imports cudagym itself. Registering
-is cheap: no task data, judge, tokenizer or torch is touched until an env is reset.
+is cheap: no task data, judge, tokenizer or torch is touched until an env is reset. ``gym.make_vec(id,
+num_envs=N)`` (no ``vectorization_mode``) makes a :class:`~cudagym.vector.CudaKernelVectorEnv`: the
+sub-envs step at once on threads and share one judge.
 
 ===========================  ===================================================
 id                           tasks
@@ -23,6 +25,7 @@ from typing import Any
 import gymnasium as gym
 
 ENTRY_POINT = "cudagym.env:CudaKernelEnv"
+VECTOR_ENTRY_POINT = "cudagym.vector:CudaKernelVectorEnv"  # gym.make_vec(id, num_envs=N) without a mode
 MAX_EPISODE_STEPS = 200  # equals CudaKernelEnv's default max_turns, so TimeLimit and the env agree
 
 ENV_IDS: dict[str, dict[str, Any]] = {
@@ -40,6 +43,7 @@ def register_envs() -> None:
         gym.register(
             id=env_id,
             entry_point=ENTRY_POINT,
+            vector_entry_point=VECTOR_ENTRY_POINT,
             kwargs=dict(kwargs),
             nondeterministic=True,  # timings vary run to run, and so can the reward
             max_episode_steps=MAX_EPISODE_STEPS,

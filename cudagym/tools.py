@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cudagym.judge.interface import EvalMode, Judge
-from cudagym.judge.records import BuildResult, BuildStatus, EvalResult, EvalStatus, Hardware
+from cudagym.judge.records import BuildResult, BuildStatus, EvalResult, EvalStatus, Hardware, no_gpu_verdict
 from cudagym.observation import (
     render_action_error,
     render_build,
@@ -183,10 +183,8 @@ def _guarded_evaluate(ctx: ToolContext, solution: Solution, mode: EvalMode) -> E
         # No GPU: run the real build so the agent still gets compiler feedback, and say plainly that
         # nothing was checked or timed (status no_gpu: not the agent's fault, so not scored).
         build = _guarded_build(ctx, solution)
-        return EvalResult(
-            status=EvalStatus.NO_GPU, build=build, protocol_id=ctx.judge.protocol.id, hardware=ctx.hardware,
-            wall_time_s=time.perf_counter() - start,
-        )
+        return no_gpu_verdict(build, protocol_id=ctx.judge.protocol.id, hardware=ctx.hardware,
+                              wall_time_s=time.perf_counter() - start)
     try:
         return ctx.judge.evaluate(ctx.task, solution, mode)
     except Exception as exc:  # a judge must not raise for a candidate; if it does, it is the judge's fault

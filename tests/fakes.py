@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from cudagym.judge.interface import EvalMode, Judge
@@ -114,6 +115,12 @@ class FakeJudge(Judge):
             return EvalResult(status=EvalStatus.OK, build=result.build, checks=result.checks,
                               protocol_id=self.protocol.id, hardware=self.hardware())
         return result
+
+    def submit(self, task: Task, solution: Solution, mode: EvalMode = EvalMode.PROFILE, *,
+               job_id: str | None = None) -> Future[EvalResult]:
+        future: Future[EvalResult] = Future()
+        future.set_result(self.evaluate(task, solution, mode))
+        return future
 
     def hardware(self) -> Hardware:
         return Hardware(gpu=self.gpu, compute_capability="9.0" if self.gpu != "none" else "")

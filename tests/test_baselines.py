@@ -13,16 +13,9 @@ import pytest
 from faults import FAULTS_DIR
 
 from cudagym.cli import main as cli_main
+from cudagym.commands.baselines import Progress, precompute, resolve_tasks
 from cudagym.errors import ConfigError, UnknownTaskError
-from cudagym.judge.baselines import (
-    BaselineCache,
-    BaselineKey,
-    Progress,
-    default_cache_root,
-    precompute,
-    reference_solution,
-    resolve_tasks,
-)
+from cudagym.judge.baselines import BaselineCache, BaselineKey, default_cache_root, reference_solution
 from cudagym.judge.local import GpuProbe, LocalJudge
 from cudagym.judge.protocol import DEFAULT_PROTOCOL, KERNELBENCH
 from cudagym.judge.records import BuildResult, BuildStatus, Hardware, TimingStats
@@ -194,7 +187,7 @@ def test_show_lists_cached_baselines(tmp_path, capsys):
 
 
 def _check_run(tmp_path, tasks, **plan):
-    from cudagym.judge.baselines import check
+    from cudagym.commands.baselines import check
     from cudagym.judge.task_check import CheckPlan
 
     table = tmp_path / "out" / "check.md"

@@ -11,7 +11,7 @@ from cudagym import cli
 from cudagym.sources.bundled import BundledSource
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ["README.md", "baselines/demo.py", "cudagym/suites.py", "cudagym/sources/commands.py", "baselines/scripted.py"]
+DOCS = ["README.md", "baselines/demo.py", "cudagym/suites.py", "cudagym/commands/tasks.py", "baselines/scripted.py"]
 BUNDLED_ID = re.compile(r"bundled/L\d+/\w+")
 
 

@@ -396,8 +396,18 @@ def test_an_action_of_a_million_spaces_is_an_observation_not_an_exception(env: C
 def test_an_unknown_judge_name_fails_at_construction(tree: Path) -> None:
     import gymnasium as gym
 
-    with pytest.raises(ConfigError, match=r"expected judge to be a Judge or one of \['local'\], got 'ray'"):
-        gym.make("CudaKernel-L1-v0", suite_options={"root": str(tree)}, judge="ray")
+    with pytest.raises(ConfigError, match=r"expected judge to be a Judge or one of \['local', 'ray'\], got 'rya'"):
+        gym.make("CudaKernel-L1-v0", suite_options={"root": str(tree)}, judge="rya")
+
+
+def test_judge_options_must_be_plain_data_and_go_with_a_backend_name(tree: Path) -> None:
+    import gymnasium as gym
+
+    with pytest.raises(ConfigError, match="plain data"):
+        gym.make("CudaKernel-L1-v0", suite_options={"root": str(tree)}, judge_options={"build_fn": print})
+    with pytest.raises(ConfigError, match="one or the other"):
+        gym.make("CudaKernel-L1-v0", suite_options={"root": str(tree)}, judge=FakeJudge(),
+                 judge_options={"devices": "none"})
 
 
 def test_a_task_name_without_its_prefix_gets_a_did_you_mean(env: CudaKernelEnv) -> None:

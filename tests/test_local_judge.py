@@ -143,7 +143,7 @@ def test_jobs_run_on_the_workers_with_hardware_filled_and_workdirs_removed(tmp_p
         good = judge.evaluate(relu_task(), candidate("good_relu"), EvalMode.VERIFY)
         crash = judge.evaluate(relu_task(), candidate("segfault"), EvalMode.VERIFY)
         again = judge.evaluate(relu_task(), candidate("good_relu"), EvalMode.VERIFY)
-        leftover = list((judge._backend.root / "jobs").iterdir())
+        leftover = list((judge.pipeline.gpus.root / "jobs").iterdir())
         info = judge.workers()
     assert (good.status, crash.status, again.status) == (EvalStatus.OK, EvalStatus.CRASHED, EvalStatus.OK)
     assert good.hardware.gpu == "Fake GPU 80GB" and good.build.artifact_key == "k"
@@ -200,16 +200,16 @@ def test_default_judge_handles_share_one_backend_until_the_last_closes(tmp_path)
     first = default_judge("cudagym", devices="none", build_fn=CountingBuild(), cache_dir=tmp_path)
     second = default_judge("kernelbench")
     try:
-        assert first._backend is second._backend and second.protocol.id == "kernelbench-v0.3"
+        assert first.pipeline is second.pipeline and second.protocol.id == "kernelbench-v0.3"
         first.close()
         first.close()
-        assert not second._backend.closed
+        assert not second.pipeline.closed
         assert second.evaluate(relu_task(), candidate("good_relu")).status is EvalStatus.NO_GPU
     finally:
         second.close()
-    assert second._backend.closed
+    assert second.pipeline.closed
     third = default_judge(devices="none", build_fn=CountingBuild(), cache_dir=tmp_path)
-    assert third._backend is not second._backend
+    assert third.pipeline is not second.pipeline
     third.close()
 
 
@@ -246,7 +246,8 @@ def test_profile_on_a_gpu_stores_baselines_and_later_jobs_reuse_them(tmp_path, s
 
 @pytest.mark.gpu
 def test_precompute_times_the_baselines_of_a_task_on_a_gpu(tmp_path, swish, capsys):
-    from cudagym.judge.baselines import BaselineCache, BaselineKey, precompute
+    from cudagym.commands.baselines import precompute
+    from cudagym.judge.baselines import BaselineCache, BaselineKey
 
     task, _ = swish
     first_gpu = list(probe_gpus("auto").device_ids[:1])
@@ -271,11 +272,11 @@ def test_a_forked_child_neither_uses_nor_stops_the_parents_workers(tmp_path):
             code = 1
             try:
                 mine = default_judge(devices="none", build_fn=CountingBuild(), cache_dir=tmp_path)
-                stray = parent._backend.pool().submit(local.Job(
+                stray = parent.pipeline.gpus.pool().submit(local.Job(
                     "x", relu_task(), pid_source, BuildResult(BuildStatus.OK, "inline"), EvalMode.VERIFY,
                     parent.protocol)).result(timeout=10)
-                parent._backend.shutdown()  # must not touch the parent's workers or folders
-                code = 0 if (mine._backend is not parent._backend and stray.status is EvalStatus.INFRA_ERROR
+                parent.pipeline.shutdown()  # must not touch the parent's workers or folders
+                code = 0 if (mine.pipeline is not parent.pipeline and stray.status is EvalStatus.INFRA_ERROR
                              and "fork" in stray.message) else 3
                 mine.close()
             finally:

@@ -10,36 +10,32 @@ protocols that share an id but time differently never share baselines.
 
 under the user cache folder (``$CUDAGYM_CACHE_DIR``, else ``$XDG_CACHE_HOME/cudagym``, else
 ``~/.cache/cudagym``), written atomically under a file lock, so concurrent judges (vector envs, several
-processes) never see a torn file. :class:`~cudagym.judge.local.LocalJudge` passes known baselines to the
-harness in ``Job.baselines`` and stores the ones a result measured.
+processes) never see a torn file. The judging pipeline (:mod:`cudagym.judge.pipeline`) passes known baselines to the
+harness in ``Job.baselines`` and stores the ones a reference job measured.
 
-The command ``cudagym baselines precompute --env CudaKernel-Bundled-v0`` fills the cache for every task of
-an environment id (or ``--suite``/``--tasks``), with a progress bar; ``cudagym baselines show`` lists what
-is cached; ``cudagym baselines check`` runs each task's reference as its candidate with the guards off and
-writes a per-task table (:mod:`cudagym.judge.task_check`).
+The command ``cudagym baselines precompute --env CudaKernel-Bundled-v0`` (:mod:`cudagym.commands.baselines`)
+fills the cache for every task of an environment id (or ``--suite``/``--tasks``), with a progress bar;
+``cudagym baselines show`` lists what is cached; ``cudagym baselines check`` runs each task's reference as its
+candidate with the guards off and writes a per-task table (:mod:`cudagym.judge.task_check`).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
 import re
-import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from filelock import FileLock
 
-from cudagym.errors import ConfigError, UnknownTaskError
 from cudagym.judge.job import KnownBaselines
 from cudagym.judge.protocol import Protocol
-from cudagym.judge.records import EvalResult, EvalStatus, Hardware, TimingStats, from_dict, to_dict
+from cudagym.judge.records import Hardware, TimingStats, from_dict, to_dict
 from cudagym.solution import Solution
 from cudagym.task import Task
 
@@ -50,9 +46,9 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
 
 def default_cache_root() -> Path:
     """``<user cache folder>/baselines``."""
-    from cudagym.sources.hub import cache_dir
+    from cudagym.paths import user_cache_dir
 
-    return cache_dir() / "baselines"
+    return user_cache_dir() / "baselines"
 
 
 @dataclass(frozen=True)
@@ -204,242 +200,3 @@ def is_reference_job(task: Task, solution: Solution) -> bool:
     Only such jobs' baseline times enter the cache.
     """
     return solution.content_hash == reference_solution(task).content_hash
-
-
-# ----------------------------------------------------------------------------------------------------
-# The command: cudagym baselines precompute|show
-# ----------------------------------------------------------------------------------------------------
-
-class Progress:
-    """A plain-text progress bar: redrawn in place on a terminal, one line per step otherwise."""
-
-    def __init__(self, total: int, stream: IO[str] | None = None, width: int = 30) -> None:
-        self.total = max(total, 1)
-        self.done = 0
-        self.stream = stream or sys.stderr
-        self.width = width
-        self.started = time.monotonic()
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-
-    def step(self, label: str) -> None:
-        """Count one finished item and redraw."""
-        self.done += 1
-        filled = self.width * self.done // self.total
-        elapsed = time.monotonic() - self.started
-        eta = elapsed / self.done * (self.total - self.done)
-        line = (f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} "
-                f"{elapsed:5.0f}s elapsed, ~{eta:.0f}s left  {label}")
-        if self.tty:
-            self.stream.write("\r\x1b[K" + line + ("\n" if self.done >= self.total else ""))
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
-
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``cudagym baselines``."""
-    sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    pre = sub.add_parser("precompute", help="time eager and torch.compile for tasks not yet cached")
-    show = sub.add_parser("show", help="list cached baselines")
-    check = sub.add_parser("check", help="the reference as the candidate (guards off) on every task: proves the "
-                           "harness loads, checks and times each one; writes a per-task table")
-    for p in (pre, show, check):
-        p.add_argument("--env", help="an environment id, e.g. CudaKernel-Bundled-v0 (its suite and level)")
-        p.add_argument("--suite", help="a suite name instead of --env (kernelbench, ops6k, bundled)")
-        p.add_argument("--level", type=int, help="only this level")
-        p.add_argument("--tasks", nargs="+", metavar="ID", help="only these task ids")
-        p.add_argument("--protocol", default="cudagym", help="protocol name or id (default: cudagym)")
-        p.add_argument("--cache-dir", help="cache folder (default: $CUDAGYM_CACHE_DIR or ~/.cache/cudagym)")
-    for p in (pre, check):
-        p.add_argument("--devices", default="auto", help="GPUs: auto, or comma-separated CUDA device ids")
-        p.add_argument("--journal", help="JSONL journal; a run resumed with the same journal skips done tasks")
-    pre.add_argument("--force", action="store_true", help="time again tasks that are already cached")
-    check.add_argument("--table", default="cudagym-check.md",
-                       help="the markdown table to write (a .csv with the same rows lies beside it)")
-    check.add_argument("--stop-after-s", type=float, default=0.0,
-                       help="submit no new task after this many seconds; running ones finish (0: no limit)")
-    check.add_argument("--window", type=int, default=2, help="jobs in flight at once per GPU (default 2)")
-    check.add_argument("--first", type=int, default=0, help="only the first N tasks of the selection (0: all)")
-    check.add_argument("--retry-failed", action="store_true",
-                       help="run once more the tasks whose journaled result is not OK")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run ``cudagym baselines``; the exit code is 0 when every task got its baselines."""
-    if args.action == "show":
-        return _show(args)
-    if args.action == "check":
-        return _check(args)
-    return _precompute(args)
-
-
-def resolve_tasks(args: argparse.Namespace) -> tuple[Task, ...]:
-    """The tasks an ``--env`` / ``--suite`` / ``--level`` / ``--tasks`` selection names.
-
-    Raises:
-        ConfigError: Neither ``--env`` nor ``--suite`` nor ``--tasks`` was given.
-        UnknownTaskError: The env id is not registered, or a task id is unknown.
-    """
-    from cudagym.suites import load_tasks, suite_of
-
-    filters: dict[str, Any] = {}
-    if args.env:
-        from cudagym.registration import ENV_IDS
-
-        if args.env not in ENV_IDS:
-            raise UnknownTaskError(f"unknown env id {args.env!r}; expected one of: {', '.join(ENV_IDS)}")
-        filters = dict(ENV_IDS[args.env])
-    suite = filters.pop("suite", None) or args.suite
-    if suite is None and args.tasks:
-        suite = suite_of(args.tasks[0]).name
-    if suite is None:
-        raise ConfigError("expected --env ID, --suite NAME or --tasks ID...; got none of them")
-    if args.level is not None:
-        filters["level"] = args.level
-    return tuple(load_tasks(suite, ids=args.tasks, **filters))
-
-
-def _precompute(args: argparse.Namespace) -> int:
-    devices: str | list[str] = "auto" if args.devices == "auto" else args.devices.split(",")
-    return precompute(resolve_tasks(args), args.protocol, devices=devices, force=args.force,
-                      cache_dir=args.cache_dir, journal=args.journal)
-
-
-def precompute(
-    tasks: Sequence[Task],
-    protocol: str | Protocol = "cudagym",
-    *,
-    devices: str | Sequence[str] = "auto",
-    force: bool = False,
-    cache_dir: str | os.PathLike[str] | None = None,
-    journal: str | os.PathLike[str] | None = None,
-    make_judge: Callable[..., Any] | None = None,
-) -> int:
-    """Time the baselines of every task not yet cached, on every GPU at once, with a progress bar.
-
-    Args:
-        tasks: The tasks.
-        protocol: Whose timing method and key to use.
-        devices: ``"auto"`` or CUDA device ids.
-        force: Time cached tasks again (and replace their entries).
-        cache_dir: The cudagym cache folder (default: the user's).
-        journal: A JSONL journal: a run resumed with it skips the tasks it already finished.
-        make_judge: Builds the judge (``LocalJudge`` by default; tests pass a stand-in).
-
-    Returns:
-        0 when every task has its baselines, 1 otherwise (no GPU, or a task failed).
-    """
-    from cudagym.judge.interface import EvalMode
-    from cudagym.judge.local import LocalJudge
-    from cudagym.judge.protocol import get_protocol
-
-    protocol = get_protocol(protocol)
-    # Guards judge candidates, not baselines; the id stays, so the cache key is the protocol's own.
-    timing_protocol = protocol.with_changes(guards=())
-    with (make_judge or LocalJudge)(timing_protocol, devices=devices, cache_dir=cache_dir, journal=journal) as judge:
-        if not judge.has_gpu:
-            print("cudagym baselines precompute: no GPU found; baselines are timed on a GPU", file=sys.stderr)
-            return 1
-        hardware = judge.hardware()
-        todo = [t for t in tasks if force or not judge.baselines.get(BaselineKey.of(t, hardware, protocol)).known]
-        print(f"{len(tasks)} tasks, {len(tasks) - len(todo)} already cached on {hardware.gpu} "
-              f"(torch {hardware.torch}, protocol {protocol.id}); timing {len(todo)}", file=sys.stderr)
-        mode = EvalMode.SUBMIT if force else EvalMode.PROFILE  # SUBMIT always re-times the baselines
-        futures = {judge.submit(t, reference_solution(t), mode,
-                                job_id=f"baselines:{protocol.id}:{t.content_hash[:16]}"): t for t in todo}
-        return _collect(futures, judge, hardware, protocol, replace=force)
-
-
-def _check(args: argparse.Namespace) -> int:
-    from cudagym.judge.task_check import CheckPlan
-
-    devices: str | list[str] = "auto" if args.devices == "auto" else args.devices.split(",")
-    plan = CheckPlan(args.table, args.stop_after_s, args.window, args.retry_failed)
-    tasks = resolve_tasks(args)
-    if args.first > 0:
-        tasks = tasks[:args.first]
-    return check(tasks, args.protocol, plan, devices=devices, cache_dir=args.cache_dir, journal=args.journal)
-
-
-def check(
-    tasks: Sequence[Task],
-    protocol: str | Protocol,
-    plan: Any,
-    *,
-    devices: str | Sequence[str] = "auto",
-    cache_dir: str | os.PathLike[str] | None = None,
-    journal: str | os.PathLike[str] | None = None,
-    make_judge: Callable[..., Any] | None = None,
-) -> int:
-    """Judge each task's reference as its candidate, guards off (PROFILE); baselines are cached on the way.
-
-    Args:
-        tasks: The tasks.
-        protocol: The protocol (its guards are turned off; its id and timing key stay).
-        plan: A :class:`~cudagym.judge.task_check.CheckPlan`: the table, the time budget, the window.
-        devices: ``"auto"`` or CUDA device ids.
-        cache_dir: The cudagym cache folder (default: the user's).
-        journal: A JSONL journal: a run resumed with it answers finished tasks from it.
-        make_judge: Builds the judge (``LocalJudge`` by default; tests pass a stand-in).
-
-    Returns:
-        0 when every task was loaded, checked and timed; 1 otherwise (no GPU, a failure, not reached).
-    """
-    from cudagym.judge.local import LocalJudge
-    from cudagym.judge.protocol import get_protocol
-    from cudagym.judge.task_check import check_tasks, passed
-
-    checking = get_protocol(protocol).with_changes(guards=())
-    with (make_judge or LocalJudge)(checking, devices=devices, cache_dir=cache_dir, journal=journal) as judge:
-        if not judge.has_gpu:
-            print("cudagym baselines check: no GPU found; the check runs on a GPU", file=sys.stderr)
-            return 1
-        rows = check_tasks(tasks, checking, judge, plan, reference_solution, gpus=len(judge.workers()))
-    good = sum(map(passed, rows))
-    print(f"done: {good} of {len(rows)} tasks loaded, checked and timed; table in {plan.table}", file=sys.stderr)
-    return 0 if good == len(rows) else 1
-
-
-def _collect(futures: dict[Any, Task], judge: Any, hardware: Hardware, protocol: Protocol, *, replace: bool) -> int:
-    from concurrent.futures import as_completed
-
-    progress = Progress(len(futures))
-    failed = 0
-    for future in as_completed(futures):
-        task = futures[future]
-        result: EvalResult = future.result()
-        if result.eager.measured and result.compiled.measured:
-            if replace:  # the judge keeps cached times; a forced run means the new ones
-                judge.baselines.put(BaselineKey.of(task, result.hardware, protocol), result.eager,
-                                    result.compiled, task_id=task.id, replace=True)
-            label = f"{task.id}: eager {result.eager.median_us:.1f} us, compile {result.compiled.median_us:.1f} us"
-        elif judge.baselines.get(BaselineKey.of(task, hardware, protocol)).known:
-            label = f"{task.id}: cached"
-        else:
-            failed += 1
-            why = result.message.splitlines()[0] if result.message else result.status.value
-            label = f"{task.id}: FAILED ({result.status.value}: {why})"
-            if result.status is EvalStatus.OK:
-                label = f"{task.id}: FAILED (a baseline was not timed)"
-        progress.step(label)
-    print(f"done: {len(futures) - failed} timed, {failed} failed", file=sys.stderr)
-    return 0 if failed == 0 else 1
-
-
-def _show(args: argparse.Namespace) -> int:
-    from cudagym.judge.protocol import get_protocol
-
-    cache = BaselineCache(Path(args.cache_dir) / "baselines" if args.cache_dir else None)
-    protocol = get_protocol(args.protocol)
-    wanted = None
-    if args.env or args.suite or args.tasks:
-        wanted = {t.content_hash: t.id for t in resolve_tasks(args)}
-    rows = [(k, tid, v) for k, tid, v in cache.entries()
-            if k.protocol_key == protocol.timing_key and (wanted is None or k.task_hash in wanted)]
-    for key, task_id, value in rows:
-        name = (wanted or {}).get(key.task_hash) or task_id or key.task_hash[:12]
-        print(f"{name:40s} {key.gpu:28s} torch {key.torch:16s} eager {value.eager.median_us:10.1f} us  "
-              f"compile {value.compiled.median_us:10.1f} us")
-    print(f"{len(rows)} cached baselines under {cache.root} (protocol {protocol.id}, "
-          f"timing key {protocol.timing_key})", file=sys.stderr)
-    return 0

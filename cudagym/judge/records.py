@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 import typing
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -239,6 +240,12 @@ class EvalResult:
     isolation: Isolation = field(default_factory=Isolation)  # what confined the worker that ran the candidate
     precision: Precision = field(default_factory=Precision)
     cost: EvalCost = field(default_factory=EvalCost)
+    # Facts the harness states as fields (readers fall back to the text forms of older harnesses):
+    compile_failure: str = ""  # why the torch.compile baseline has no time (its exception line); "" otherwise
+    context_poisoned: bool = False  # the candidate left the worker's CUDA context unusable: replace the process
+    paired_speedup_vs_eager: float = 0.0  # median over interleaved rounds of eager / candidate; 0 when not timed
+    paired_rounds: int = 0  # rounds behind paired_speedup_vs_eager
+    notes: tuple[str, ...] = ()  # the harness's own notes (timing method, covers, ...), apart from ``log``
 
     @property
     def compiled_ok(self) -> bool:
@@ -254,6 +261,42 @@ class EvalResult:
     def timed(self) -> bool:
         """True when candidate and eager were both timed."""
         return self.candidate.measured and self.eager.measured
+
+
+# ----------------------------------------------------------------------------------------------------
+# Reading the facts above, from the field or (harnesses that still write text) from the text
+# ----------------------------------------------------------------------------------------------------
+
+_PAIRED = re.compile(r"paired speedup vs eager \(median of (\d+) per-round ratios\): ([0-9.]+)x")
+
+
+def compile_failure(result: EvalResult) -> str:
+    """Why the torch.compile baseline of ``result`` was not timed (``""`` when it was, or no reason is known)."""
+    if result.compile_failure:
+        return result.compile_failure
+    from cudagym.judge.harness import COMPILE_FAILED_PREFIX  # a constant; the package imports no torch
+
+    return result.message.partition(COMPILE_FAILED_PREFIX)[2].strip()
+
+
+def context_poisoned(result: EvalResult) -> bool:
+    """Whether ``result`` says its worker's CUDA context can no longer be trusted."""
+    if result.context_poisoned:
+        return True
+    from cudagym.judge.harness import CONTEXT_POISONED_MARKER
+
+    return CONTEXT_POISONED_MARKER in result.log or any(CONTEXT_POISONED_MARKER in n for n in result.notes)
+
+
+def paired_speedup(result: EvalResult) -> tuple[float, int]:
+    """The paired speedup vs eager and its number of rounds; ``(0.0, 0)`` when not measured."""
+    if result.paired_rounds:
+        return result.paired_speedup_vs_eager, result.paired_rounds
+    for text in (*result.notes, result.log):
+        found = _PAIRED.search(text)
+        if found:
+            return float(found.group(2)), int(found.group(1))
+    return 0.0, 0
 
 
 def to_dict(record: Any) -> Any:
@@ -285,3 +328,14 @@ def _decode(tp: Any, data: Any) -> Any:
         hints = typing.get_type_hints(tp)
         return tp(**{k: _decode(hints[k], v) for k, v in data.items() if k in hints})
     return data
+
+
+def no_gpu_verdict(build: BuildResult, *, protocol_id: str, hardware: Hardware | None = None, reason: str = "",
+                   wall_time_s: float = 0.0) -> EvalResult:
+    """The one verdict of a judge without a GPU: the build ran, nothing was checked or timed.
+
+    ``NO_GPU`` is not the agent's fault, so it is never scored; the build is attached for its diagnostics.
+    """
+    why = f": {reason}" if reason else ""
+    return EvalResult(EvalStatus.NO_GPU, f"built, but not checked or timed: this judge has no GPU{why}", build=build,
+                      protocol_id=protocol_id, hardware=hardware or Hardware(), wall_time_s=wall_time_s)

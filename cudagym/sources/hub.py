@@ -98,12 +98,9 @@ def provide_option(env_id: str, suite: str, option: str, env_var: str, what: str
 
 def cache_dir() -> Path:
     """The cache folder: ``$CUDAGYM_CACHE_DIR``, else ``$XDG_CACHE_HOME/cudagym``, else ``~/.cache/cudagym``."""
-    explicit = os.environ.get("CUDAGYM_CACHE_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "cudagym"
+    from cudagym.paths import user_cache_dir
+
+    return user_cache_dir()
 
 
 def hub_cache_dir() -> Path:

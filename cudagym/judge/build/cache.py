@@ -46,12 +46,9 @@ HASHED_BYTES = 64 << 20  # files up to this size are checked by content at looku
 
 def default_cache_root() -> Path:
     """The user cache directory of cudagym (``CUDAGYM_CACHE_DIR``, ``$XDG_CACHE_HOME/cudagym``, ``~/.cache``)."""
-    explicit = os.environ.get(CACHE_DIR_ENV)
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "cudagym"
+    from cudagym.paths import user_cache_dir
+
+    return user_cache_dir()
 
 
 def content_key(*parts: Any) -> str:

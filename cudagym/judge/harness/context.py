@@ -119,6 +119,7 @@ class EvalContext:
         self.side = "both"  # "trusted" / "runner" in the split; "both" when one process does everything
         self.reference_aliases: dict[str, bool] = {}  # does the reference's output alias an input, weights, ...
         self.primed = False  # the priming reference run is done
+        self.paired: tuple[float, int] | None = None  # paired speedup vs eager and its rounds, when interleaved
         self.runner_job: Job = job  # the job as the runner sees it (its own paths), in the split
 
     # ------------------------------------------------------------------------------------- reporting

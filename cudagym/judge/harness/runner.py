@@ -104,7 +104,7 @@ def evaluate(job: Job, device: str | torch.device | None = None, runner: RunnerL
         caller_flags.apply()
     if poisoned:
         ctx.note(CONTEXT_POISONED_MARKER)
-    return _result(ctx, status, message, time.monotonic() - started)
+    return _result(ctx, status, message, time.monotonic() - started, poisoned)
 
 
 def _start(job: Job, device: str | torch.device | None, runner: RunnerLink | None) -> EvalContext | EvalResult:
@@ -365,6 +365,7 @@ def _timing(ctx: EvalContext) -> None:
              f"{'interleaved' if protocol.interleave else 'sequential'}, statistic {protocol.statistic}")
     paired = paired_speedup(ctx.timing.samples, "eager") if retime and protocol.interleave else None
     if paired is not None:  # a diagnostic beside the reward's ratio of medians: drift between rounds cancels here
+        ctx.paired = paired
         ctx.note(f"{PAIRED_NOTE} (median of {paired[1]} per-round ratios): {paired[0]:.4f}x")
 
 
@@ -601,7 +602,7 @@ def _cleanup(ctx: EvalContext, poisoned: bool) -> None:
             ctx.note(f"{CONTEXT_POISONED_MARKER} ({exception_line(exc)})")
 
 
-def _result(ctx: EvalContext, status: EvalStatus, message: str, wall_s: float) -> EvalResult:
+def _result(ctx: EvalContext, status: EvalStatus, message: str, wall_s: float, poisoned: bool = False) -> EvalResult:
     try:
         hardware = describe(ctx.device)
     except Exception:  # a broken context cannot describe itself; the verdict must still come back
@@ -625,6 +626,11 @@ def _result(ctx: EvalContext, status: EvalStatus, message: str, wall_s: float) -
         precision=Precision(ctx.flags.matmul_allow_tf32, ctx.flags.cudnn_allow_tf32,
                             ctx.flags.float32_matmul_precision),
         cost=_cost(ctx),
+        compile_failure=ctx.compile_error,
+        context_poisoned=poisoned,
+        paired_speedup_vs_eager=ctx.paired[0] if ctx.paired else 0.0,
+        paired_rounds=ctx.paired[1] if ctx.paired else 0,
+        notes=tuple(ctx.notes),
     )
 
 
