@@ -188,11 +188,6 @@ EVERY_GUARD_BUT_FALLBACK = ("side_stream", "tampering", "timer_patch", "file_acc
                             "suspicious_speedup")
 
 
-# Torch on two shared cores adds tenths of a millisecond to a request at random; the H200's default is 30 us.
-# The forged claims below hide milliseconds.
-CPU_CLAIM_SLACK_US = 2000.0
-
-
 @pytest.fixture(scope="module")
 def pool() -> Iterator[WorkerPool]:
     options = PoolOptions(job_fn="cudagym.judge.split.trusted:run_job_on_cpu", runner=True, startup_timeout_s=180.0)
@@ -210,8 +205,7 @@ def judge(pool: WorkerPool, candidate: str, *, guards: Sequence[str] = (), mode:
         build=BuildResult(BuildStatus.OK, "inline"),
         mode=mode,
         protocol=CUDAGYM_V0.with_changes(id="test-split", guards=tuple(guards), num_inputs=2, warmup_runs=1,
-                                         warmup_ms=0.0, min_runs=5, max_runs=5, target_ci_pct=0.0,
-                                         extra={"claim_slack_us": CPU_CLAIM_SLACK_US}),
+                                         warmup_ms=0.0, min_runs=5, max_runs=5, target_ci_pct=0.0),
         baselines=KnownBaselines(),
     )
     return pool.submit(job).result(timeout=300)

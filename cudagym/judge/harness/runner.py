@@ -413,6 +413,7 @@ def _no_slower_than_cached(ctx: EvalContext) -> None:
 UNVERIFIABLE_TIMING = "unverifiable_timing"
 CLAIM_SLACK = 0.10  # the median claim may fall this fraction short of the judge's clock less the calibration ...
 CLAIM_SLACK_US = 30.0  # ... and this many microseconds more (``protocol.extra["claim_slack_us"]`` overrides it)
+CPU_CLAIM_SLACK_US = 2000.0  # the CPU test path: torch on a few shared cores adds tenths of a millisecond at random
 
 
 def verify_claims(ctx: EvalContext) -> None:
@@ -441,7 +442,8 @@ def verify_claims(ctx: EvalContext) -> None:
     # the fastest timed request (a loaded host only ever adds to a request's time) less the typical empty one
     seen = min(link.wall_us) - median(link.calibration_us)
     short = seen - claim
-    allowed = CLAIM_SLACK * max(seen, 0.0) + float(ctx.protocol.extra.get("claim_slack_us", CLAIM_SLACK_US))
+    slack_us = CLAIM_SLACK_US if ctx.on_gpu else CPU_CLAIM_SLACK_US
+    allowed = CLAIM_SLACK * max(seen, 0.0) + float(ctx.protocol.extra.get("claim_slack_us", slack_us))
     ctx.note(f"timing claims: median {claim:.1f} us; the judge's clock saw {seen:.1f} us in the fastest timed call "
              f"beyond the calibrated {median(link.calibration_us):.1f} us of an empty one (allowed shortfall "
              f"{allowed:.1f} us)")
