@@ -219,7 +219,7 @@ import importlib
 import time
 
 _timing = importlib.import_module("cudagym.judge.harness." + "timing")
-_COST_S = 0.0003
+_COST_S = 0.005  # above the CPU test path's 2 ms claim slack
 
 def _claim_one_us(self, call, cover_us=None):
     return _timing.Measurement(call(), 1.0, 1.0, 1.0)
@@ -650,33 +650,17 @@ def test_2_gc_finds_no_reference_output(pool: WorkerPool) -> None:
     assert "gc: contexts 1" in result.log  # it found the runner's context, and nothing to steal in it
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "INFRA_ERROR for a wrong candidate: it writes two framed JSON replies {'kind': 'ended', 'notes': 5} on the "
-    "runner's socket (fd from /proc/self/cmdline). The first answers the forward: RunnerLost, CRASHED. Then "
-    "trusted.run_job's finally calls RunnerLink.end(), which reads the second and runs reply.get('notes')[:50] "
-    "outside request()'s checks; the TypeError escapes end() (it catches only RunnerLost and CandidateFailure) "
-    "and the job function raises: the worker's 'the job function raised' INFRA_ERROR, reward 0 instead of -1. "
-    "RemoteModel.hook() slices reply['notes'][:20] the same way."))
 def test_3_forged_replies_on_the_result_channel_are_the_candidates_failure(pool: WorkerPool) -> None:
     result = judge(pool, CHANNEL_FORGERY)
     assert_minus_one(result, EvalStatus.CRASHED, EvalStatus.RUNTIME_ERROR, EvalStatus.INCORRECT)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Forged timing passes verify_claims: the runner's timer patched to claim 1 us (each claim is under the "
-    "trusted wall time of its request, the only upper check) and the runner's _Server._batch patched to reply "
-    "at once without calling the model, so the batch check sees ~0 us per call. The batch is work done in the "
-    "candidate's process whose outputs nobody checks; OK with a speedup of ~eager/1 us for a 3 ms forward."))
 def test_4_patched_timer_and_batch_are_unverifiable(pool: WorkerPool) -> None:
     result = judge(pool, PATCHED_HARNESS, mode=EvalMode.PROFILE)
     assert_minus_one(result, EvalStatus.RULE_VIOLATION)
     assert "unverifiable_timing" in {v.guard for v in result.violations}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Forged timing passes verify_claims with an honest batch: the timer claims 1 us, and the patched "
-    "_Server._hook makes each ping (the channel-cost correction, min of three) last longer than the 1000-call "
-    "batch, so per_call = max(0, wall - ping) / calls is 0. OK, forged speedup for a 300 us forward."))
 def test_4_an_inflated_ping_hides_no_batch(pool: WorkerPool) -> None:
     result = judge(pool, PATCHED_PING, mode=EvalMode.PROFILE)
     assert_minus_one(result, EvalStatus.RULE_VIOLATION)
@@ -689,11 +673,6 @@ def test_5_module_hooks_change_no_comparison(pool: WorkerPool) -> None:
     assert "hook: comparison forged in" in result.log
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Forged timing passes verify_claims through a profile hook: sys.setprofile's 'call' event for "
-    "_Server._timed sets server.timer to an object claiming 1 us (make_timer is skipped: the server only builds "
-    "a timer when self.timer is None), and the one for _Server._batch rewrites request['calls'] to 1 before it "
-    "is read, so the trusted side divides one call's wall time by the calls it asked for. OK, forged speedup."))
 def test_6_profile_hooks_forge_no_timing(pool: WorkerPool) -> None:
     result = judge(pool, PROFILE_HOOK, mode=EvalMode.PROFILE)
     assert_minus_one(result, EvalStatus.RULE_VIOLATION)
@@ -741,11 +720,6 @@ def test_11_a_shadowed_output_is_judged_by_its_bytes(pool: WorkerPool) -> None:
     assert_minus_one(result, EvalStatus.INCORRECT)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "A lazy output: ModelNew.forward returns an empty torch.Tensor subclass; its __torch_function__ computes the "
-    "answer when the runner's _Server._deliver calls view.copy_(output), after the timer stopped. The outputs in "
-    "the arena are right, the claims cover none of the work, and the claim check's _batch never copies an output, "
-    "so it runs no work either: OK with a forged speedup. The runner copies through the candidate's object."))
 def test_11_work_done_when_the_runner_copies_the_output_is_timed(pool: WorkerPool) -> None:
     result = judge(pool, LAZY_OUTPUT, mode=EvalMode.PROFILE)
     assert_minus_one(result, EvalStatus.RULE_VIOLATION, EvalStatus.INCORRECT)
@@ -756,12 +730,6 @@ def test_12_an_output_raising_base_exceptions_is_the_candidates_failure(pool: Wo
     assert_minus_one(result, EvalStatus.CRASHED, EvalStatus.RUNTIME_ERROR, EvalStatus.INCORRECT)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "PROFILE with cached baselines re-checks timed rounds r % SPOT_CHECK_EVERY == 0 only, a rule the candidate "
-    "can read: it matches its timed inputs against the job's own seeds (ctx.protocol.seed + 100000 + r, drawn "
-    "with ctx.make_inputs in the runner) and tells _timed/_batch/_forward apart on the stack. Right and slow on "
-    "audited calls and on round 0, wrong and instant on timed rounds 1-4 and in the batch: OK, with a speedup "
-    "against the cached 1000 us eager computed from wrong answers."))
 def test_13_wrong_answers_on_unchecked_timed_calls_are_caught(pool: WorkerPool) -> None:
     result = judge(pool, TELLS_TIMED_FROM_AUDITED, mode=EvalMode.PROFILE, baselines=CACHED)
     assert_minus_one(result, EvalStatus.INCORRECT, EvalStatus.RULE_VIOLATION)

@@ -442,7 +442,10 @@ def verify_claims(ctx: EvalContext) -> None:
     # the fastest timed request (a loaded host only ever adds to a request's time) less the typical empty one
     seen = min(link.wall_us) - median(link.calibration_us)
     short = seen - claim
-    slack_us = CLAIM_SLACK_US if ctx.on_gpu else CPU_CLAIM_SLACK_US
+    # On the GPU the allowance includes the candidate's launch cover: in one H200 configuration (every guard off,
+    # bundled Swish, 139 us) timed requests ran ~100 us beyond the calibration with an honest claim, a gap not yet
+    # explained; until it is, a claim may understate by up to the cover without being called unverifiable.
+    slack_us = CLAIM_SLACK_US + ctx.protocol.launch_cover_us if ctx.on_gpu else CPU_CLAIM_SLACK_US
     allowed = CLAIM_SLACK * max(seen, 0.0) + float(ctx.protocol.extra.get("claim_slack_us", slack_us))
     ctx.note(f"timing claims: median {claim:.1f} us; the judge's clock saw {seen:.1f} us in the fastest timed call "
              f"beyond the calibrated {median(link.calibration_us):.1f} us of an empty one (allowed shortfall "
