@@ -50,6 +50,20 @@ def test_sampler_logprobs_equal_the_trainers_for_the_same_weights(tiny):
         torch.testing.assert_close(_score_generation(tiny, p, gen), torch.tensor(gen.logprobs), atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("rotary", [True, False])
+def test_generation_on_the_kv_cache_gives_the_full_forwards_hidden_states(rotary):
+    policy = TinyPolicy(TinyConfig(d_model=32, n_layers=2, n_heads=2, max_len=64, rotary=rotary), seed=1)
+    ids, attn = pad_batch([list(range(100, 112)), list(range(200, 205))], 0, left=True)
+    attn[1, -1] = 0  # a row that finished: its last id is masked, as generate masks finished rows
+    full = policy.actor(ids, attn)
+    head, past = policy.actor.extend(ids[:, :7], attn[:, :7], None)
+    parts = [head]
+    for t in range(7, ids.shape[1]):
+        hidden, past = policy.actor.extend(ids[:, t:t + 1], attn[:, :t + 1], past)
+        parts.append(hidden)
+    torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-5, rtol=0)
+
+
 def test_left_and_right_padding_give_the_same_scores(tiny):
     seqs = [list(range(100, 112)), list(range(200, 205))]
     scores = []
