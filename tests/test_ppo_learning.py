@@ -39,10 +39,13 @@ def warm_policy(cfg: TinyConfig, sft_steps: int) -> TinyPolicy:
     return policy
 
 
-def run(policy, cfg, tmp_path, *, updates, episodes, epochs=2, minibatches=2, lr=5e-4, journal=False):
-    trainer = PPOTrainer(policy, cfg, actor_lr=lr, critic_lr=1e-3, epochs=epochs, minibatches=minibatches)
+def run(policy, cfg, tmp_path, *, updates, episodes, epochs=2, minibatches=2, lr=5e-4, journal=False,
+        target=None):
+    ref = copy.deepcopy(policy).requires_grad_(False) if cfg.kl_coef else None
+    trainer = PPOTrainer(policy, cfg, actor_lr=lr, critic_lr=1e-3, epochs=epochs, minibatches=minibatches,
+                         ref_policy=ref)
     loop = LoopConfig(updates=updates, episodes_per_update=episodes, out_dir=str(tmp_path), checkpoint_every=0,
-                      progress=False, journal=journal)
+                      progress=False, journal=journal, target_reward=target)
     return train(trainer, ToyToolCallEnv, loop, COLLECT)
 
 
@@ -53,16 +56,24 @@ def smooth(history, key, width=10):
 
 
 @pytest.mark.slow
-def test_ppo_lifts_the_toy_reward_from_chance_within_200_updates(tmp_path):
-    # The issue asks for >= 0.9; this setting plateaus near 0.5-0.6 (the policy's entropy collapses to about
-    # 0.05 nats per token with some targets still wrong), so the bar asserted here is what it reaches.
-    policy = warm_policy(TinyConfig(d_model=32, n_layers=1, n_heads=4, max_len=512), sft_steps=400)
+def test_ppo_lifts_the_toy_reward_from_chance_to_0_9_within_200_updates(tmp_path):
+    # Why the settings (each measured on this test's seed; the README has the figures):
+    # - rotary positions (the TinyConfig default): every JSON value follows the same '": "' ids, so the next
+    #   id depends on the key a few ids back; with learned absolute positions the format warm-up left 38% of
+    #   the calls invalid, which capped the reward of a two-call episode near 0.4-0.6 whatever PPO learned;
+    # - 800 warm-up steps: 4% invalid calls after it (8% after 400);
+    # - a k3 KL to the warm-up policy: without it the policy collapses onto one tool for several targets
+    #   (entropy 0.05 nats per token, 0.38 reward at update 200) and a collapsed choice gets no gradient back;
+    #   an entropy bonus instead acts alone while every reward is still 0 and unlearns the format
+    #   (0.01 at lr 1e-3: 3.5 nats per token, reward 0); the KL has no gradient at the start (policy ==
+    #   reference) and pulls a collapsed choice back toward the reference's uniform one.
+    policy = warm_policy(TinyConfig(d_model=32, n_layers=1, n_heads=4, max_len=512), sft_steps=800)
     # lambda 1 (Monte-Carlo advantages) for the toy's short episodes; CUDA Agent's 0.95 is the default
-    history = run(policy, L.LossConfig(lam=1.0), tmp_path, updates=200, episodes=32)
+    history = run(policy, L.LossConfig(lam=1.0, kl_coef=0.05), tmp_path, updates=200, episodes=32, target=0.9)
     reward = smooth(history, "rollout/reward_mean")
-    print(f"smoothed reward: start {reward[4]:.3f}, max {max(reward):.3f}, end {reward[-1]:.3f}")
-    assert reward[4] <= 0.1
-    assert max(reward) >= 0.4
+    print(f"smoothed reward: start {reward[4]:.3f}, end {reward[-1]:.3f} after {len(history)} updates")
+    assert reward[4] <= 0.1  # the first five updates: chance
+    assert len(history) <= 200 and reward[-1] >= 0.9  # the loop stops once ten updates average 0.9
 
 
 def valid_call_fraction(journal, episodes_per_update, updates, *, first=False):
