@@ -9,7 +9,6 @@ numbers differ from the trainer's) and compares plain PPO on those log-probs wit
 from __future__ import annotations
 
 import copy
-import json
 import math
 
 import pytest
@@ -21,8 +20,6 @@ from cudagym.baselines.ppo.tiny import TinyConfig, TinyPolicy
 from cudagym.baselines.ppo.toy import ToyToolCallEnv, random_tool_journal, tool_call_ids
 from cudagym.baselines.ppo.trainer import PPOTrainer
 from cudagym.baselines.ppo.warmup import JournalEpisode, sft
-
-from cudagym.toolcalls import ActionError, parse_action
 
 COLLECT = CollectConfig(max_new_tokens=40, max_tokens=320)  # the longest example call (edit_file) is 33 ids
 # plain PPO on the sampler's log-probs: no importance correction, no band mask, no log-ratio clamp,
@@ -76,31 +73,22 @@ def test_ppo_lifts_the_toy_reward_from_chance_to_0_9_within_200_updates(tmp_path
     assert len(history) <= 200 and reward[-1] >= 0.9  # the loop stops once ten updates average 0.9
 
 
-def valid_call_fraction(journal, episodes_per_update, updates, *, first=False):
-    """Share of the assistant turns of the first or last updates' episodes that parse as a tool call."""
-    lines = journal.read_text().splitlines()
-    n = episodes_per_update * updates
-    lines = lines[:n] if first else lines[-n:]
-    actions = [m["content"] for line in lines for m in json.loads(line)["messages"] if m["role"] == "assistant"]
-    return sum(not isinstance(parse_action(a), ActionError) for a in actions) / len(actions)
-
-
+@pytest.mark.slow
 def test_plain_ppo_on_perturbed_sampler_logprobs_explodes_and_the_stabilisers_hold(tmp_path):
+    # Measured on this seed: ratio_max 474 for plain PPO, 1 with the stabilisers. With the rotary tiny
+    # policy the tool-call format no longer decays within these 25 updates (valid calls: 0.76 at the start,
+    # 0.61 plain, 0.66 stable), so the test asserts the ratios, CUDA Agent's symptom, not the format.
     warm = warm_policy(TinyConfig(d_model=32, n_layers=1, n_heads=2, max_len=512), sft_steps=300)
-    history, valid = {}, {}
+    history = {}
     for name, cfg in (("plain", PLAIN), ("stable", L.LossConfig())):
         policy = copy.deepcopy(warm)
         policy.logprob_noise = 1.5  # the sampler reports log-probs off by N(0, 1.5^2) nats
-        history[name] = run(policy, cfg, tmp_path / name, updates=25, episodes=16, epochs=1, minibatches=1,
-                            journal=True)
-        valid[name] = valid_call_fraction(tmp_path / name / "rollouts.jsonl", 16, 5)
-    valid["start"] = valid_call_fraction(tmp_path / "plain" / "rollouts.jsonl", 16, 5, first=True)
+        history[name] = run(policy, cfg, tmp_path / name, updates=25, episodes=16, epochs=1, minibatches=1)
     plain_ratio = max(h["train/ratio_max"] for h in history["plain"])
     stable_ratio = max(h["train/ratio_max"] for h in history["stable"])
-    print(f"ratio_max plain {plain_ratio:.3g} stable {stable_ratio:.3g}; valid tool calls {valid}")
-    # plain PPO divides by the perturbed log-probs: ratios in the hundreds, and the tool-call format decays
+    print(f"ratio_max plain {plain_ratio:.3g} stable {stable_ratio:.3g}")
+    # plain PPO divides by the perturbed log-probs: ratios in the hundreds
     assert plain_ratio > 50 * stable_ratio
-    assert valid["plain"] < 0.5 * valid["stable"]
     # the stabilisers see the same perturbation and truncate it
     assert max(h["train/is_ratio_max"] for h in history["stable"]) > 10
     assert max(h["train/is_weight_mean"] for h in history["stable"]) <= 2.0
