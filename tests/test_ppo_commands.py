@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
+from cudagym.baselines.ppo.collect import CollectConfig
 from cudagym.baselines.ppo.commands import PPOArgs, field_docs
-from cudagym.baselines.ppo.loop import read_metrics
-from cudagym.baselines.ppo.toy import random_tool_journal
+from cudagym.baselines.ppo.loop import LoopConfig, read_metrics, train
+from cudagym.baselines.ppo.losses import LossConfig
+from cudagym.baselines.ppo.tiny import TinyConfig, TinyPolicy
+from cudagym.baselines.ppo.toy import ToyToolCallEnv, random_tool_journal, tool_call_ids
+from cudagym.baselines.ppo.trainer import PPOTrainer
 
 from cudagym.cli import main
+from cudagym.errors import ConfigError
 
 TOY = ["--policy", "tiny", "--tiny-vocab", "toy-tools", "--env-id", "CudaGymToy-ToolCall-v0",
        "--max-new-tokens", "16", "--max-tokens", "256"]
@@ -53,3 +59,18 @@ def test_the_three_stages_chain_and_ppo_resumes(tmp_path):
         assert key in record
     assert torch.load(ppo / "checkpoint.pt", weights_only=True)["update"] == 3
     assert len((ppo / "rollouts.jsonl").read_text().splitlines()) == 12
+
+
+
+def test_ppo_stops_early_once_the_recent_mean_reward_reaches_the_target(tmp_path):
+    policy = TinyPolicy(TinyConfig(d_model=16, n_layers=1, n_heads=2, max_len=256), seed=0,
+                        output_ids=tool_call_ids(TinyPolicy().encode))
+    trainer = PPOTrainer(policy, LossConfig(), actor_lr=1e-3, critic_lr=1e-3)
+    # every toy reward is >= 0: a target of 0 is reached once the window of 3 updates is full
+    loop = LoopConfig(updates=6, episodes_per_update=2, out_dir=str(tmp_path), checkpoint_every=0, progress=False,
+                      target_reward=0.0, target_window=3)
+    history = train(trainer, ToyToolCallEnv, loop, CollectConfig(max_new_tokens=4, max_tokens=256))
+    assert len(history) == 3 and [m["step"] for m in read_metrics(tmp_path)] == [0, 1, 2]
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["update"] == 3
+    with pytest.raises(ConfigError, match="target_window"):
+        LoopConfig(target_window=0)

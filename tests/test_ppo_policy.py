@@ -13,6 +13,7 @@ from cudagym.baselines.ppo.tiny import TinyConfig, TinyPolicy
 from cudagym.baselines.ppo.toy import TOY_ENV_ID, ToyToolCallEnv, example_call, tool_call_ids
 from cudagym.baselines.ppo.warmup import read_journal
 
+from cudagym.rollout import EpisodeRecord
 from cudagym.tokens import shipped_encoding
 
 SMALL = TinyConfig(d_model=32, n_layers=1, n_heads=2, max_len=256)
@@ -48,6 +49,20 @@ def test_sampler_logprobs_equal_the_trainers_for_the_same_weights(tiny):
     for p, gen in zip([prompt, prompt[3:]], gens, strict=True):
         assert len(gen.tokens) == len(gen.logprobs) > 0
         torch.testing.assert_close(_score_generation(tiny, p, gen), torch.tensor(gen.logprobs), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("rotary", [True, False])
+def test_generation_on_the_kv_cache_gives_the_full_forwards_hidden_states(rotary):
+    policy = TinyPolicy(TinyConfig(d_model=32, n_layers=2, n_heads=2, max_len=64, rotary=rotary), seed=1)
+    ids, attn = pad_batch([list(range(100, 112)), list(range(200, 205))], 0, left=True)
+    attn[1, -1] = 0  # a row that finished: its last id is masked, as generate masks finished rows
+    full = policy.actor(ids, attn)
+    head, past = policy.actor.extend(ids[:, :7], attn[:, :7], None)
+    parts = [head]
+    for t in range(7, ids.shape[1]):
+        hidden, past = policy.actor.extend(ids[:, t:t + 1], attn[:, :t + 1], past)
+        parts.append(hidden)
+    torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-5, rtol=0)
 
 
 def test_left_and_right_padding_give_the_same_scores(tiny):
@@ -133,3 +148,28 @@ def test_collected_episodes_round_trip_through_a_journal(tiny, tmp_path):
     back = read_journal(path)
     assert len(back) == 1 and list(back[0].messages) == rollout.episodes[0].messages
     assert json.loads(path.read_text().splitlines()[0])["reward"] == 0.0
+
+
+def test_collection_goes_through_run_episode_and_a_token_limit_ends_the_episode_as_the_agents_error(tiny):
+    cfg = CollectConfig(max_new_tokens=5, max_tokens=40)  # room for the first turn only
+    runs = [collect(tiny, [ToyToolCallEnv() for _ in range(3)], cfg, seeds=[0, 1, 2],
+                    generator=torch.Generator().manual_seed(0)) for _ in range(2)]
+    for ep in runs[0].episodes:
+        assert isinstance(ep.record, EpisodeRecord) and ep.record.agent == "ppo"
+        assert ep.record.episode_end == "agent_error" and "max_tokens=40" in ep.record.agent_error
+        assert ep.truncated and len(ep.record.turns) == 1
+        assert [m["role"] for m in ep.messages] == ["user", "assistant"]
+        assert ep.record.turns[0].action == ep.messages[1]["content"]
+    # lock-step batches in env order: the same seeds give the same episodes
+    assert [e.tokens for e in runs[0].episodes] == [e.tokens for e in runs[1].episodes]
+
+
+class _BrokenEnv(ToyToolCallEnv):
+    def step(self, action):
+        raise RuntimeError("the env broke")
+
+
+def test_an_env_that_raises_mid_rollout_raises_out_of_collect_and_the_others_do_not_wait_forever(tiny):
+    envs = [ToyToolCallEnv(), _BrokenEnv(), ToyToolCallEnv()]
+    with pytest.raises(RuntimeError, match="the env broke"):
+        collect(tiny, envs, CollectConfig(max_new_tokens=3, max_tokens=256), seeds=[0, 1, 2])

@@ -1,5 +1,8 @@
 """Rollouts: multi-turn episodes through Gymnasium envs, one token sequence per episode.
 
+Episodes are played by :func:`cudagym.rollout.run_episode` (one thread per env, the policy behind a
+:class:`PolicyAgent`), so a PPO rollout is recorded like any other agent's
+(:class:`~cudagym.rollout.EpisodeRecord`, kept in ``Episode.record``).
 Each episode is written as a chat: the reset observation is the first ``user`` turn (after an optional
 ``system`` turn), every action an ``assistant`` turn the policy generated, every later observation a
 ``tool`` turn. The token sequence is that chat's ids; ``action_mask`` is 1 on generated ids only (the
@@ -13,15 +16,19 @@ with ``CudaKernelEnv``, the toy env, or any text env.
 from __future__ import annotations
 
 import json
+import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import torch
-from cudagym.baselines.ppo.policy import LLMPolicy
+from cudagym.baselines.ppo.policy import Generation, LLMPolicy
+
+from cudagym.rollout import AgentError, EpisodeRecord, run_episode
 
 
 @dataclass
@@ -37,6 +44,8 @@ class Episode:
         terminated: The env terminated it (e.g. ``submit``).
         truncated: The env or the token limit cut it off.
         info: The env's last ``info`` (JSON-serialisable values only).
+        record: The episode as :func:`cudagym.rollout.run_episode` recorded it (every turn's tool, verdict,
+            timings); ``None`` for an episode built by hand.
     """
 
     tokens: list[int] = field(default_factory=list)
@@ -47,6 +56,7 @@ class Episode:
     terminated: bool = False
     truncated: bool = False
     info: dict[str, Any] = field(default_factory=dict)
+    record: EpisodeRecord | None = None
 
     def add(self, ids: Sequence[int], *, generated: Sequence[float] | None = None) -> None:
         """Append ids: generated ones with their sampler log-probs, context ones (``generated=None``) masked."""
@@ -108,65 +118,135 @@ def collect(
     seeds: Iterable[int | None] | None = None,
     generator: torch.Generator | None = None,
 ) -> Rollout:
-    """Run one episode in each env, in lock-step; returns them in the order of ``envs``."""
+    """Run one episode in each env, in lock-step; returns them in the order of ``envs``.
+
+    Each env is played by :func:`cudagym.rollout.run_episode` in a thread of its own, with a
+    :class:`PolicyAgent` that writes the token sequence; the agents' prompts meet in one batched ``generate``
+    per turn (:class:`LockStep`), in the order of ``envs``, so a seeded ``generator`` gives the same episodes.
+    """
     start = time.perf_counter()
     seed_list = list(seeds) if seeds is not None else [None] * len(envs)
     if len(seed_list) != len(envs):
         raise ValueError(f"expected one seed per env ({len(envs)}), got {len(seed_list)}")
-    episodes = [_reset(policy, env, seed, cfg) for env, seed in zip(envs, seed_list, strict=True)]
-    active = list(range(len(envs)))
-    while active:
-        prompts = [episodes[i].tokens + policy.chat.header("assistant") for i in active]
-        gens = policy.generate(prompts, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                               generator=generator)
-        still: list[int] = []
-        for i, gen in zip(active, gens, strict=True):
-            if _step(policy, envs[i], episodes[i], gen.tokens, gen.logprobs, gen.stopped, cfg):
-                still.append(i)
-        active = still
+    if not envs:
+        raise ValueError("expected at least one env, got none")
+    lockstep = LockStep(policy, cfg, generator, live=len(envs))
+    agents = [PolicyAgent(policy, cfg, lockstep, i) for i in range(len(envs))]
+
+    def play(i: int) -> EpisodeRecord:
+        try:
+            return run_episode(envs[i], agents[i], seed=seed_list[i], name="ppo")
+        finally:
+            lockstep.leave()
+
+    with ThreadPoolExecutor(len(envs), thread_name_prefix="ppo-collect") as pool:
+        records = list(pool.map(play, range(len(envs))))
+    episodes = [agent.episode(record) for agent, record in zip(agents, records, strict=True)]
     return Rollout(episodes, time.perf_counter() - start)
 
 
-def _reset(policy: LLMPolicy, env: gym.Env[Any, Any], seed: int | None, cfg: CollectConfig) -> Episode:
-    obs, info = env.reset(seed=seed)
-    episode = Episode(info=_jsonable(info))
-    if cfg.system_prompt:
-        episode.messages.append({"role": "system", "content": cfg.system_prompt})
-        episode.add(policy.chat.turn("system", cfg.system_prompt))
-    episode.messages.append({"role": "user", "content": str(obs)})
-    episode.add(policy.chat.turn("user", str(obs)))
-    return episode
+class LockStep:
+    """Gathers the next prompt of every live episode, then samples them all in one batched ``generate``.
+
+    Each episode's thread calls :meth:`generate` and waits; the thread whose prompt completes the batch (or
+    whose episode ends, :meth:`leave`, while the others wait) runs ``policy.generate`` on the prompts in
+    episode order and hands every thread its row. A failure there is raised in every waiting thread.
+    """
+
+    def __init__(self, policy: LLMPolicy, cfg: CollectConfig, generator: torch.Generator | None, live: int) -> None:
+        self.policy, self.cfg, self.generator = policy, cfg, generator
+        self._live = live
+        self._cond = threading.Condition()
+        self._pending: dict[int, list[int]] = {}
+        self._results: dict[int, Generation] = {}
+        self._error: BaseException | None = None
+
+    def generate(self, index: int, prompt: list[int]) -> Generation:
+        """Episode ``index``'s next assistant turn, sampled with every other live episode's."""
+        with self._cond:
+            self._pending[index] = prompt
+            self._run_if_complete()
+            while index not in self._results and self._error is None:
+                self._cond.wait()
+            if index in self._results:
+                return self._results.pop(index)
+            raise AgentError(f"the batched generate failed: {self._error!r}") from self._error
+
+    def leave(self) -> None:
+        """An episode ended: the batch no longer waits for it."""
+        with self._cond:
+            self._live -= 1
+            self._run_if_complete()
+
+    def _run_if_complete(self) -> None:
+        if not self._pending or len(self._pending) < self._live or self._error is not None:
+            return
+        order = sorted(self._pending)
+        prompts = [self._pending.pop(i) for i in order]
+        try:
+            gens = self.policy.generate(prompts, max_new_tokens=self.cfg.max_new_tokens,
+                                        temperature=self.cfg.temperature, generator=self.generator)
+        except BaseException as exc:
+            self._error = exc
+            raise
+        finally:
+            self._cond.notify_all()
+        self._results.update(zip(order, gens, strict=True))
 
 
-def _step(
-    policy: LLMPolicy,
-    env: gym.Env[Any, Any],
-    episode: Episode,
-    tokens: Sequence[int],
-    logprobs: Sequence[float],
-    stopped: bool,
-    cfg: CollectConfig,
-) -> bool:
-    """Append one assistant turn and the env's answer; returns whether the episode goes on."""
-    chat = policy.chat
-    action = policy.decode(tokens)
-    episode.add(chat.header("assistant"))
-    episode.add(tokens, generated=logprobs)
-    episode.add(chat.end[1:] if stopped else chat.end)  # close the turn the sampler left open
-    episode.messages.append({"role": "assistant", "content": action})
-    obs, reward, terminated, truncated, info = env.step(action)
-    episode.reward += float(reward)
-    episode.info = _jsonable(info)
-    episode.terminated, episode.truncated = bool(terminated), bool(truncated)
-    if terminated or truncated:
-        return False
-    observation = chat.turn("tool", str(obs))
-    if len(episode.tokens) + len(observation) + len(chat.header("assistant")) + cfg.max_new_tokens > cfg.max_tokens:
-        episode.truncated = True  # the next turn would not fit: cut off here, keeping the reward so far
-        return False
-    episode.messages.append({"role": "tool", "content": str(obs)})
-    episode.add(observation)
-    return True
+class PolicyAgent:
+    """A :class:`cudagym.rollout.Agent` that samples from an ``LLMPolicy`` and writes the episode's tokens.
+
+    The first observation becomes the ``user`` turn (after the optional ``system`` turn), later ones ``tool``
+    turns; each action is an ``assistant`` turn whose ids are masked in (``Episode.add``). When the next turn
+    would not fit in ``max_tokens`` it raises :class:`~cudagym.rollout.AgentError`, which ends the episode
+    there (truncated, the reward so far kept).
+    """
+
+    def __init__(self, policy: LLMPolicy, cfg: CollectConfig, lockstep: LockStep, index: int) -> None:
+        self.policy, self.cfg, self.lockstep, self.index = policy, cfg, lockstep, index
+        self._episode = Episode()
+
+    def reset(self) -> None:
+        """Start an empty token sequence."""
+        self._episode = Episode()
+
+    def act(self, observation: str, info: Mapping[str, Any]) -> str:
+        """Append the observation's turn, sample the assistant turn, append it; returns its text."""
+        chat, episode = self.policy.chat, self._episode
+        if not episode.messages:
+            if self.cfg.system_prompt:
+                episode.messages.append({"role": "system", "content": self.cfg.system_prompt})
+                episode.add(chat.turn("system", self.cfg.system_prompt))
+            role = "user"
+        else:
+            role = "tool"
+        turn = chat.turn(role, str(observation))
+        needed = len(episode.tokens) + len(turn) + len(chat.header("assistant")) + self.cfg.max_new_tokens
+        if needed > self.cfg.max_tokens:
+            if role == "tool":  # the next turn would not fit: cut off here, keeping the reward so far
+                raise AgentError(f"token budget: the next turn would pass max_tokens={self.cfg.max_tokens}")
+            raise ValueError(f"expected the prompt and one turn to fit in max_tokens={self.cfg.max_tokens}, "
+                             f"got a prompt of {len(turn)} tokens; raise CollectConfig.max_tokens")
+        episode.messages.append({"role": role, "content": str(observation)})
+        episode.add(turn)
+        episode.add(chat.header("assistant"))
+        gen = self.lockstep.generate(self.index, episode.tokens)
+        episode.add(gen.tokens, generated=gen.logprobs)
+        episode.add(chat.end[1:] if gen.stopped else chat.end)  # close the turn the sampler left open
+        action = self.policy.decode(gen.tokens)
+        episode.messages.append({"role": "assistant", "content": action})
+        return action
+
+    def episode(self, record: EpisodeRecord) -> Episode:
+        """The finished episode: the tokens written here, the return and ending from ``record``."""
+        episode = self._episode
+        episode.reward = sum(t.reward for t in record.turns)
+        episode.terminated = record.terminated
+        episode.truncated = record.truncated or record.episode_end == "agent_error"
+        episode.info = _jsonable(dict(record.turns[-1].info) if record.turns else {})
+        episode.record = record
+        return episode
 
 
 def _jsonable(info: dict[str, Any]) -> dict[str, Any]:

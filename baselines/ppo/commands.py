@@ -125,6 +125,10 @@ class PPOArgs(PolicyArgs, EnvArgs):
     """KL-to-reference weight (0 disables; the reference is the --init policy)."""
     tis: str = "token"
     """Truncated importance sampling of trainer over sampler: token, sequence or none."""
+    entropy_coef: float = 0.0
+    """Entropy bonus weight (0 disables)."""
+    target_reward: float | None = None
+    """Stop once the mean reward of the last 10 updates reaches this (default: run every update)."""
     checkpoint_every: int = 50
     """Updates between checkpoints."""
     resume: bool = False
@@ -165,7 +169,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
         if f.type in ("bool", bool):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=help_text)
         else:
-            kind = {"int": int, "float": float, "str": str}[str(f.type)]
+            kind = {"int": int, "float": float, "str": str}[str(f.type).removesuffix(" | None")]
             parser.add_argument(flag, type=kind, default=f.default, help=help_text)
 
 

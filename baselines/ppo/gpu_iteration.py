@@ -38,15 +38,19 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser.add_argument("--layers", type=int, default=16, help="transformer layers")
     parser.add_argument("--out", default="", help="folder for gpu_iteration.json")
     args = parser.parse_args(argv)
+    if args.hidden < 128 or args.hidden % 128:
+        parser.error(f"expected --hidden a multiple of 128 (64-wide heads, two per KV head), got {args.hidden}")
     import transformers
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    t0 = time.perf_counter()
     tokenizer = ShippedTokenizer()
     config = transformers.LlamaConfig(vocab_size=len(tokenizer), hidden_size=args.hidden,
                                       intermediate_size=args.hidden * 4, num_hidden_layers=args.layers,
                                       num_attention_heads=args.hidden // 64, num_key_value_heads=args.hidden // 128,
                                       max_position_embeddings=32768)
     policy = HFPolicy.from_config(config, tokenizer, device=device, seed=0)
+    build_s = time.perf_counter() - t0
     envs = [gym.make("CudaKernel-Bundled-v0", max_turns=args.max_turns, max_episode_steps=args.max_turns,
                      token_counter="cudagym:code-bpe-16k") for _ in range(args.episodes)]
     cfg = CollectConfig(max_new_tokens=args.max_new_tokens, max_tokens=32768)
@@ -71,6 +75,10 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         "episode_tokens": [len(e.tokens) for e in rollout.episodes],
         "tier_counts": tier_counts(rollout.episodes),
         "evaluated": [e.info.get("evaluated") for e in rollout.episodes],
+        "episode_end": [e.record.episode_end if e.record else "" for e in rollout.episodes],
+        "verdicts": [e.record.last_eval.get("status", "") if e.record else "" for e in rollout.episodes],
+        "env_s": [sum(t.env_time_s for t in e.record.turns) if e.record else 0.0 for e in rollout.episodes],
+        "model_build_s": build_s,
         "update_s": update_s,
         "update_tokens_per_s": sum(len(e.tokens) for e in rollout.episodes) / update_s,
         **{k: v for k, v in stats.items() if isinstance(v, float)},

@@ -21,6 +21,8 @@ import torch
 from cudagym.baselines.ppo.collect import CollectConfig, Rollout, collect, tier_counts, write_journal
 from cudagym.baselines.ppo.trainer import PPOTrainer
 
+from cudagym.errors import ConfigError
+
 log = logging.getLogger(__name__)
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"
@@ -93,6 +95,9 @@ class LoopConfig:
         checkpoint_every: Updates between checkpoints (0: only at the end).
         journal: Also append every episode to ``rollouts.jsonl`` (input for ``cudagym train rft``).
         progress: Show a progress bar over updates.
+        target_reward: Stop early once the mean ``rollout/reward_mean`` of the last ``target_window`` updates
+            reaches this (SB3's ``StopTrainingOnRewardThreshold``); ``None`` runs every update.
+        target_window: Updates averaged for ``target_reward``.
     """
 
     updates: int = 200
@@ -102,6 +107,12 @@ class LoopConfig:
     checkpoint_every: int = 50
     journal: bool = False
     progress: bool = True
+    target_reward: float | None = None
+    target_window: int = 10
+
+    def __post_init__(self) -> None:
+        if self.target_window < 1:
+            raise ConfigError(f"expected target_window >= 1, got {self.target_window}")
 
 
 def save_checkpoint(path: Path, trainer: PPOTrainer, update: int, generator: torch.Generator) -> None:
@@ -132,19 +143,29 @@ def train(
     resume: bool = False,
     logger: MetricsLogger | None = None,
 ) -> list[dict[str, Any]]:
-    """Run PPO updates until ``loop.updates`` are done; returns this call's metrics, one dict per update."""
+    """Run PPO updates until ``loop.updates`` are done (or ``loop.target_reward`` is reached).
+
+    Returns:
+        This call's metrics, one dict per update.
+    """
     out = Path(loop.out_dir)
     sink = logger or MetricsLogger(out)
     generator = torch.Generator().manual_seed(loop.seed)
     start = load_checkpoint(out / CHECKPOINT, trainer, generator) if resume and (out / CHECKPOINT).exists() else 0
     envs = [make_env() for _ in range(loop.episodes_per_update)]
     history: list[dict[str, Any]] = []
+    done = start
     try:
         for update in _progress(range(start, loop.updates), loop.progress, start, loop.updates):
             history.append(_one_update(trainer, envs, collect_cfg, loop, update, generator, sink))
-            if loop.checkpoint_every and (update + 1) % loop.checkpoint_every == 0:
-                save_checkpoint(out / CHECKPOINT, trainer, update + 1, generator)
-        save_checkpoint(out / CHECKPOINT, trainer, max(start, loop.updates), generator)
+            done = update + 1
+            if loop.checkpoint_every and done % loop.checkpoint_every == 0:
+                save_checkpoint(out / CHECKPOINT, trainer, done, generator)
+            if _reached(history, loop):
+                log.info("mean reward %.3f over the last %d updates reached the target; stopping after update %d",
+                         _recent_reward(history, loop.target_window), loop.target_window, done)
+                break
+        save_checkpoint(out / CHECKPOINT, trainer, max(start, done), generator)
     finally:
         for env in envs:
             env.close()
@@ -171,6 +192,18 @@ def _one_update(
     metrics["perf/update_s"] = time.perf_counter() - t0
     sink.log(update, metrics)
     return metrics
+
+
+def _recent_reward(history: Sequence[dict[str, Any]], window: int) -> float:
+    recent = [h["rollout/reward_mean"] for h in history[-window:]]
+    return sum(recent) / len(recent)
+
+
+def _reached(history: Sequence[dict[str, Any]], loop: LoopConfig) -> bool:
+    """Whether the last ``target_window`` updates' mean reward reached ``target_reward``."""
+    if loop.target_reward is None or len(history) < loop.target_window:
+        return False
+    return _recent_reward(history, loop.target_window) >= loop.target_reward
 
 
 def _progress(items: range, enabled: bool, start: int, total: int) -> Any:

@@ -106,11 +106,12 @@ def run_ppo(args: PPOArgs) -> Path:
     """Agentic PPO; metrics and checkpoints in ``--out-dir``; writes ``policy.pt`` at the end."""
     policy = build_policy(args)
     cfg = replace(L.LossConfig(), clip_low=args.clip_low, clip_high=args.clip_high, dual_clip=args.dual_clip,
-                  kl_coef=args.kl_coef, tis=args.tis)  # type: ignore[arg-type]
+                  kl_coef=args.kl_coef, tis=args.tis, entropy_coef=args.entropy_coef)
     ref = build_policy(args).requires_grad_(False) if args.kl_coef else None
     trainer = PPOTrainer(policy, cfg, actor_lr=args.actor_lr, critic_lr=args.critic_lr, ref_policy=ref,
                          epochs=args.epochs, minibatches=args.minibatches, temperature=args.temperature)
     loop = LoopConfig(updates=args.updates, episodes_per_update=args.episodes_per_update, seed=args.seed,
-                      out_dir=args.out_dir, checkpoint_every=args.checkpoint_every, journal=args.journal)
+                      out_dir=args.out_dir, checkpoint_every=args.checkpoint_every, journal=args.journal,
+                      target_reward=args.target_reward)
     train(trainer, _make_env(args), loop, _collect_cfg(args), resume=args.resume)
     return save_policy(policy, args.out_dir)

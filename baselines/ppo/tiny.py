@@ -29,12 +29,19 @@ class TinyConfig:
         n_layers: Transformer blocks.
         n_heads: Attention heads.
         max_len: Longest sequence (prompt, actions and observations), in tokens.
+        rotary: Rotary position embeddings on queries and keys (attention then sees relative offsets);
+            False: learned absolute position embeddings added to the tokens (GPT-2's).
     """
 
     d_model: int = 64
     n_layers: int = 2
     n_heads: int = 4
     max_len: int = 512
+    rotary: bool = True
+
+
+Rotary = tuple[torch.Tensor, torch.Tensor]
+KV = tuple[torch.Tensor, torch.Tensor]
 
 
 class _Block(nn.Module):
@@ -50,13 +57,36 @@ class _Block(nn.Module):
         width = 4 * cfg.d_model
         self.mlp = nn.Sequential(nn.Linear(cfg.d_model, width), nn.GELU(), nn.Linear(width, cfg.d_model))
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """``x`` is ``[B, T, D]``; ``mask`` ``[B, 1, T, T]`` is True where attention is allowed."""
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor, rotary: Rotary | None, past: KV | None = None
+    ) -> tuple[torch.Tensor, KV]:
+        """One block over new positions; returns their states and the keys and values of all positions.
+
+        ``x`` ``[B, T, D]`` are the new positions, ``past`` the keys and values of the ones before them, and
+        ``mask`` ``[B, 1, T, past + T]`` is True where attention is allowed.
+        """
         b, t, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
+        if rotary is not None:
+            q, k = _rotate(q, *rotary), _rotate(k, *rotary)
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
         att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
-        return x + self.mlp(self.ln2(x))
+        return x + self.mlp(self.ln2(x)), (k, v)
+
+
+def _rotary_angles(positions: torch.Tensor, head_dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos`` and ``sin`` ``[B, 1, T, head_dim / 2]`` of RoPE's angles ``position * base^(-2i / head_dim)``."""
+    inv_freq = base ** (-torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
+    angles = positions[:, None, :, None].float() * inv_freq
+    return angles.cos(), angles.sin()
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate each (first half, second half) pair of ``x`` ``[B, H, T, head_dim]`` by the RoPE angles."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
 class _Trunk(nn.Module):
@@ -66,7 +96,7 @@ class _Trunk(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.tok = nn.Embedding(vocab, cfg.d_model)
-        self.pos = nn.Embedding(cfg.max_len, cfg.d_model)
+        self.pos = None if cfg.rotary else nn.Embedding(cfg.max_len, cfg.d_model)
         self.blocks = nn.ModuleList(_Block(cfg) for _ in range(cfg.n_layers))
         self.ln = nn.LayerNorm(cfg.d_model)
         for module in self.modules():  # GPT-2's init: small weights, so a fresh model samples near-uniformly
@@ -77,18 +107,37 @@ class _Trunk(nn.Module):
 
     def forward(self, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         """Hidden states; positions count real tokens only, so left and right padding give the same result."""
-        if ids.shape[1] > self.cfg.max_len:
-            raise ValueError(f"expected at most max_len={self.cfg.max_len} tokens, got {ids.shape[1]}; "
+        return self.extend(ids, attn, None)[0]
+
+    def extend(
+        self, ids: torch.Tensor, attn: torch.Tensor, past: list[KV] | None
+    ) -> tuple[torch.Tensor, list[KV]]:
+        """Hidden states of ``ids`` ``[B, T]`` after the positions ``past`` holds (the KV cache of generation).
+
+        ``attn`` covers the past and the new positions. Returns the hidden states and every layer's keys and
+        values, for the next call; without ``past`` this is the full forward.
+        """
+        if attn.shape[1] > self.cfg.max_len:
+            raise ValueError(f"expected at most max_len={self.cfg.max_len} tokens, got {attn.shape[1]}; "
                              "raise TinyConfig.max_len or shorten the episode")
-        positions = (attn.cumsum(dim=1) - 1).clamp(min=0)
-        x = self.tok(ids) + self.pos(positions)
-        t = ids.shape[1]
-        causal = torch.ones(t, t, dtype=torch.bool, device=ids.device).tril()
+        t, total = ids.shape[1], attn.shape[1]
+        before = total - t
+        positions = (attn.cumsum(dim=1) - 1).clamp(min=0)[:, before:]
+        x = self.tok(ids)
+        rotary = None
+        if self.pos is None:
+            rotary = _rotary_angles(positions, self.cfg.d_model // self.cfg.n_heads)
+        else:
+            x = x + self.pos(positions)
+        causal = torch.ones(t, total, dtype=torch.bool, device=ids.device).tril(diagonal=before)
         mask = causal[None, None] & attn.bool()[:, None, None, :]
-        mask = mask | torch.eye(t, dtype=torch.bool, device=ids.device)  # padding rows attend to themselves
-        for block in self.blocks:
-            x = block(x, mask)
-        return self.ln(x)
+        own = torch.arange(t, device=ids.device)
+        mask[..., own, before + own] = True  # padding positions attend to themselves
+        present = []
+        for i, block in enumerate(self.blocks):
+            x, kv = block(x, mask, rotary, past[i] if past is not None else None)
+            present.append(kv)
+        return self.ln(x), present
 
 
 class TinyPolicy(nn.Module):
@@ -166,16 +215,16 @@ class TinyPolicy(nn.Module):
         temperature: float = 1.0,
         generator: torch.Generator | None = None,
     ) -> list[Generation]:
-        """Sample until ``<|im_end|>`` or ``max_new_tokens``; the head runs on the last position only."""
+        """Sample until ``<|im_end|>`` or ``max_new_tokens``, one position per step on a KV cache; head on the last."""
         ids, attn = pad_batch(prompts, self.im_end, left=True)
         ids, attn = ids.to(self.device), attn.to(self.device)
         rows = len(prompts)
         out: list[list[int]] = [[] for _ in range(rows)]
         logps: list[list[float]] = [[] for _ in range(rows)]
         done = torch.zeros(rows, dtype=torch.bool)
+        hidden, past = self.actor.extend(ids, attn, None)
         for _ in range(max_new_tokens):
-            hidden = self.actor(ids, attn)[:, -1]
-            col, lp = sample_next(self._lm_head(hidden), temperature, generator)
+            col, lp = sample_next(self._lm_head(hidden[:, -1]), temperature, generator)
             if self.logprob_noise:
                 where = generator.device if generator else lp.device
                 lp = lp + self.logprob_noise * torch.randn(lp.shape, generator=generator, device=where).to(lp.device)
@@ -186,8 +235,8 @@ class TinyPolicy(nn.Module):
             done |= (nxt == self.im_end).cpu()
             if bool(done.all()):
                 break
-            ids = torch.cat([ids, nxt[:, None]], dim=1)
             attn = torch.cat([attn, (~done).long().to(self.device)[:, None]], dim=1)
+            hidden, past = self.actor.extend(nxt[:, None], attn, past)  # one new position per row
         pairs = zip(out, logps, strict=True)
         return [Generation(tuple(o), tuple(lp), bool(o and o[-1] == self.im_end)) for o, lp in pairs]
 
