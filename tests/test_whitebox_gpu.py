@@ -8,7 +8,7 @@ Their outputs are right, so the verdict that stops them is reward -1 with the ru
 (``unverifiable_timing``, ``torch_fallback``) or, where the structure simply removes the advantage, OK at no
 better a time than the honest solution's (``HONEST_MARGIN``). Two attacks the CPU corpus found
 (``tests/test_whitebox.py``: a patched timer with a patched ``_batch``; a lazy output computed when the runner
-copies it) are repeated here with the CUDA timer, as strict xfails.
+copies it) are repeated here with the CUDA timer; the calibrated claim check stops them on the CPU path.
 """
 
 from __future__ import annotations
@@ -249,17 +249,11 @@ def test_17_a_persisting_l2_window_gains_nothing(swish, judge, honest) -> None:
     assert_no_gain(_submit(swish, judge, PERSISTING_L2), honest)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "GPU repeat of tests/test_whitebox.py::test_4: CudaEventTimer.measure patched in the runner to claim 1 us, "
-    "_Server._batch patched to reply without calling the model; verify_claims has nothing from below."))
 def test_patched_timer_and_batch_are_unverifiable_on_the_gpu(swish, judge) -> None:
     result = _submit(swish, judge, PATCHED_TIMER_AND_BATCH)
     assert result.status is EvalStatus.RULE_VIOLATION, result.message
     assert "unverifiable_timing" in {v.guard for v in result.violations}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "GPU repeat of tests/test_whitebox.py::test_11 (lazy output): the kernel runs inside the subclass's "
-    "__torch_function__ when _Server._deliver copies the output into the arena, after the end event."))
 def test_work_done_when_the_runner_copies_the_output_is_timed_on_the_gpu(swish, judge, honest) -> None:
     assert_no_gain(_submit(swish, judge, LAZY_OUTPUT), honest)
