@@ -411,7 +411,7 @@ def _no_slower_than_cached(ctx: EvalContext) -> None:
 
 
 UNVERIFIABLE_TIMING = "unverifiable_timing"
-CLAIM_SLACK = 0.10  # the median claim may fall this fraction short of the judge's clock less the calibration ...
+CLAIM_SLACK = 0.25  # the median claim may fall this fraction short of the judge's clock less the calibration ...
 CLAIM_SLACK_US = 30.0  # ... and this many microseconds more (``protocol.extra["claim_slack_us"]`` overrides it)
 CPU_CLAIM_SLACK_US = 2000.0  # the CPU test path: torch on a few shared cores adds tenths of a millisecond at random
 
@@ -442,9 +442,9 @@ def verify_claims(ctx: EvalContext) -> None:
     # the fastest timed request (a loaded host only ever adds to a request's time) less the typical empty one
     seen = min(link.wall_us) - median(link.calibration_us)
     short = seen - claim
-    # On the GPU the allowance includes the candidate's launch cover: in one H200 configuration (every guard off,
-    # bundled Swish, 139 us) timed requests ran ~100 us beyond the calibration with an honest claim, a gap not yet
-    # explained; until it is, a claim may understate by up to the cover without being called unverifiable.
+    # On the GPU the allowance includes the candidate's launch cover: on the H200, with every guard off, timed
+    # requests ran 100-180 us beyond the calibration with honest claims (bundled Swish at 139 us, a 444 us
+    # forward), a gap not yet explained; until it is, the allowance is wide enough for both (25% + 30 us + cover).
     slack_us = CLAIM_SLACK_US + ctx.protocol.launch_cover_us if ctx.on_gpu else CPU_CLAIM_SLACK_US
     allowed = CLAIM_SLACK * max(seen, 0.0) + float(ctx.protocol.extra.get("claim_slack_us", slack_us))
     ctx.note(f"timing claims: median {claim:.1f} us; the judge's clock saw {seen:.1f} us in the fastest timed call "
