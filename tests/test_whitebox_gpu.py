@@ -235,6 +235,11 @@ def test_15_a_thread_finishing_after_the_synchronize_gains_nothing(swish, judge,
     assert_no_gain(_submit(swish, judge, THREAD_AFTER_SYNC), honest)
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "H200, call 3: a CUDA graph of torch's sigmoid captured in train() and replayed in forward dispatches no aten "
+    "op, so the runner's dispatch audit (torch_fallback) sees nothing; the verdict was unverifiable_timing only "
+    "because the claim allowance was then 10% + 30 us (claim 444.3 us, 626.5 us seen). Under today's allowance the "
+    "fallback goes unnamed: kernel attribution outside the candidate's process is not built."))
 def test_16_a_cuda_graph_captured_in_train_is_a_fallback(swish) -> None:
     task, reference = swish
     with LocalJudge(FALLBACK_ONLY, devices=list(probe_gpus("auto").device_ids[:1])) as fallback_judge:
