@@ -23,7 +23,7 @@ from cudagym.judge.harness.failures import CandidateFailure
 from cudagym.judge.harness.inputs import tensors_in
 from cudagym.judge.harness.profiling import DeviceEvent
 from cudagym.judge.harness.timing import Measurement
-from cudagym.judge.split.arena import Arena, Slot, layout, new_arena, views
+from cudagym.judge.split.arena import Arena, Slot, layout, new_arena, place, views
 from cudagym.judge.split.channel import Channel, RunnerLost
 
 MIN_REPLY_S = 5.0  # the least time a request gets, whatever the job's budget says
@@ -192,8 +192,7 @@ class RemoteModel:
         slots, nbytes = layout(tensors)
         self.link.ensure_arenas(nbytes, self.out_bytes)
         arena = self.link.arenas["inputs"].tensor
-        for view, tensor in zip(views(arena, slots), tensors, strict=True):
-            view.copy_(tensor)
+        place(arena, slots, tensors)
         self.link.arenas["outputs"].tensor.fill_(0xFF)  # nothing of the last call stays readable as an answer
         if arena.is_cuda:
             torch.cuda.synchronize(arena.device)

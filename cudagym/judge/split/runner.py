@@ -295,13 +295,8 @@ class _Server:
                 "flag_changes": changes}
 
     def _profile(self) -> dict[str, Any]:
-        from cudagym.judge.harness.inputs import generate_inputs
-
         ctx = self.ctx
         ctx.forget_kernel_events()
-        assert ctx.reference is not None
-        ctx.make_inputs = lambda seed, on_device=True: generate_inputs(ctx.reference.get_inputs, seed, ctx.device,
-                                                                        on_device=on_device)
         events = ctx.kernel_events() if ctx.on_gpu else []
         return {"kind": "profile", "events": [
             {"name": e.name[:300], "duration_us": _finite(e.duration_us), "is_memory_op": bool(e.is_memory_op)}
