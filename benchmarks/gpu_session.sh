@@ -3,13 +3,14 @@
 # slow file cannot starve the rest, and all of them under a total budget; logs under $OUT (or ./gpu-logs), a
 # summary table last (also written to $OUT/summary.txt after every step, so a call cut short keeps its rows).
 #   bash benchmarks/gpu_session.sh [SECONDS_PER_STEP [TOTAL_SECONDS [STEP ...]]]    (repository root, GPU host)
-# Steps: prebuild (prebuild1: bundled only) build formats local sandbox split templates env hacks judge bundled bench_bld bench_eval soak
-# (default: all but soak).
+# Steps: prebuild (prebuild1: bundled only) build formats local sandbox split whitebox templates env hacks judge
+# bundled bench_bld bench_eval soak, and the later issues' runs: cupy sb3 ppo ray bench_gpu chat tuning bench
+# raw_rt vec (default: the first list but soak). A step may carry its own limit: NAME:SECONDS.
 # Wheels the host lacks (gymnasium) are installed from .whl/ when it exists (../shared/tools/stage-wheels.sh);
 # bubblewrap from .debs/ (carry both).
 # The caches live in /tmp/cudagym-cache (outside the synced tree), so a later call on a still-warm host reuses them.
 set -u
-limit=${1:-150}; total=${2:-570}; shift 2 2>/dev/null || shift $#
+default_limit=${1:-150}; total=${2:-570}; shift 2 2>/dev/null || shift $#
 steps=${*:-prebuild build formats local env hacks judge bundled bench_bld bench_eval}
 deadline=$(( $(date +%s) + total ))
 out=${OUT:-gpu-logs}; mkdir -p "$out"
@@ -39,7 +40,9 @@ base="python3 -m pytest -p no:cacheprovider -v -s --tb=short --durations=15"
 pyt=$base
 # one hung test fails, not the step (benchmarks run long on purpose: only the step's limit applies to them)
 python3 -c "import pytest_timeout" 2>/dev/null && pyt="$pyt --timeout=200"
+nounset_proxy() { env -u http_proxy -u https_proxy -u HTTP_PROXY -u HTTPS_PROXY -u ALL_PROXY "$@"; }
 for s in $steps; do
+  if [[ $s == *:* ]]; then limit=${s#*:}; s=${s%%:*}; else limit=$default_limit; fi
   case $s in
     prebuild)   run_step prebuild   python3 benchmarks/prebuild.py ;;
     prebuild1)  run_step prebuild1  python3 benchmarks/prebuild.py --no-hacks ;;
@@ -52,6 +55,23 @@ for s in $steps; do
     local)      run_step local      $pyt tests/test_local_judge.py tests/test_worker_faults_gpu.py -m gpu ;;
     split)      run_step split      $pyt tests/test_split_gpu.py tests/test_split.py ;;
     templates)  run_step templates  $pyt tests/test_templates.py -m gpu ;;
+    tmpl_*)     run_step "$s"       $pyt tests/test_templates.py -m gpu -k "${s#tmpl_}" ;;  # one format: tmpl_raw
+    whitebox)   run_step whitebox   $pyt tests/test_whitebox_gpu.py ;;
+    cupy)       run_step cupy       $pyt -m gpu tests/test_runtime_cupy.py ;;
+    sb3)        run_step sb3        $pyt -m gpu tests/test_sb3_gpu.py ;;
+    ppo)        run_step ppo        $pyt -m gpu tests/test_ppo_gpu.py ;;
+    ray)        run_step ray        $pyt -m gpu tests/test_ray_judge.py ;;
+    bench_gpu)  run_step bench_gpu  $pyt -m gpu tests/test_bench_gpu.py ;;
+    chat)       run_step chat       nounset_proxy python3 examples/chat_episode.py --task bundled/L1/01_Swish \
+                                      --tokenizer cudagym:code-bpe-16k --out "$out/chat" ;;
+    tuning)     run_step tuning     python3 examples/sb3_launch_tuning.py --task bundled/L1/05_Softmax --budget 24 \
+                                      --seeds 3 --time-budget-s 100 --confirm 3 --out "$out/tuning" ;;
+    bench)      run_step bench      python3 -m cudagym.cli bench --agent scripted --env CudaKernel-Bundled-v0 \
+                                      --parallel 4 --no-progress --out "$out/bench-scripted" ;;
+    raw_rt)     run_step raw_rt     $base benchmarks/bench_raw_runtime.py --benchmark-only \
+                                      --benchmark-json "$out/bench_raw_runtime.json" ;;
+    vec)        run_step vec        env CUDAGYM_BENCH_GPU=1 CUDAGYM_BENCH_SECONDS=60 $base benchmarks/bench_vec.py -k gpu \
+                                      --benchmark-json "$out/bench_vec.json" ;;
     sandbox)    run_step sandbox    $pyt tests/test_sandbox_gpu.py tests/test_sandbox_escapes.py ;;
     bench_bld)  run_step bench_bld  $base benchmarks/bench_build.py --benchmark-only --benchmark-json "$out/bench_bld.json" ;;  # one load_inline: 25-60 s
     bench_eval) run_step bench_eval $base benchmarks/bench_eval.py --benchmark-only --benchmark-json "$out/bench_eval.json" ;;  # 20 SUBMITs per test
