@@ -40,7 +40,7 @@ base="python3 -m pytest -p no:cacheprovider -v -s --tb=short --durations=15"
 pyt=$base
 # one hung test fails, not the step (benchmarks run long on purpose: only the step's limit applies to them)
 python3 -c "import pytest_timeout" 2>/dev/null && pyt="$pyt --timeout=200"
-nounset_proxy() { env -u http_proxy -u https_proxy -u HTTP_PROXY -u HTTPS_PROXY -u ALL_PROXY "$@"; }
+noproxy="env -u http_proxy -u https_proxy -u HTTP_PROXY -u HTTPS_PROXY -u ALL_PROXY"  # the stand-in is on loopback
 for s in $steps; do
   if [[ $s == *:* ]]; then limit=${s#*:}; s=${s%%:*}; else limit=$default_limit; fi
   case $s in
@@ -62,7 +62,7 @@ for s in $steps; do
     ppo)        run_step ppo        $pyt -m gpu tests/test_ppo_gpu.py ;;
     ray)        run_step ray        $pyt -m gpu tests/test_ray_judge.py ;;
     bench_gpu)  run_step bench_gpu  $pyt -m gpu tests/test_bench_gpu.py ;;
-    chat)       run_step chat       nounset_proxy python3 examples/chat_episode.py --task bundled/L1/01_Swish \
+    chat)       run_step chat       $noproxy python3 examples/chat_episode.py --task bundled/L1/01_Swish \
                                       --tokenizer cudagym:code-bpe-16k --out "$out/chat" ;;
     tuning)     run_step tuning     python3 examples/sb3_launch_tuning.py --task bundled/L1/05_Softmax --budget 24 \
                                       --seeds 3 --time-budget-s 100 --confirm 3 --out "$out/tuning" ;;

@@ -190,7 +190,8 @@ EVERY_GUARD_BUT_FALLBACK = ("side_stream", "tampering", "timer_patch", "file_acc
 
 @pytest.fixture(scope="module")
 def pool() -> Iterator[WorkerPool]:
-    options = PoolOptions(job_fn="cudagym.judge.split.trusted:run_job_on_cpu", runner=True, startup_timeout_s=180.0)
+    options = PoolOptions(job_fn="cudagym.judge.split.trusted:run_job_on_cpu", runner=True, startup_timeout_s=180.0,
+                          spare_runners=1)
     with WorkerPool(["0"], options=options) as p:
         yield p
 

@@ -600,7 +600,8 @@ CACHED = KnownBaselines(TimingStats(median_us=1000.0, mean_us=1000.0, min_us=990
 
 @pytest.fixture(scope="module")
 def pool() -> Iterator[WorkerPool]:
-    options = PoolOptions(job_fn="cudagym.judge.split.trusted:run_job_on_cpu", runner=True, startup_timeout_s=180.0)
+    options = PoolOptions(job_fn="cudagym.judge.split.trusted:run_job_on_cpu", runner=True, startup_timeout_s=180.0,
+                          spare_runners=1)
     with WorkerPool(["0"], options=options) as p:
         yield p
 

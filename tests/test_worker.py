@@ -99,11 +99,14 @@ def test_without_spares_a_replacement_starts_when_needed():
         assert run(pool, PID).message != first
 
 
-@pytest.mark.parametrize("changes", [{"spare_workers": -1}, {"spare_workers": 17}, {"max_jobs_per_worker": 0}])
-def test_pool_options_out_of_range_are_a_config_error(changes):
+@pytest.mark.parametrize(("changes", "named"), [
+    ({"spare_workers": -1}, "spare_workers"), ({"spare_workers": 17}, "spare_workers"),
+    ({"max_jobs_per_worker": 0}, "max_jobs_per_worker"), ({"spare_runners": 0}, "spare_runners"),
+    ({"spare_runners": 17}, "spare_runners")])
+def test_pool_options_out_of_range_are_a_config_error(changes, named):
     from cudagym.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="spare_workers"):
+    with pytest.raises(ConfigError, match=named):
         WorkerPool(["0"], options=options(**changes))
 
 

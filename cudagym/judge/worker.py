@@ -121,6 +121,9 @@ class PoolOptions:
         runner: Run each job's candidate in a fresh runner process of its own (:mod:`cudagym.judge.split`):
             the worker then never loads candidate code and is kept between jobs. ``None``: on for the
             default job function, off for any other (which then gets no runner).
+        spare_runners: Runners per GPU kept started (torch imported, CUDA up) ahead of the jobs. A runner
+            takes seconds to start and serves one job, so back-to-back jobs wait for one unless several
+            start at once; each idle one holds a CUDA context (about half a GiB of device memory).
     """
 
     job_fn: str = DEFAULT_JOB_FN
@@ -133,6 +136,7 @@ class PoolOptions:
     pythonpath: tuple[str, ...] = ()
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     runner: bool | None = None
+    spare_runners: int = 3
 
     @property
     def uses_runner(self) -> bool:
@@ -604,7 +608,7 @@ class _Lane:
         return runner
 
     def _top_up_runners(self) -> None:
-        while (self.options.uses_runner and len(self.runners) < max(1, self.options.spare_workers)
+        while (self.options.uses_runner and len(self.runners) < max(1, self.options.spare_runners)
                and not self.closing.is_set()):
             self.runners.append(_Runner(self.device, self.options, self.root))
 
@@ -701,9 +705,11 @@ class WorkerPool:
         options = options or PoolOptions()
         if job_fn is not None:
             options = dataclasses.replace(options, job_fn=job_fn)
-        if options.max_jobs_per_worker < 1 or not 0 <= options.spare_workers <= 16:
-            from cudagym.errors import ConfigError
+        from cudagym.errors import ConfigError
 
+        if not 1 <= options.spare_runners <= 16:
+            raise ConfigError(f"expected 1 <= spare_runners <= 16, got {options.spare_runners}")
+        if options.max_jobs_per_worker < 1 or not 0 <= options.spare_workers <= 16:
             raise ConfigError(f"expected max_jobs_per_worker >= 1 and 0 <= spare_workers <= 16, got "
                               f"{options.max_jobs_per_worker} and {options.spare_workers}")
         self.options = options

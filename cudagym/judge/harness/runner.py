@@ -16,6 +16,7 @@ import secrets
 import time
 import traceback
 import warnings
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -235,6 +236,7 @@ def _load_remote(ctx: EvalContext) -> None:
     from cudagym.judge.split.remote import RemoteModel
 
     assert ctx.reference is not None and ctx.remote is not None
+    marks = [time.perf_counter()]
     train = ctx.protocol.extra.get("module_mode", "eval") == "train"
     ctx.ref_model = build_reference(ctx.reference, ctx.device, ctx.protocol.seed, train)
     inputs = ctx.make_inputs(ctx.protocol.seed + PRIMING_SEED_OFFSET)
@@ -245,12 +247,42 @@ def _load_remote(ctx: EvalContext) -> None:
     ctx.cand_model = model  # type: ignore[assignment]
     ctx.poison_results(prime)
     del prime
+    marks.append(time.perf_counter())
     ctx.remote.hand(ctx.runner_job)
-    if ctx.job.mode is not EvalMode.VERIFY:
-        model.calibrate(inputs)  # before any candidate code is in the runner: what an empty timed call costs
+    marks.append(time.perf_counter())
+    if ctx.job.mode is not EvalMode.VERIFY:  # before any candidate code is in the runner: an empty call's cost
+        model.calibrate(inputs, between=_baseline_round(ctx, inputs) if _retimes(ctx) else None)
     del inputs
+    marks.append(time.perf_counter())
     ctx.remote.start({"device": str(ctx.device), "output_dtype": str(ctx.output_dtype).removeprefix(
         "torch."), "reference_aliases": ctx.reference_aliases})
+    marks.append(time.perf_counter())
+    spent = [b - a for a, b in zip(marks, marks[1:], strict=False)]
+    ctx.note("load: reference built and primed {:.2f} s, runner ready {:.2f} s, calibration {:.2f} s, candidate "
+             "loaded in the runner {:.2f} s".format(*spent))
+
+
+def _retimes(ctx: EvalContext) -> bool:
+    """Whether this job times the baselines again, beside the candidate (or only looks them up)."""
+    return ctx.job.mode is EvalMode.SUBMIT or not ctx.job.baselines.known
+
+
+def _baseline_round(ctx: EvalContext, inputs: list[Any]) -> Callable[[], None]:
+    """What a baseline's turn in an interleaved timing round does here: an L2 flush and an eager forward.
+
+    Timed requests that follow the trusted process's own device and host work cost more than requests sent
+    back to back (the GPU switches contexts; on the CPU, torch's spinning threads compete with the runner);
+    calibrating between such turns puts that cost into the calibration instead of into a false shortfall.
+    """
+    flusher = L2Flusher(ctx.device, l2_cache_bytes(ctx.device), ctx.protocol.l2_flush)
+
+    def turn() -> None:
+        flusher.flush()
+        outputs = ctx.run_reference(inputs)
+        ctx.poison_results(outputs)
+        del outputs
+
+    return turn
 
 
 def _primed(ctx: EvalContext, inputs: list[Any], prime: Any) -> None:
@@ -325,7 +357,7 @@ def _scaled_checks(ctx: EvalContext) -> None:
 
 def _timing(ctx: EvalContext) -> None:
     protocol, job = ctx.protocol, ctx.job
-    retime = job.mode is EvalMode.SUBMIT or not job.baselines.known
+    retime = _retimes(ctx)
     # unpublished: the candidate cannot draw the timed inputs itself (task code runs in its process) and
     # compute their answers ahead of the timed calls, nor tell which round it is in
     timing_base = TIMING_SEED_OFFSET + secrets.randbelow(2**30)
@@ -411,9 +443,10 @@ def _no_slower_than_cached(ctx: EvalContext) -> None:
 
 
 UNVERIFIABLE_TIMING = "unverifiable_timing"
-CLAIM_SLACK = 0.25  # the median claim may fall this fraction short of the judge's clock less the calibration ...
+CLAIM_SLACK = 0.5  # the median claim may fall this fraction short of the judge's clock less the calibration ...
 CLAIM_SLACK_US = 30.0  # ... and this many microseconds more (``protocol.extra["claim_slack_us"]`` overrides it)
-CPU_CLAIM_SLACK_US = 1000.0  # the CPU test path: torch on a few shared cores adds tenths of a millisecond at random
+CPU_CLAIM_SLACK = 0.25  # the CPU test path: its requests have no device work to hide ...
+CPU_CLAIM_SLACK_US = 1000.0  # ... but torch on a few shared cores adds tenths of a millisecond at random
 
 
 def verify_claims(ctx: EvalContext) -> None:
@@ -442,11 +475,16 @@ def verify_claims(ctx: EvalContext) -> None:
     # the fastest timed request (a loaded host only ever adds to a request's time) less the typical empty one
     seen = min(link.wall_us) - median(link.calibration_us)
     short = seen - claim
-    # On the GPU the allowance includes the candidate's launch cover: on the H200, with every guard off, timed
-    # requests ran 100-180 us beyond the calibration with honest claims (bundled Swish at 139 us, a 444 us
-    # forward), a gap not yet explained; until it is, the allowance is wide enough for both (25% + 30 us + cover).
+    # On the H200 honest timed requests ran beyond the calibration by more than their claims: 100-180 us with
+    # every guard off on a quiet host; with every guard on, beside three other episodes' builds and jobs
+    # (`cudagym bench --parallel 4`), 226-469 us on 135-253 us claims, up to 65% of what the clock saw, while
+    # a forged timer claimed 2-3% of it. The gap is host time in the runner (its own account: a timed request
+    # took 313-522 us longer than a calibration request beyond the claim) that is not yet explained; until it
+    # is, the allowance is 50% of what the clock saw + 30 us + the launch cover: a claim can be at most ~2x
+    # short of the clock, so only a forged timer that halves or better is caught.
     slack_us = CLAIM_SLACK_US + ctx.protocol.launch_cover_us if ctx.on_gpu else CPU_CLAIM_SLACK_US
-    allowed = CLAIM_SLACK * max(seen, 0.0) + float(ctx.protocol.extra.get("claim_slack_us", slack_us))
+    factor = CLAIM_SLACK if ctx.on_gpu else CPU_CLAIM_SLACK
+    allowed = factor * max(seen, 0.0) + float(ctx.protocol.extra.get("claim_slack_us", slack_us))
     ctx.note(f"timing claims: median {claim:.1f} us; the judge's clock saw {seen:.1f} us in the fastest timed call "
              f"beyond the calibrated {median(link.calibration_us):.1f} us of an empty one (allowed shortfall "
              f"{allowed:.1f} us)")
@@ -454,6 +492,10 @@ def verify_claims(ctx: EvalContext) -> None:
     if handled:
         ctx.note("timing claims: the runner says it spent " + ", ".join(f"{v:.1f} us per {k} request"
                                                                         for k, v in handled.items()))
+    phases = {k: [median([p[i] for p in v]) for i in range(3)] for k, v in link.phases_us.items() if v}
+    if phases:
+        ctx.note("timing claims: by the runner's account, prepare / measure / deliver: " + ", ".join(
+            f"{k} " + " / ".join(f"{x:.1f}" for x in v) + " us" for k, v in phases.items()))
     if short > allowed:
         ctx.flag(UNVERIFIABLE_TIMING, f"the runner timed the candidate at {claim:.1f} us per call, but the judge's "
                  f"clock saw {seen:.1f} us per timed call beyond what an empty call costs (allowed shortfall "

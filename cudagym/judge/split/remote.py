@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +84,7 @@ class RunnerLink:
         self.claimed_us: list[float] = []
         self.calibration_us: list[float] = []  # wall less claim of empty timed calls, before the candidate loaded
         self.handled_us: dict[str, list[float]] = {"timed": [], "calibrate": []}  # the runner's own account
+        self.phases_us: dict[str, list[list[float]]] = {"timed": [], "calibrate": []}  # prepare, measure, deliver
 
     def request(self, message: dict[str, Any], fds: list[int] | None = None, expect: str = "") -> dict[str, Any]:
         """Send one request and return the runner's reply (its violations recorded).
@@ -247,17 +249,24 @@ class RemoteModel:
         self.link.wall_us.append(wall)
         self.link.claimed_us.append(claim)
         self.link.handled_us["timed"].append(_number(reply.get("handled_us")))
+        self.link.phases_us["timed"].append(_numbers(reply.get("phases_us"), 3))
         outputs = self._collect(reply, tensors, slots)
         return Measurement(outputs, claim, max(runner_wall, 0.0), max(enqueue, 0.0))
 
-    def calibrate(self, args: list[Any], rounds: int = CALIBRATION_ROUNDS) -> None:
+    def calibrate(self, args: list[Any], rounds: int = CALIBRATION_ROUNDS,
+                  between: Callable[[], None] | None = None) -> None:
         """Timed calls of an empty forward in the runner, before it loads the candidate: their cost.
 
         The runner's code alone answers them (no candidate is in its process yet), so its claims are true and
-        the wall time beyond them is what every timed request costs besides the forward itself.
+        the wall time beyond them is what every timed request costs besides the forward itself. ``between``,
+        when given, runs here before each call, as the baselines' turns will run between the timed calls.
         """
         spec, _, _ = self._place(tuple(args))
         for _ in range(rounds):
+            if between is not None:
+                between()
+                if self.link.arenas["inputs"].tensor.is_cuda:
+                    torch.cuda.synchronize(self.link.arenas["inputs"].tensor.device)
             t0 = time.perf_counter()
             request = {"kind": "calibrate", "args": spec, "outputs": [s.to_json() for s in self.out_slots],
                        "container": self.container}
@@ -270,6 +279,7 @@ class RemoteModel:
             if math.isfinite(claim) and 0 <= claim <= wall:
                 self.link.calibration_us.append(wall - claim)
                 self.link.handled_us["calibrate"].append(_number(reply.get("handled_us")))
+                self.link.phases_us["calibrate"].append(_numbers(reply.get("phases_us"), 3))
 
     def profile(self) -> list[DeviceEvent]:
         """The runner's kernel profile of the candidate (as it reports it)."""
@@ -293,6 +303,12 @@ def _number(value: Any) -> float:
     except (TypeError, ValueError):
         return -1.0
     return x if math.isfinite(x) else -1.0
+
+
+def _numbers(value: Any, count: int) -> list[float]:
+    """``count`` finite numbers the runner sent (-1.0 for each one missing or malformed)."""
+    items = value if isinstance(value, list) else []
+    return [_number(items[i]) if i < len(items) else -1.0 for i in range(count)]
 
 
 def _strings(value: Any, limit: int, length: int) -> list[str]:

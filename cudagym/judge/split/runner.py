@@ -15,6 +15,7 @@ When the job ends the process exits; nothing of it judges another job.
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 import os
 import sys
@@ -68,6 +69,8 @@ class _Server:
         import torch
 
         import cudagym.judge.harness.runner  # noqa: F401  (the guards and the harness, before any job)
+
+        importlib.import_module("torch._dynamo")  # seconds to import: a job's start should not wait for it
 
         if torch.cuda.is_available():
             torch.cuda.init()
@@ -145,9 +148,7 @@ class _Server:
             self.ctx = ctx
             if ctx.on_gpu:
                 torch.cuda.set_device(device)
-            import importlib
-
-            importlib.import_module("torch._dynamo")
+            importlib.import_module("torch._dynamo")  # imported in warm(): the guards' snapshots include its config
             ctx.flags.apply()
             ctx.sources = dict(job.solution.files)
             if ctx.on_gpu and job.protocol.launch_cover_us > 0 and job.protocol.timing == "cuda_events":
@@ -280,19 +281,24 @@ class _Server:
         """Flush, time one forward with the timer, restore torch's switches, deliver the outputs: one reply."""
         from cudagym.judge.harness.integrity import TorchFlags
 
+        marks = [time.perf_counter()]
         args = self._args(request)
         reset_persisting_l2(self.device.type == "cuda")
         self.flusher.flush()
+        marks.append(time.perf_counter())
         measured = call(lambda: self.timer.measure(lambda: model(*args)))
+        marks.append(time.perf_counter())
         changes = []
         now = TorchFlags.capture()
         if now != flags:
             changes = flags.differences(now)
             flags.apply()
         problem = self._deliver(request, measured.outputs)
+        marks.append(time.perf_counter())
         return {"kind": "timed", "problem": problem, "time_us": _finite(measured.time_us),
                 "wall_us": _finite(measured.wall_us), "enqueue_us": _finite(measured.enqueue_us),
-                "flag_changes": changes}
+                "flag_changes": changes,  # and the runner's own account of prepare, measure, deliver:
+                "phases_us": [_finite((b - a) * 1e6) for a, b in zip(marks, marks[1:], strict=False)]}
 
     def _profile(self) -> dict[str, Any]:
         ctx = self.ctx
