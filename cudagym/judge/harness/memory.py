@@ -15,7 +15,7 @@ bound the harness held every copy at once and ran out of an H200's 140 GiB on it
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -62,6 +62,16 @@ def count_where_not_finite(tensor: torch.Tensor) -> int:
     return sum(int((~torch.isfinite(piece)).sum().item()) for _, (piece,) in flat_chunks(tensor))
 
 
+def count_equal(tensor: torch.Tensor, value: int | float) -> int:
+    """Elements of ``tensor`` equal to ``value``, counted chunk by chunk (no full-size boolean temporary)."""
+    return sum(int((piece == value).sum().item()) for _, (piece,) in flat_chunks(tensor))
+
+
+def any_negative(tensor: torch.Tensor) -> bool:
+    """Whether any element of ``tensor`` is below zero, chunk by chunk (stops at the first chunk with one)."""
+    return any(bool((piece < 0).any()) for _, (piece,) in flat_chunks(tensor))
+
+
 def chunked_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     """``torch.equal`` of two same-shaped tensors, chunk by chunk (no full-size temporary)."""
     if a.shape != b.shape or a.dtype != b.dtype:
@@ -106,32 +116,35 @@ def rms_difference(a: torch.Tensor, b: torch.Tensor) -> float:
 class DeviceMemoryMeter:
     """The job's peak device memory: the allocator's cache emptied and its peak reset when the job starts.
 
-    The peak is ``torch.cuda.max_memory_reserved``: what the job held on the device. (The allocator scrub
-    takes every free cached block before each audited forward, so the allocated peak equals it anyway.)
-    On the CPU test path it reads 0.
+    The peak is ``torch.cuda.max_memory_reserved`` (what the job held through torch's allocator, which
+    bounds what it allocated) plus what ``outside`` reports: device memory this process holds outside that
+    allocator (the split's arenas, CUDA VMM allocations torch does not see), at its most. On the CPU test
+    path it reads 0.
     """
 
     device: torch.device
     total_bytes: int = 0
+    outside: Callable[[], int] | None = None
 
     @classmethod
-    def start(cls, device: torch.device) -> DeviceMemoryMeter:
+    def start(cls, device: torch.device, outside: Callable[[], int] | None = None) -> DeviceMemoryMeter:
         """Empty the cache and reset the peak on ``device`` (nothing on the CPU)."""
         if device.type != "cuda":
-            return cls(device)
+            return cls(device, outside=outside)
         torch.cuda.synchronize(device)
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-        return cls(device, int(torch.cuda.get_device_properties(device).total_memory))
+        return cls(device, int(torch.cuda.get_device_properties(device).total_memory), outside)
 
     def peak_bytes(self) -> int:
-        """Peak bytes reserved on the device since :meth:`start` (0 on the CPU or when unreadable)."""
+        """Peak bytes held on the device since :meth:`start` (0 on the CPU or when unreadable)."""
         if self.device.type != "cuda":
             return 0
         try:
-            return int(torch.cuda.max_memory_reserved(self.device))
+            reserved = int(torch.cuda.max_memory_reserved(self.device))
         except Exception:  # a poisoned context cannot answer; the verdict must still come back
-            return 0
+            reserved = 0
+        return reserved + (self.outside() if self.outside is not None else 0)
 
     def room_for(self, nbytes: int) -> bool:
         """Whether ``nbytes`` more could be allocated now: free device memory plus the cache's free blocks."""
