@@ -355,6 +355,7 @@ def _timing(ctx: EvalContext) -> None:
         may_poison=ctx.may_poison,
         on_round=SpotCheck(ctx),
         cover_sizing=CoverSizing(protocol.launch_cover_us, protocol.launch_cover_max_us) if sized else None,
+        baselines_share_inputs=not ctx.reference_writes_inputs,
     )
     ctx.timing = loop.run()
     if sized:
@@ -527,7 +528,8 @@ class SpotCheck:
             ctx.flags.apply()
         checked = index in (0, self.precision_round) or secrets.randbelow(SPOT_CHECK_EVERY) == 0
         if self.inputs is not None and not self.compared and checked:
-            reference = ctx.run_reference(clone_tree(self.inputs))
+            # the round's set itself where the reference leaves its inputs alone (no second set on the device)
+            reference = ctx.run_reference(clone_tree(self.inputs) if ctx.reference_writes_inputs else self.inputs)
             self._compare(index, reference)
             ctx.poison_results(reference)  # freed results hold poison, never answers
         self.outputs, self.inputs = None, None
