@@ -1,12 +1,58 @@
 """Bounded device memory: chunked elementwise passes, the job's peak-memory meter, and what a task needs.
 
-The bound (README, "How a solution is judged"): beyond what the reference itself needs to run (its weights,
-one input set, its outputs and its intermediates), an evaluation holds at most one more input set and its
-outputs on the device: the candidate's copy and the candidate's outputs during a correctness check, one
-contender's copy and outputs during a timed round. Every other input set is generated when it is used and
-freed after; reference outputs never outlive their comparison; comparisons, bitwise equality and
-reductions walk tensors in chunks of :data:`CHUNK_ELEMENTS`, so their temporaries are a few hundred MB
-whatever the output's size.
+The bound (README, "Device memory is bounded"). With R the reference's own need (its weights, one input set,
+its outputs and intermediates: the peak after the priming run, ``EvalCost.reference_peak_bytes``), S one
+input set and O one output set, ε the small buffers (the L2 flush buffer of twice the L2, the chunked passes'
+temporaries of a few x 64 MB, the allocator's 2 MiB rounding):
+
+- one process (no split; R then the larger of the reference's and the candidate's own needs):
+  ``peak <= R + S + O + ε``;
+- the split's trusted process, its arenas included: ``peak <= R + S + 2 O + ε``;
+- the split's runner: ``peak <= C + S + O + ε``, C the candidate's own need on inputs it reads from the arena;
+- the device: the two processes' peaks and one CUDA context per process (measured by the GPU test).
+
+Device allocations alive at once, at each phase's peak, in the split (T the trusted process, N the runner):
+
+=====================  ===========================================================  =====================
+phase                  alive at the peak                                            beyond R (T) / C (N)
+=====================  ===========================================================  =====================
+priming (T)            models, the priming set, the reference's intermediates and   T: S (a fresh draw:
+                       outputs; then a fresh draw of the set (does the reference    the reference's own
+                       write its inputs?)                                           writes, found once)
+calibration (T, N)     T: the arenas (S + O); N: zeros of the outputs' shapes       T: S + O; N: O
+check (T)              the set (the reference's input), the candidate's outputs     T: S + 2 O
+                       copied out of the output arena (O), the reference's run,
+                       the arenas. No trusted copy of the inputs: the input arena
+                       is the candidate's copy (before: + S)
+check (N)              the candidate's run on the arena's views; the side_stream    N: O (guard only)
+                       guard's snapshot of its outputs
+scaled sets, hard      as a check (the scaled set is probed with the reference      T: S + 2 O
+coding (T)             alone, then dropped)
+result_cache (T)       the second set and the candidate's outputs; the first set    T: S + 2 O
+                       is dropped before the reference runs (before: + S)
+float64 probe (T)      a float64 copy of the reference, its inputs, outputs and     about 2 R more: gated
+                       intermediates, beside a check's tensors                      (below)
+compile warm-up (T)    a fresh set and the compiled reference's run                 T: S (the arenas)
+timed round (T)        the round's set (the baselines' input: they share it when    T: S + 2 O
+                       the reference does not write its inputs; before: a copy
+                       each), the candidate's outputs, one baseline's run, the
+                       arenas; the L2 flush buffer, allocated on an emptied cache
+                       before the loop (before: carved out of a free input-sized
+                       block, which then held one more set's worth reserved)
+timed round (N)        the candidate's run on the arena's views, the L2 flush       N: ε
+spot check (T)         the round's set (the reference runs on it where it leaves    T: S + 2 O
+                       its inputs alone), the candidate's outputs, the reference
+profile (N)            the runner's own draw of a set and the candidate's runs      N: S
+=====================  ===========================================================  =====================
+
+Without the split the candidate's copy is a clone in the one process (S) and its outputs are its own (O):
+R + S + O. Every other input set is generated when it is used and freed after; reference outputs never
+outlive their comparison; comparisons, bitwise equality, poison counts and reductions walk tensors in chunks
+of :data:`CHUNK_ELEMENTS`, so their temporaries are a few hundred MB whatever the output's size.
+
+The float64 precision probe is the one exception: a float64 reference needs about twice R. It runs only
+where the device has twice the evaluation's peak so far free (``room_for``) and is skipped with a note
+otherwise; its peak is in ``EvalCost.peak_device_memory_bytes`` like any other.
 
 A KernelBench v0.2 level-1 task can have a 7 GiB input and output (``L1/36_RMSNorm_``); before this
 bound the harness held every copy at once and ran out of an H200's 140 GiB on it.
