@@ -404,3 +404,38 @@ def test_in_the_split_the_trusted_side_holds_one_input_set_and_the_arenas_the_ca
     one_input, one_output = layout([torch.empty(37, 53)])[1], layout([torch.empty(37, 54)])[1]
     assert result.cost.arena_bytes == one_input + one_output
     assert result.cost.peak_device_memory_bytes == result.cost.runner_peak_device_memory_bytes == 0  # no device
+
+
+def test_the_link_keeps_the_runners_largest_reported_peak_and_the_arenas_most_bytes_at_once():
+    import os
+    import socket
+    import threading
+    import time
+
+    from cudagym.judge.split.channel import Channel
+    from cudagym.judge.split.remote import RunnerLink
+
+    trusted_end, runner_end = socket.socketpair()
+    runner = Channel(runner_end)
+    reported = [5 << 20, "a lie", 3 << 20, -1, float("nan"), float("inf"), 1e301]  # only plausible byte counts
+
+    def serve() -> None:  # the runner's side of the protocol: attach arenas, answer with what it reports
+        for peak in [0, 0, *reported]:
+            message, fds = runner.receive(30, max_fds=2)
+            for fd in fds:
+                os.close(fd)
+            kind = "attached" if message["kind"] == "arenas" else "outputs"
+            runner.send({"kind": kind, "peak_bytes": peak})
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    link = RunnerLink(Channel(trusted_end), time.monotonic() + 60)
+    link.ensure_arenas(1000, 300)
+    link.ensure_arenas(4000, 200)  # too small for the inputs: both replaced, the old ones closed first
+    link.ensure_arenas(10, 10)  # big enough: kept
+    assert link.arena_peak_bytes == 4000 + 200 == sum(a.size for a in link.arenas.values())  # never both pairs
+    for _ in reported:
+        link.request({"kind": "forward"}, expect="outputs")
+    assert link.runner_peak_bytes == 5 << 20
+    thread.join(10)
+    link.close()

@@ -320,10 +320,13 @@ def _number(value: Any) -> float:
     return x if math.isfinite(x) else -1.0
 
 
+MAX_REPORTED_BYTES = 1 << 50  # a PiB: no GPU holds more; a larger count is not a measurement
+
+
 def _count(value: Any) -> int:
-    """A byte count the runner sent (0 for anything that is not a finite non-negative number)."""
+    """A byte count the runner sent (0 for anything but a finite number from 0 to :data:`MAX_REPORTED_BYTES`)."""
     x = _number(value)
-    return int(x) if x >= 0 else 0
+    return int(x) if 0 <= x <= MAX_REPORTED_BYTES else 0
 
 
 def _strings(value: Any, limit: int, length: int) -> list[str]:
