@@ -147,6 +147,7 @@ class _Server:
             self.ctx = ctx
             if ctx.on_gpu:
                 torch.cuda.set_device(device)
+                torch.cuda.empty_cache()  # the calibration's output-sized blocks: the candidate's sizes are its own
             import importlib
 
             importlib.import_module("torch._dynamo")
