@@ -19,7 +19,8 @@ phase                  alive at the peak                                        
 priming (T)            models, the priming set, the reference's intermediates and   T: S (a fresh draw:
                        outputs; then a fresh draw of the set (does the reference    the reference's own
                        write its inputs?)                                           writes, found once)
-calibration (T, N)     T: the arenas (S + O); N: zeros of the outputs' shapes       T: S + O; N: O
+calibration (T, N)     T: the arenas (S + O); N: zeros of the outputs' shapes,      T: S + O; N: O
+                       released before the candidate loads
 check (T)              the set (the reference's input), the candidate's outputs     T: S + 2 O
                        copied out of the output arena (O), the reference's run,
                        the arenas. No trusted copy of the inputs: the input arena
