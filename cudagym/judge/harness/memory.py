@@ -27,8 +27,8 @@ check (T)              the set (the reference's input), the candidate's outputs 
                        is the candidate's copy (before: + S)
 check (N)              the candidate's run on the arena's views; the side_stream    N: O (guard only)
                        guard's snapshot of its outputs
-scaled sets, hard      as a check (the scaled set is probed with the reference      T: S + 2 O
-coding (T)             alone, then dropped)
+extra checks (T)       scaled sets and hard_coding, as a check (a scaled set is     T: S + 2 O
+                       first probed with the reference alone, then dropped)
 result_cache (T)       the second set and the candidate's outputs; the first set    T: S + 2 O
                        is dropped before the reference runs (before: + S)
 float64 probe (T)      a float64 copy of the reference, its inputs, outputs and     about 2 R more: gated
