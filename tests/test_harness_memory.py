@@ -85,6 +85,24 @@ def test_chunked_equality_and_moments_match_torch(tiny_chunks):
     assert rms_difference(a, b) == pytest.approx(((a - b).double().pow(2).mean().sqrt()).item())
 
 
+def test_chunked_counts_and_sign_scans_match_whole_tensor_ones(tiny_chunks):
+    from cudagym.judge.harness.context import signed_float_tensors
+    from cudagym.judge.harness.inputs import poison_, poison_count
+    from cudagym.judge.harness.memory import any_negative, count_equal
+
+    values = torch.arange(-30.0, 60.0).reshape(9, 10) % 7
+    assert count_equal(values, 3.0) == int((values == 3.0).sum()) > 0
+    assert count_equal(values.t(), 3.0) == int((values == 3.0).sum())  # a non-contiguous tensor: row runs
+    positive = torch.rand(9, 10) + 0.5
+    assert not any_negative(positive) and not any_negative(positive.t())
+    positive[8, 9] = -1.0  # in the last chunk
+    assert any_negative(positive) and any_negative(positive.t())
+    assert signed_float_tensors([positive, torch.rand(5, 5), 3, torch.arange(-4, 4)]) == [positive]
+    out = torch.randn(13, 11)
+    poison_(out[3:7])
+    assert poison_count(out) == 4 * 11 and poison_count(out.t()) == 4 * 11
+
+
 def test_phase_clock_adds_up_repeated_phases():
     clock = PhaseClock()
     for _ in range(2):
@@ -222,3 +240,202 @@ def test_a_task_too_large_is_not_the_agents_fault_and_its_observation_says_so():
     text = render_eval(result, "verify")
     assert text.startswith("Verify: NOT RUN: the task does not fit in this GPU's memory (not your solution's fault)")
     assert "TF32 off for matmuls, on for cuDNN convolutions" in text
+
+
+# ------------------------------------------------------------------------------------- timed rounds
+
+
+class Recorder:
+    """A round hook that keeps, per timed call, what it was handed: the same objects or not, and their values."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int, bool, torch.Tensor, torch.Tensor, int]] = []
+
+    def call(self, index, name, inputs, args, outputs):
+        self.calls.append((name, index, args is inputs, args[0].clone(), inputs[0].clone(), id(args[0])))
+
+    def end(self, index):
+        pass
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_a_timed_round_copies_the_set_only_for_contenders_that_need_a_copy_of_their_own(share):
+    from cudagym.judge.harness.stats import StoppingRule
+    from cudagym.judge.harness.timing import Contender, L2Flusher, TimingLoop, make_timer
+
+    handed: dict[str, list] = {}
+
+    def forward(name):
+        def call(args):
+            handed.setdefault(name, []).append(args)
+            return args[0] * 2.0
+        return call
+
+    arena = [torch.zeros(4, 3)]  # stands in for the runner's input arena: the contender copies into it
+
+    def remote(args, cover_us):
+        arena[0].copy_(args[0])
+        arena[0].add_(1.0)  # the candidate writes its copy; the round's set must not change
+        measured = make_timer("cuda_events", torch.device("cpu")).measure(lambda: forward("candidate")(args))
+        return measured
+
+    hook = Recorder()
+    loop = TimingLoop(
+        contenders=[Contender("candidate", forward("candidate"), measure=remote, seen=lambda: list(arena)),
+                    Contender("eager", forward("eager"), baseline=True),
+                    Contender("compiled", forward("compiled"), baseline=True)],
+        make_inputs=lambda r: [torch.full((4, 3), float(r))], timer=make_timer("cuda_events", torch.device("cpu")),
+        flusher=L2Flusher(torch.device("cpu"), 0, True), rule=StoppingRule(3, 3, 0.0, "median"), warmup_runs=1,
+        warmup_s=0.0, interleave=True, budget_s=60.0, may_poison=lambda t: True, on_round=hook,
+        baselines_share_inputs=share)
+    loop.run()
+    assert [c[1] for c in hook.calls if c[0] == "candidate"] == [0, 1, 2]
+    for name, index, same, seen, inputs, seen_id in hook.calls:
+        assert torch.equal(inputs, torch.full((4, 3), float(index)))  # the round's set was never written
+        if name == "candidate":  # handed the set itself; what it left is its own copy (the arena), written
+            assert seen_id == id(arena[0]) and torch.equal(seen, inputs + 1.0)
+        else:  # the baselines ran on the set itself, or on a copy each
+            assert same is share and torch.equal(seen, inputs)
+    assert all(args[0] is not arena[0] for args in handed["eager"])
+
+
+REFERENCE_WRITES = LINEAR_TASK.replace("        return torch.relu(self.lin(x))",
+                                       "        y = torch.relu(self.lin(x))\n        x.mul_(0.5)\n        return y")
+
+
+def test_a_reference_that_writes_its_inputs_is_found_once_and_exempts_the_candidate(tmp_path, monkeypatch):
+    writer = HONEST.replace("        return torch.relu(", "        out = torch.relu(torch.addmm(self.lin.bias, x, "
+                            "self.lin.weight.t()))\n        x.mul_(0.5)\n        return out\n        return (")
+    monkeypatch.setattr(torch, "compile", lambda model, *args, **kwargs: model)
+    exempt = run(tmp_path, writer, task=REFERENCE_WRITES, guards=["input_mutation"], mode=EvalMode.SUBMIT,
+                 baselines=KnownBaselines())
+    assert exempt.status is EvalStatus.OK, exempt.message
+    assert "the reference itself writes to its inputs; input_mutation not enforced" in exempt.log
+    flagged = run(tmp_path, writer, guards=["input_mutation"])  # the plain task's reference leaves x alone
+    assert flagged.status is EvalStatus.RULE_VIOLATION
+    assert "forward changed its input(s) [0]" in flagged.message
+
+
+# ------------------------------------------------------------------------------------- the split's live set
+
+# Each forward prints how many input-set and output tensors of the task its process holds in memory of its
+# own (a storage exactly its size: views of an arena do not count; the arenas' bytes are in the result).
+SPLIT_COUNTING_TASK = '''
+import gc
+import json
+import warnings
+
+import torch
+import torch.nn as nn
+
+INPUT_SHAPE, OUTPUT_SHAPE = (37, 53), (37, 54)
+
+
+def tensor_or_none(o):
+    try:  # a dead weak proxy raises on isinstance; torch.compile's tracing tensors are subclasses
+        return o if isinstance(o, torch.Tensor) and type(o) is torch.Tensor else None
+    except ReferenceError:
+        return None
+
+
+def own(shape):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        found = [t for t in map(tensor_or_none, gc.get_objects()) if t is not None and tuple(t.shape) == shape]
+        return len({t.untyped_storage().data_ptr() for t in found
+                    if t.untyped_storage().nbytes() == t.numel() * t.element_size()})
+
+
+def count(who):
+    print("LIVE " + json.dumps([who, own(INPUT_SHAPE), own(OUTPUT_SHAPE)]), flush=True)
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        count("reference")
+        return torch.cat([x, x[:, :1]], dim=1) * 2.0
+
+
+def get_inputs():
+    return [torch.randn(*INPUT_SHAPE)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.fixture(scope="module")
+def split_pool():
+    from cudagym.judge.worker import PoolOptions, WorkerPool
+
+    options = PoolOptions(job_fn="cudagym.judge.split.trusted:run_job_on_cpu", runner=True, startup_timeout_s=180.0)
+    with WorkerPool(["0"], options=options) as pool:
+        yield pool
+
+
+def test_in_the_split_the_trusted_side_holds_one_input_set_and_the_arenas_the_candidates(split_pool):
+    from cudagym.judge.job import Job
+    from cudagym.judge.records import BuildResult, BuildStatus
+    from cudagym.judge.split.arena import layout
+    from cudagym.solution import Solution
+    from cudagym.task import make_task
+
+    candidate = SPLIT_COUNTING_TASK.replace("class Model(", "class ModelNew(").replace(
+        'count("reference")', 'count("candidate")')
+    protocol = CUDAGYM_V0.with_changes(id="test-split-memory", num_inputs=3, warmup_runs=1, warmup_ms=0.0,
+                                       min_runs=5, max_runs=5, target_ci_pct=0.0,
+                                       guards=("input_mutation", "result_cache", "hard_coding", "stale_memory"))
+    job = Job("split-memory", make_task(SPLIT_COUNTING_TASK, id="test/split_memory", suite="test", level=1,
+                                        name="split_memory", origin="test"),
+              Solution("inline", {"model_new.py": candidate}), BuildResult(BuildStatus.OK, "inline"),
+              EvalMode.SUBMIT, protocol, KnownBaselines())
+    result = split_pool.submit(job).result(timeout=300)
+    assert result.status is EvalStatus.OK, result.message + result.log[-3000:]
+    rows = [json.loads(line[len("LIVE "):]) for line in result.log.splitlines() if line.startswith("LIVE ")]
+    trusted = [r for r in rows if r[0] == "reference"]
+    runner = [r for r in rows if r[0] == "candidate"]
+    assert len(trusted) > 10 and len(runner) > 10, rows  # checks, guards and timed rounds on both sides
+    # the trusted process: the reference's own input set and at most the candidate's outputs (its copy)
+    assert max(r[1] for r in trusted) == 1 and max(r[2] for r in trusted) <= 1, trusted
+    # the runner: the candidate reads its inputs from the arena; it holds at most its own last outputs
+    assert max(r[1] for r in runner) == 0 and max(r[2] for r in runner) <= 1, runner
+    # ... and the arenas are one input set and one output set
+    one_input, one_output = layout([torch.empty(37, 53)])[1], layout([torch.empty(37, 54)])[1]
+    assert result.cost.arena_bytes == one_input + one_output
+    assert result.cost.peak_device_memory_bytes == result.cost.runner_peak_device_memory_bytes == 0  # no device
+
+
+def test_the_link_keeps_the_runners_largest_reported_peak_and_the_arenas_most_bytes_at_once():
+    import os
+    import socket
+    import threading
+    import time
+
+    from cudagym.judge.split.channel import Channel
+    from cudagym.judge.split.remote import RunnerLink
+
+    trusted_end, runner_end = socket.socketpair()
+    runner = Channel(runner_end)
+    reported = [5 << 20, "a lie", 3 << 20, -1, float("nan"), float("inf"), 1e301]  # only plausible byte counts
+
+    def serve() -> None:  # the runner's side of the protocol: attach arenas, answer with what it reports
+        for peak in [0, 0, *reported]:
+            message, fds = runner.receive(30, max_fds=2)
+            for fd in fds:
+                os.close(fd)
+            kind = "attached" if message["kind"] == "arenas" else "outputs"
+            runner.send({"kind": kind, "peak_bytes": peak})
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    link = RunnerLink(Channel(trusted_end), time.monotonic() + 60)
+    link.ensure_arenas(1000, 300)
+    link.ensure_arenas(4000, 200)  # too small for the inputs: both replaced, the old ones closed first
+    link.ensure_arenas(10, 10)  # big enough: kept
+    assert link.arena_peak_bytes == 4000 + 200 == sum(a.size for a in link.arenas.values())  # never both pairs
+    for _ in reported:
+        link.request({"kind": "forward"}, expect="outputs")
+    assert link.runner_peak_bytes == 5 << 20
+    thread.join(10)
+    link.close()

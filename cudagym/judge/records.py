@@ -199,15 +199,21 @@ class Precision:
 class EvalCost:
     """What one evaluation cost: peak device memory and wall time per phase (0 where a phase did not run).
 
-    ``peak_device_memory_bytes`` is the caching allocator's peak reservation on the job's device during the
-    job (``torch.cuda.max_memory_reserved`` after emptying the cache and resetting the peak at its start):
-    what the job held, which bounds what it allocated (the allocator scrub fills every cached block). The
-    harness's bound is ``peak <= reference_peak + input_set + output_set`` (plus small buffers: the L2 flush,
-    the chunked comparisons' temporaries).
+    ``peak_device_memory_bytes`` is what the judging process held on the job's device at most: its caching
+    allocator's peak reservation during the job (``torch.cuda.max_memory_reserved`` after emptying the cache
+    and resetting the peak at its start), plus, in the trust split, the arenas it shares with the runner
+    (``arena_bytes``, allocated outside torch's allocator). ``runner_peak_device_memory_bytes`` is the runner's
+    own allocator peak, as the runner reports it (0 without a split). CUDA contexts (a few hundred MB per
+    process) are in neither. The bounds (README, "Device memory is bounded"): one process
+    ``peak <= reference_peak + input_set + output_set``; in the split ``peak <= reference_peak + input_set +
+    2 * output_set`` and the runner's ``runner_peak <=`` the candidate's own need ``+ input_set +
+    output_set``; each plus small buffers (the L2 flush, the chunked comparisons' temporaries).
     """
 
     peak_device_memory_bytes: int = 0
     device_memory_total_bytes: int = 0
+    runner_peak_device_memory_bytes: int = 0  # the split's runner: its own allocator's peak (what it reported)
+    arena_bytes: int = 0  # the split's two shared arenas (input set and output set), part of the peak above
     reference_peak_bytes: int = 0  # the peak once both models were built and the reference ran once, alone
     input_set_bytes: int = 0  # one input set of the task
     output_set_bytes: int = 0  # the reference's outputs for one input set

@@ -34,19 +34,15 @@ class InputMutation(Guard):
     def on_check(self, ctx: EvalContext, record: CheckRecord) -> None:
         """The candidate's copy of the inputs must equal the pristine set after its forward.
 
-        The harness compared them before the reference ran on the pristine set (``record.inputs_changed``);
-        the inputs that differ are named by comparing with a fresh draw of the seed.
+        The harness compared them before the reference ran on the pristine set (``record.inputs_changed``,
+        the changed ones in ``record.changed_inputs``): no further copy is drawn (bounded memory).
         """
-        from cudagym.judge.harness.inputs import trees_bitwise_equal
-
         if not record.inputs_changed:
             return
         if record.reference_writes_inputs:
             ctx.note(f"seed {record.seed}: the reference itself writes to its inputs; input_mutation not enforced")
             return
-        pristine = ctx.make_inputs(record.seed)
-        changed = [i for i, (a, b) in enumerate(zip(record.args, pristine, strict=True))
-                   if not trees_bitwise_equal(a, b)]
+        changed = list(record.changed_inputs)
         ctx.flag(self.name, f"forward changed its input(s) {changed} (seed {record.seed}); inputs are read-only")
 
 

@@ -163,8 +163,8 @@ class Precision(Guard):
 
         from cudagym.judge.harness.inputs import clone_tree, tensors_in
 
-        candidate = tensors_in(ctx.run_candidate(clone_tree(inputs), "precision"))
-        ref32 = tensors_in(ctx.run_reference(clone_tree(inputs)))
+        candidate = tensors_in(ctx.run_candidate(ctx.candidate_copy(inputs), "precision"))
+        ref32 = tensors_in(ctx.run_reference(clone_tree(inputs) if ctx.reference_writes_inputs else inputs))
         ref64 = _forward64(ref64_model, inputs)
         if ref64 is None:
             ctx.note(f"precision: the float64 reference failed on inputs {label}; probe skipped")
@@ -194,10 +194,12 @@ class Precision(Guard):
 
 def _forward64(ref64_model: Any, inputs: list[Any]) -> list[torch.Tensor] | None:
     """The float64 reference's output tensors on ``inputs`` (converted to float64), or None if it raised."""
-    from cudagym.judge.harness.inputs import clone_tree, map_tensors, tensors_in
+    import torch
+
+    from cudagym.judge.harness.inputs import map_tensors, tensors_in
 
     try:
-        doubled = map_tensors(clone_tree(inputs), lambda t: t.double() if t.is_floating_point() else t)
+        doubled = map_tensors(inputs, lambda t: t.to(torch.float64, copy=True) if t.is_floating_point() else t.clone())
         return tensors_in(ref64_model(*doubled))
     except Exception:
         return None

@@ -6,7 +6,8 @@ memory is scrubbed first, the guards' ``forward_scope`` context managers wrap th
 kernel errors surface here, attributed to the candidate. :meth:`EvalContext.verify_seed` is one
 correctness check: the candidate runs first on its own copy of a seeded input set, then the reference on
 the set itself (still pristine), so the candidate never runs on memory where this input's reference
-results lived, and no third copy is held.
+results lived, and no third copy is held. In the split the runner's input arena is the candidate's copy
+(:meth:`EvalContext.candidate_copy`): the trusted process holds no copy of its own.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from cudagym.judge.harness.failures import (
 from cudagym.judge.harness.inputs import clone_tree, generate_inputs, poison_tree_, tensors_in, trees_bitwise_equal
 from cudagym.judge.harness.integrity import PRISTINE, AttributeSnapshot, TorchFlags, protocol_flags
 from cudagym.judge.harness.loading import Reference
-from cudagym.judge.harness.memory import DeviceMemoryMeter, PhaseClock
+from cudagym.judge.harness.memory import DeviceMemoryMeter, PhaseClock, any_negative
 from cudagym.judge.harness.profiling import DeviceEvent, profile_calls
 from cudagym.judge.harness.scrub import scrub_free_blocks
 from cudagym.judge.harness.timing import Cover, TimingRun
@@ -75,7 +76,8 @@ class CheckRecord:
     reference: Any
     check: InputCheck
     inputs_changed: bool = False  # the candidate's call changed its copy of the inputs
-    reference_writes_inputs: bool = False  # ... and the reference's call changes its copy too (checked only then)
+    reference_writes_inputs: bool = False  # ... and the reference's calls change their inputs too
+    changed_inputs: tuple[int, ...] = ()  # which arguments the candidate's call changed
 
 
 class EvalContext:
@@ -119,6 +121,7 @@ class EvalContext:
         self.side = "both"  # "trusted" / "runner" in the split; "both" when one process does everything
         self.reference_aliases: dict[str, bool] = {}  # does the reference's output alias an input, weights, ...
         self.primed = False  # the priming reference run is done
+        self.reference_writes_inputs = False  # the priming reference run changed its inputs (found then)
         self.paired: tuple[float, int] | None = None  # paired speedup vs eager and its rounds, when interleaved
         self.runner_job: Job = job  # the job as the runner sees it (its own paths), in the split
 
@@ -264,22 +267,41 @@ class EvalContext:
             TaskProblem: The reference output is not finite (the task is invalid for this input).
         """
         ref_args = self.inputs_at(seed, scale)  # pristine until the reference runs on it, after the candidate
-        args = clone_tree(ref_args)
-        outputs = self.run_candidate(args, purpose)
-        changed = not trees_bitwise_equal(args, ref_args)
+        handed = self.candidate_copy(ref_args)
+        outputs = self.run_candidate(handed, purpose)
+        args = self.candidate_seen(handed)  # the candidate's copy after its call
+        changed = tuple(i for i, (a, b) in enumerate(zip(args, ref_args, strict=True)) if not trees_bitwise_equal(a, b))
         reference = self.run_reference(ref_args)
         bad = nonfinite_count(reference)
         if bad:
             raise TaskProblem(f"task {self.job.task.id}: the reference output has {bad} NaN/Inf values for "
                               f"seed {seed}; the task is invalid (its reference must be finite)")
         check = compare_outputs(reference, outputs, self.tolerance, index=index, seed=seed)
-        # Rare (a candidate that writes its inputs): does the reference write its own? Compare with a fresh draw.
-        writes = changed and not trees_bitwise_equal(ref_args, self.inputs_at(seed, scale))
-        record = CheckRecord(index, seed, purpose, args, ref_args, outputs, reference, check, changed, writes)
+        writes = bool(changed) and self.reference_writes_inputs
+        record = CheckRecord(index, seed, purpose, args, ref_args, outputs, reference, check, bool(changed), writes,
+                             changed)
         for guard in self.guards:
             guard.on_check(self, record)
         self.poison_results(reference)
         return check
+
+    def candidate_copy(self, inputs: list[Any]) -> list[Any]:
+        """The input set to hand the candidate: a copy of its own here; ``inputs`` itself in the split.
+
+        In the split the call copies the set into the runner's input arena and only reads ``inputs``: the
+        arena is the candidate's copy, and the trusted process holds no second one.
+        """
+        return inputs if self.remote is not None else clone_tree(inputs)
+
+    def candidate_seen(self, handed: list[Any]) -> list[Any]:
+        """The candidate's copy of the inputs after its last call, given what :meth:`candidate_copy` handed it.
+
+        Here that copy itself; in the split the input arena's views (valid until the next candidate call).
+        """
+        if self.remote is None:
+            return handed
+        remote: Any = self.cand_model
+        return list(remote.inputs_seen())
 
     def poison_results(self, tree: Any) -> None:
         """Overwrite the reference's (or a baseline's) result tensors with poison before they are freed.
@@ -347,7 +369,7 @@ class EvalContext:
 
 def signed_float_tensors(inputs: list[Any]) -> list[torch.Tensor]:
     """The floating-point input tensors that hold negative values (drawn from a signed distribution)."""
-    return [t for t in tensors_in(inputs) if t.is_floating_point() and t.numel() and bool((t < 0).any())]
+    return [t for t in tensors_in(inputs) if t.is_floating_point() and t.numel() and any_negative(t)]
 
 
 def _cuda_text(exc: BaseException) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from cudagym.judge.harness.memory import chunked_equal
+from cudagym.judge.harness.memory import chunked_equal, count_equal
 
 # Bit patterns written into freed result memory, per element size; floats get a signalling-NaN payload.
 _POISON_VIEW: dict[torch.dtype, tuple[torch.dtype, int]] = {
@@ -157,7 +157,7 @@ def poison_count(tensor: torch.Tensor) -> int:
     if spec is None or tensor.numel() == 0:
         return 0
     view_dtype, pattern = spec
-    return int((tensor.view(view_dtype) == _signed(pattern, view_dtype)).sum().item())
+    return count_equal(tensor.view(view_dtype), _signed(pattern, view_dtype))
 
 
 def _signed(pattern: int, dtype: torch.dtype) -> int:

@@ -1,12 +1,59 @@
 """Bounded device memory: chunked elementwise passes, the job's peak-memory meter, and what a task needs.
 
-The bound (README, "How a solution is judged"): beyond what the reference itself needs to run (its weights,
-one input set, its outputs and its intermediates), an evaluation holds at most one more input set and its
-outputs on the device: the candidate's copy and the candidate's outputs during a correctness check, one
-contender's copy and outputs during a timed round. Every other input set is generated when it is used and
-freed after; reference outputs never outlive their comparison; comparisons, bitwise equality and
-reductions walk tensors in chunks of :data:`CHUNK_ELEMENTS`, so their temporaries are a few hundred MB
-whatever the output's size.
+The bound (README, "Device memory is bounded"). With R the reference's own need (its weights, one input set,
+its outputs and intermediates: the peak after the priming run, ``EvalCost.reference_peak_bytes``), S one
+input set and O one output set, ε the small buffers (the L2 flush buffer of twice the L2, the chunked passes'
+temporaries of a few x 64 MB, the allocator's 2 MiB rounding):
+
+- one process (no split; R then the larger of the reference's and the candidate's own needs):
+  ``peak <= R + S + O + ε``;
+- the split's trusted process, its arenas included: ``peak <= R + S + 2 O + ε``;
+- the split's runner: ``peak <= C + S + O + ε``, C the candidate's own need on inputs it reads from the arena;
+- the device: the two processes' peaks and one CUDA context per process (measured by the GPU test).
+
+Device allocations alive at once, at each phase's peak, in the split (T the trusted process, N the runner):
+
+=====================  ===========================================================  =====================
+phase                  alive at the peak                                            beyond R (T) / C (N)
+=====================  ===========================================================  =====================
+priming (T)            models, the priming set, the reference's intermediates and   T: S (a fresh draw:
+                       outputs; then a fresh draw of the set (does the reference    the reference's own
+                       write its inputs?)                                           writes, found once)
+calibration (T, N)     T: the arenas (S + O); N: zeros of the outputs' shapes,      T: S + O; N: O
+                       released before the candidate loads
+check (T)              the set (the reference's input), the candidate's outputs     T: S + 2 O
+                       copied out of the output arena (O), the reference's run,
+                       the arenas. No trusted copy of the inputs: the input arena
+                       is the candidate's copy (before: + S)
+check (N)              the candidate's run on the arena's views; the side_stream    N: O (guard only)
+                       guard's snapshot of its outputs
+extra checks (T)       scaled sets and hard_coding, as a check (a scaled set is     T: S + 2 O
+                       first probed with the reference alone, then dropped)
+result_cache (T)       the second set and the candidate's outputs; the first set    T: S + 2 O
+                       is dropped before the reference runs (before: + S)
+float64 probe (T)      a float64 copy of the reference, its inputs, outputs and     about 2 R more: gated
+                       intermediates, beside a check's tensors                      (below)
+compile warm-up (T)    a fresh set and the compiled reference's run                 T: S (the arenas)
+timed round (T)        the round's set (the baselines' input: they share it when    T: S + 2 O
+                       the reference does not write its inputs; before: a copy
+                       each), the candidate's outputs, one baseline's run, the
+                       arenas; the L2 flush buffer, allocated on an emptied cache
+                       before the loop (before: carved out of a free input-sized
+                       block, which then held one more set's worth reserved)
+timed round (N)        the candidate's run on the arena's views, the L2 flush       N: ε
+spot check (T)         the round's set (the reference runs on it where it leaves    T: S + 2 O
+                       its inputs alone), the candidate's outputs, the reference
+profile (N)            the runner's own draw of a set and the candidate's runs      N: S
+=====================  ===========================================================  =====================
+
+Without the split the candidate's copy is a clone in the one process (S) and its outputs are its own (O):
+R + S + O. Every other input set is generated when it is used and freed after; reference outputs never
+outlive their comparison; comparisons, bitwise equality, poison counts and reductions walk tensors in chunks
+of :data:`CHUNK_ELEMENTS`, so their temporaries are a few hundred MB whatever the output's size.
+
+The float64 precision probe is the one exception: a float64 reference needs about twice R. It runs only
+where the device has twice the evaluation's peak so far free (``room_for``) and is skipped with a note
+otherwise; its peak is in ``EvalCost.peak_device_memory_bytes`` like any other.
 
 A KernelBench v0.2 level-1 task can have a 7 GiB input and output (``L1/36_RMSNorm_``); before this
 bound the harness held every copy at once and ran out of an H200's 140 GiB on it.
@@ -15,7 +62,7 @@ bound the harness held every copy at once and ran out of an H200's 140 GiB on it
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -62,6 +109,16 @@ def count_where_not_finite(tensor: torch.Tensor) -> int:
     return sum(int((~torch.isfinite(piece)).sum().item()) for _, (piece,) in flat_chunks(tensor))
 
 
+def count_equal(tensor: torch.Tensor, value: int | float) -> int:
+    """Elements of ``tensor`` equal to ``value``, counted chunk by chunk (no full-size boolean temporary)."""
+    return sum(int((piece == value).sum().item()) for _, (piece,) in flat_chunks(tensor))
+
+
+def any_negative(tensor: torch.Tensor) -> bool:
+    """Whether any element of ``tensor`` is below zero, chunk by chunk (stops at the first chunk with one)."""
+    return any(bool((piece < 0).any()) for _, (piece,) in flat_chunks(tensor))
+
+
 def chunked_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     """``torch.equal`` of two same-shaped tensors, chunk by chunk (no full-size temporary)."""
     if a.shape != b.shape or a.dtype != b.dtype:
@@ -106,32 +163,35 @@ def rms_difference(a: torch.Tensor, b: torch.Tensor) -> float:
 class DeviceMemoryMeter:
     """The job's peak device memory: the allocator's cache emptied and its peak reset when the job starts.
 
-    The peak is ``torch.cuda.max_memory_reserved``: what the job held on the device. (The allocator scrub
-    takes every free cached block before each audited forward, so the allocated peak equals it anyway.)
-    On the CPU test path it reads 0.
+    The peak is ``torch.cuda.max_memory_reserved`` (what the job held through torch's allocator, which
+    bounds what it allocated) plus what ``outside`` reports: device memory this process holds outside that
+    allocator (the split's arenas, CUDA VMM allocations torch does not see), at its most. On the CPU test
+    path it reads 0.
     """
 
     device: torch.device
     total_bytes: int = 0
+    outside: Callable[[], int] | None = None
 
     @classmethod
-    def start(cls, device: torch.device) -> DeviceMemoryMeter:
+    def start(cls, device: torch.device, outside: Callable[[], int] | None = None) -> DeviceMemoryMeter:
         """Empty the cache and reset the peak on ``device`` (nothing on the CPU)."""
         if device.type != "cuda":
-            return cls(device)
+            return cls(device, outside=outside)
         torch.cuda.synchronize(device)
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-        return cls(device, int(torch.cuda.get_device_properties(device).total_memory))
+        return cls(device, int(torch.cuda.get_device_properties(device).total_memory), outside)
 
     def peak_bytes(self) -> int:
-        """Peak bytes reserved on the device since :meth:`start` (0 on the CPU or when unreadable)."""
+        """Peak bytes held on the device since :meth:`start` (0 on the CPU or when unreadable)."""
         if self.device.type != "cuda":
             return 0
         try:
-            return int(torch.cuda.max_memory_reserved(self.device))
+            reserved = int(torch.cuda.max_memory_reserved(self.device))
         except Exception:  # a poisoned context cannot answer; the verdict must still come back
-            return 0
+            reserved = 0
+        return reserved + (self.outside() if self.outside is not None else 0)
 
     def room_for(self, nbytes: int) -> bool:
         """Whether ``nbytes`` more could be allocated now: free device memory plus the cache's free blocks."""

@@ -73,7 +73,8 @@ def evaluate(job: Job, device: str | torch.device | None = None, runner: RunnerL
     caller_flags = TorchFlags.capture()  # restored at the end: run_job may run in a caller's process
     poisoned = False
     try:
-        ctx.meter = DeviceMemoryMeter.start(ctx.device)
+        link = ctx.remote  # the split's arenas are device memory this process holds outside torch's allocator
+        ctx.meter = DeviceMemoryMeter.start(ctx.device, None if link is None else lambda: link.arena_peak_bytes)
         with torch.no_grad(), ExitStack() as stack:
             status, message = _pipeline(ctx, stack)
     except RunnerLost as lost:  # the candidate's process died, hung or sent garbage: the candidate's failure
@@ -288,6 +289,10 @@ def _baseline_round(ctx: EvalContext, inputs: list[Any]) -> Callable[[], None]:
 def _primed(ctx: EvalContext, inputs: list[Any], prime: Any) -> None:
     ctx.io_bytes = (nbytes(inputs), nbytes(prime))
     ctx.reference_peak_bytes = ctx.meter.peak_bytes()  # the models and one reference run: what the task needs
+    # Does the reference write to its inputs? Found once, here, against a fresh draw (R + one input set), so
+    # no check needs a third copy to tell the candidate's writes from the task's own.
+    ctx.reference_writes_inputs = not trees_bitwise_equal(inputs, ctx.make_inputs(ctx.protocol.seed +
+                                                                                  PRIMING_SEED_OFFSET))
     ctx.output_dtype = ctx.first_output_dtype(prime)
     ctx.primed = True
     if ctx.protocol.flat_reference_note:
@@ -361,6 +366,10 @@ def _timing(ctx: EvalContext) -> None:
     # unpublished: the candidate cannot draw the timed inputs itself (task code runs in its process) and
     # compute their answers ahead of the timed calls, nor tell which round it is in
     timing_base = TIMING_SEED_OFFSET + secrets.randbelow(2**30)
+    # The flush buffer lives through the loop: allocated first, on an emptied cache, so it is never carved out
+    # of a free input-sized block (which no input set could then use: one more set's worth reserved).
+    ctx.meter.release(0)
+    flusher = L2Flusher(ctx.device, l2_cache_bytes(ctx.device), protocol.l2_flush)
     contenders = [_candidate_contender(ctx)]
     if retime:
         contenders.extend(_baseline_contenders(ctx))
@@ -369,7 +378,7 @@ def _timing(ctx: EvalContext) -> None:
         contenders=contenders,
         make_inputs=lambda r: ctx.make_inputs(timing_base + r),
         timer=make_timer(protocol.timing, ctx.device, ctx.cover),
-        flusher=L2Flusher(ctx.device, l2_cache_bytes(ctx.device), protocol.l2_flush),
+        flusher=flusher,
         rule=StoppingRule(protocol.min_runs, protocol.max_runs, protocol.target_ci_pct, protocol.statistic),
         warmup_runs=protocol.warmup_runs,
         warmup_s=protocol.warmup_ms / 1000.0,
@@ -378,6 +387,7 @@ def _timing(ctx: EvalContext) -> None:
         may_poison=ctx.may_poison,
         on_round=SpotCheck(ctx),
         cover_sizing=CoverSizing(protocol.launch_cover_us, protocol.launch_cover_max_us) if sized else None,
+        baselines_share_inputs=not ctx.reference_writes_inputs,
     )
     ctx.timing = loop.run()
     if sized:
@@ -418,8 +428,8 @@ def _candidate_contender(ctx: EvalContext) -> Contender:
     model = ctx.cand_model
     assert model is not None
     if ctx.remote is not None:  # timed in the runner, on its own stream; the claim is checked (verify_claims)
-        remote: Any = model
-        return Contender("candidate", remote, measure=remote.timed)
+        remote: Any = model  # its copy of the inputs is the runner's arena: the loop hands it the round's set
+        return Contender("candidate", remote, measure=remote.timed, seen=remote.inputs_seen)
     return Contender("candidate", lambda args: ctx.call_candidate(lambda: model(*args), "timing"))
 
 
@@ -546,7 +556,8 @@ class SpotCheck:
         """Keep the candidate's outputs; compare eager's with them."""
         if name == "candidate":
             self.outputs, self.inputs, self.compared = outputs, inputs, False
-            if not trees_bitwise_equal(args, inputs):
+            # (exempt, as in input_mutation, where the task's reference writes to its own inputs)
+            if not self.ctx.reference_writes_inputs and not trees_bitwise_equal(args, inputs):
                 self.ctx.spot_failures.append(f"timed round {index}: the candidate changed its inputs")
         elif name == "eager" and self.inputs is not None:
             self._compare(index, outputs)
@@ -560,7 +571,8 @@ class SpotCheck:
             ctx.flags.apply()
         checked = index in (0, self.precision_round) or secrets.randbelow(SPOT_CHECK_EVERY) == 0
         if self.inputs is not None and not self.compared and checked:
-            reference = ctx.run_reference(clone_tree(self.inputs))
+            # the round's set itself where the reference leaves its inputs alone (no second set on the device)
+            reference = ctx.run_reference(clone_tree(self.inputs) if ctx.reference_writes_inputs else self.inputs)
             self._compare(index, reference)
             ctx.poison_results(reference)  # freed results hold poison, never answers
         self.outputs, self.inputs = None, None
@@ -683,7 +695,10 @@ def _result(ctx: EvalContext, status: EvalStatus, message: str, wall_s: float, p
 
 def _cost(ctx: EvalContext) -> EvalCost:
     clock = ctx.clock
+    link = ctx.remote
     return EvalCost(peak_device_memory_bytes=ctx.meter.peak_bytes(), device_memory_total_bytes=ctx.meter.total_bytes,
+                    runner_peak_device_memory_bytes=link.runner_peak_bytes if link is not None else 0,
+                    arena_bytes=link.arena_peak_bytes if link is not None else 0,
                     reference_peak_bytes=ctx.reference_peak_bytes, input_set_bytes=ctx.io_bytes[0],
                     output_set_bytes=ctx.io_bytes[1],
                     load_s=clock.get("load"), check_s=clock.get("check"), timing_s=clock.get("timing"),

@@ -217,6 +217,9 @@ class Contender:
     forward: Callable[[list[Any]], Any]
     baseline: bool = False
     measure: Callable[[list[Any], float | None], Measurement] | None = None  # timed elsewhere (the runner)
+    # The contender copies the inputs itself (the runner's arena) and only reads the set it is handed; this
+    # returns its copy after the call. None: the loop hands it a copy of its own.
+    seen: Callable[[], list[Any]] | None = None
 
 
 @dataclass
@@ -321,6 +324,8 @@ class TimingLoop:
         on_round: The spot-check hook.
         cover_sizing: Size each baseline's launch cover from its warm-up (the timer needs a cover); ``None``
             keeps the cover's own length.
+        baselines_share_inputs: The baselines run on the round's set itself, not a copy each (true when the
+            reference does not write to its inputs: it then leaves the set as it found it).
     """
 
     contenders: list[Contender]
@@ -335,6 +340,7 @@ class TimingLoop:
     may_poison: Callable[[torch.Tensor], bool]
     on_round: RoundHook = field(default_factory=NoHook)
     cover_sizing: CoverSizing | None = None
+    baselines_share_inputs: bool = False
 
     def run(self) -> TimingRun:
         """Warm up, then time rounds until the rule holds for every contender (or the cap or budget)."""
@@ -366,19 +372,24 @@ class TimingLoop:
         """One call per contender on one input set, recorded in ``into`` (a warm-up's run has no sized covers).
 
         Bounded memory: besides the round's inputs, only the first contender's outputs and the current
-        contender's copy and outputs are alive; each later contender's are poisoned right after its call.
+        contender's copy and outputs are alive; each later contender's are poisoned right after its call. A
+        contender that copies the inputs itself (``seen``: the split's runner) gets the round's set, and so do
+        the baselines where they leave it unchanged (``baselines_share_inputs``).
         """
         inputs = self.make_inputs(index)
         held: Any = None
         for position, contender in enumerate(group):
-            args = clone_tree(inputs)
+            shared = contender.seen is not None or (contender.baseline and self.baselines_share_inputs)
+            args = inputs if shared else clone_tree(inputs)
             self.flusher.flush()
             cover_us = into.cover_us.get(contender.name)
             measured = (contender.measure(args, cover_us) if contender.measure is not None
                         else self.timer.measure(functools.partial(contender.forward, args), cover_us))
             into.samples[contender.name].add(measured)
             if timed:
-                self.on_round.call(index, contender.name, inputs, args, measured.outputs)
+                seen = contender.seen() if contender.seen is not None else args
+                self.on_round.call(index, contender.name, inputs, seen, measured.outputs)
+                del seen
             del args
             if position == 0:
                 held = measured.outputs

@@ -3,8 +3,9 @@
 :class:`RemoteModel` stands in for ``ModelNew`` in the trusted process. Calling it copies the arguments into
 the input arena, asks the runner to run the real model there, and rebuilds the outputs from the output
 arena as tensors the trusted process allocates itself: the harness compares, fingerprints and poisons
-those, never an object the candidate made. The runner's copy of the inputs is copied back, so a candidate
-that writes to its inputs is seen writing to them.
+those, never an object the candidate made. The input arena is the candidate's copy of the inputs: the
+trusted side places the pristine set there and keeps its own tensors untouched, so it needs no copy of its
+own; what the candidate did to its copy is read from the arena (:meth:`RemoteModel.inputs_seen`).
 
 Everything the runner says is checked before use; what cannot be used is :class:`RunnerLost`, which the
 harness turns into the candidate's failure (``RUNTIME_ERROR``, ``CRASHED`` or ``TIMEOUT``), never the judge's.
@@ -85,6 +86,8 @@ class RunnerLink:
         self.calibration_us: list[float] = []  # wall less claim of empty timed calls, before the candidate loaded
         self.handled_us: dict[str, list[float]] = {"timed": [], "calibrate": []}  # the runner's own account
         self.phases_us: dict[str, list[list[float]]] = {"timed": [], "calibrate": []}  # prepare, measure, deliver
+        self.arena_peak_bytes = 0  # the most device (or host) memory the arenas held at once
+        self.runner_peak_bytes = 0  # the runner's own peak device memory, as it reports it (its allocator's)
 
     def request(self, message: dict[str, Any], fds: list[int] | None = None, expect: str = "") -> dict[str, Any]:
         """Send one request and return the runner's reply (its violations recorded).
@@ -98,6 +101,7 @@ class RunnerLink:
         except OSError as exc:
             raise RunnerLost(f"the runner's channel failed: {exc}") from None
         reply, _ = self.channel.receive(max(MIN_REPLY_S, self.deadline - time.monotonic()))
+        self.runner_peak_bytes = max(self.runner_peak_bytes, _count(reply.get("peak_bytes")))
         try:
             for guard, text in reply.get("violations", [])[:50]:
                 found = (str(guard)[:60], str(text)[:2000])
@@ -136,7 +140,10 @@ class RunnerLink:
             return
         for arena in have.values():
             arena.close()
-        self.arenas = {"inputs": new_arena(input_bytes, self.device), "outputs": new_arena(output_bytes, self.device)}
+        self.arenas = {}  # the old ones are closed: never both at once
+        self.arenas["inputs"] = new_arena(input_bytes, self.device)
+        self.arenas["outputs"] = new_arena(output_bytes, self.device)
+        self.arena_peak_bytes = max(self.arena_peak_bytes, sum(a.size for a in self.arenas.values()))
         fds = [self.arenas["inputs"].descriptor(), self.arenas["outputs"].descriptor()]
         try:
             self.request({"kind": "arenas", "sizes": {k: a.size for k, a in self.arenas.items()}}, fds,
@@ -180,6 +187,8 @@ class RemoteModel:
             "list" if isinstance(outputs_like, list) else "tuple")
         self.out_slots, self.out_bytes = layout(tensors_in(outputs_like))
         self.out_like = [(t.shape, t.dtype) for t in tensors_in(outputs_like)]
+        # the last call's plain arguments (None where a tensor went into a slot) and its slots: no tensor is kept
+        self._last: tuple[list[Any], list[bool], list[Slot]] | None = None
 
     def parameters(self) -> list[torch.Tensor]:
         """None here: the weights live in the runner."""
@@ -189,7 +198,8 @@ class RemoteModel:
         """None here: the buffers live in the runner."""
         return []
 
-    def _place(self, args: tuple[Any, ...]) -> tuple[list[dict[str, Any]], list[torch.Tensor], list[Slot]]:
+    def _place(self, args: tuple[Any, ...]) -> list[dict[str, Any]]:
+        """Copy the argument tensors into the input arena (``args`` themselves are only read); their spec."""
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         slots, nbytes = layout(tensors)
         self.link.ensure_arenas(nbytes, self.out_bytes)
@@ -208,12 +218,27 @@ class RemoteModel:
                 spec.append({"value": a})
             else:
                 raise TypeError(f"the task's inputs include a {type(a).__name__}, which cannot be sent to the runner")
-        return spec, tensors, slots
+        is_tensor = [isinstance(a, torch.Tensor) for a in args]
+        self._last = ([None if t else a for a, t in zip(args, is_tensor, strict=True)], is_tensor, slots)
+        return spec
 
-    def _collect(self, reply: dict[str, Any], tensors: list[torch.Tensor], slots: list[Slot]) -> Any:
-        """Copy the runner's view of the inputs back, then the outputs out of the arena (or the mismatch)."""
-        for view, tensor in zip(views(self.link.arenas["inputs"].tensor, slots), tensors, strict=True):
-            tensor.copy_(view)  # what the candidate did to its inputs, the harness sees
+    def inputs_seen(self) -> list[Any]:
+        """The candidate's copy of the last call's arguments after the call: views of the input arena.
+
+        Valid until the next call (which overwrites the arena); the harness compares them with its pristine
+        set at once. A runner that rewrites them later can only make its candidate look worse.
+        """
+        if self._last is None:
+            return []
+        values, is_tensor, slots = self._last
+        placed = iter(views(self.link.arenas["inputs"].tensor, slots))
+        return [next(placed) if t else v for v, t in zip(values, is_tensor, strict=True)]
+
+    def _collect(self, reply: dict[str, Any]) -> Any:
+        """The outputs, copied out of the output arena into this process's own tensors (or the mismatch).
+
+        A copy: the runner's process stays alive, so the arena's bytes could change while they are compared.
+        """
         problem = reply.get("problem", "")
         if not isinstance(problem, str):
             raise RunnerLost("the runner sent a malformed reply (problem)")
@@ -226,14 +251,14 @@ class RemoteModel:
 
     def __call__(self, *args: Any) -> Any:
         """One audited forward in the runner; the outputs as tensors of this process."""
-        spec, tensors, slots = self._place(args)
+        spec = self._place(args)
         reply = self.link.request({"kind": "forward", "args": spec, "outputs": [s.to_json() for s in self.out_slots],
                                    "container": self.container}, expect="outputs")
-        return self._collect(reply, tensors, slots)
+        return self._collect(reply)
 
     def timed(self, args: list[Any], cover_us: float | None) -> Measurement:
         """One timed call in the runner; its claim is kept only if the trusted clock around it agrees."""
-        spec, tensors, slots = self._place(tuple(args))
+        spec = self._place(tuple(args))
         t0 = time.perf_counter()
         reply = self.link.request({"kind": "timed", "args": spec, "outputs": [s.to_json() for s in self.out_slots],
                                    "container": self.container}, expect="timed")
@@ -250,7 +275,7 @@ class RemoteModel:
         self.link.claimed_us.append(claim)
         self.link.handled_us["timed"].append(_number(reply.get("handled_us")))
         self.link.phases_us["timed"].append(_numbers(reply.get("phases_us"), 3))
-        outputs = self._collect(reply, tensors, slots)
+        outputs = self._collect(reply)
         return Measurement(outputs, claim, max(runner_wall, 0.0), max(enqueue, 0.0))
 
     def calibrate(self, args: list[Any], rounds: int = CALIBRATION_ROUNDS,
@@ -261,7 +286,7 @@ class RemoteModel:
         the wall time beyond them is what every timed request costs besides the forward itself. ``between``,
         when given, runs here before each call, as the baselines' turns will run between the timed calls.
         """
-        spec, _, _ = self._place(tuple(args))
+        spec = self._place(tuple(args))
         for _ in range(rounds):
             if between is not None:
                 between()
@@ -309,6 +334,15 @@ def _numbers(value: Any, count: int) -> list[float]:
     """``count`` finite numbers the runner sent (-1.0 for each one missing or malformed)."""
     items = value if isinstance(value, list) else []
     return [_number(items[i]) if i < len(items) else -1.0 for i in range(count)]
+
+
+MAX_REPORTED_BYTES = 1 << 50  # a PiB: no GPU holds more; a larger count is not a measurement
+
+
+def _count(value: Any) -> int:
+    """A byte count the runner sent (0 for anything but a finite number from 0 to :data:`MAX_REPORTED_BYTES`)."""
+    x = _number(value)
+    return int(x) if 0 <= x <= MAX_REPORTED_BYTES else 0
 
 
 def _strings(value: Any, limit: int, length: int) -> list[str]:

@@ -103,6 +103,7 @@ class _Server:
                 reply = _failure_reply(exc)
             reply["violations"] = []
             reply["handled_us"] = (time.perf_counter() - t0) * 1e6
+            reply["peak_bytes"] = device_peak_bytes(self.device)
             self.channel.send(reply)
         reply = self._start(job, start)
         self.channel.send(reply)
@@ -121,6 +122,7 @@ class _Server:
                 reply = _failure_reply(exc)
             reply["handled_us"] = (time.perf_counter() - t0) * 1e6
             reply["violations"] = self._new_violations()
+            reply["peak_bytes"] = device_peak_bytes(self.device)
             self.channel.send(reply)
             if reply["kind"] == "failure" and reply.get("cuda"):
                 return  # a broken CUDA context answers nothing more
@@ -148,6 +150,7 @@ class _Server:
             self.ctx = ctx
             if ctx.on_gpu:
                 torch.cuda.set_device(device)
+                torch.cuda.empty_cache()  # the calibration's output-sized blocks: the candidate's sizes are its own
             importlib.import_module("torch._dynamo")  # imported in warm(): the guards' snapshots include its config
             ctx.flags.apply()
             ctx.sources = dict(job.solution.files)
@@ -320,6 +323,22 @@ class _Server:
         notes = list(self.ctx.notes) if self.ctx is not None else []
         return {"kind": "ended", "files": files[:100], "network": network[:100], "notes": notes[-50:],
                 "violations": self._new_violations()}
+
+
+def device_peak_bytes(device: Any) -> int:
+    """This process's peak device memory so far: its caching allocator's peak reservation (0 on the CPU).
+
+    The arenas it maps are the trusted process's allocations, not counted here; the runner lives for one
+    job, so the peak since it started is the job's.
+    """
+    if device.type != "cuda":
+        return 0
+    import torch
+
+    try:
+        return int(torch.cuda.max_memory_reserved(device))
+    except Exception:  # a broken context cannot answer; the reply must still go
+        return 0
 
 
 def reset_persisting_l2(on_gpu: bool) -> None:
