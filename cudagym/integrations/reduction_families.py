@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from cudagym.integrations.launch_params import LANES, VECTOR_TYPES, LaunchParams
+from cudagym.integrations.launch_params import LANES, VECTOR_TYPES, LaunchParams, OnLaunchGrid
 
 BLOCK_REDUCE = """
 #define NEG_INF __int_as_float(0xff800000)  // -infinity without math headers (NVRTC has none)
@@ -109,7 +109,7 @@ def _pass_loop(p: LaunchParams, streams: tuple[str, ...], per_lane: str, after_v
 
 
 @dataclass(frozen=True)
-class RowFamily:
+class RowFamily(OnLaunchGrid):
     """A row-wise task's solution as a function of the launch configuration (one block per row).
 
     Attributes:
@@ -178,7 +178,7 @@ class RowFamily:
 
 
 @dataclass(frozen=True)
-class ChannelFamily:
+class ChannelFamily(OnLaunchGrid):
     """Channel RMS norm over NCHW: each thread takes vectors of pixels and loops over the channels.
 
     Attributes:
