@@ -242,6 +242,34 @@ def test_the_example_compares_ppo_with_random_search(tmp_path, capsys) -> None:
     assert saved["runs"][0]["confirm"]["random_median_us"] > 0
 
 
+def test_the_example_tunes_a_tile_family(tmp_path, capsys) -> None:
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "examples" / "sb3_launch_tuning.py"
+    spec = importlib.util.spec_from_file_location("sb3_launch_tuning_tiles", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sb3_launch_tuning_tiles"] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules["sb3_launch_tuning_tiles"]
+
+    def timed_by_tile(task, solution, mode):  # taller tiles are faster
+        from fakes import timed_result
+        tile_m = int(solution.files["model_new.py"].split("TILE_M, TILE_N, THREADS = ")[1].split(",")[0])
+        return timed_result(1000.0 / tile_m)
+
+    summary = module.main(["--task", "bundled/L2/06_Conv1x1BNReLU", "--budget", "4", "--confirm", "1"],
+                          judge=FakeJudge(eval_fn=timed_by_tile))
+    out = capsys.readouterr().out
+    assert "config = tile_m x tile_n x tile_k x outputs_per_thread" in out
+    run = summary["runs"][0]
+    assert set(run["random"]["best"]) == {"tile_m", "tile_n", "tile_k", "outputs_per_thread"}
+    assert run["random"]["evaluations"] == run["ppo"]["evaluations"] == 4
+
+
 def sample(family: object, count: int = 2, seed: int = 0) -> list[object]:
     """The family's default, its first and last configurations, and ``count`` more drawn with ``seed``."""
     import random
