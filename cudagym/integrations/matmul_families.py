@@ -135,9 +135,10 @@ class GemmFamily:
 
     def files(self, params: TileParams) -> dict[str, str]:
         """The raw-format solution for ``params``: ``model_new.py`` and ``kernels/<name>.cu``."""
-        return {"model_new.py": self._model(params), f"kernels/{self.name}.cu": self._kernel(params)}
+        return {"model_new.py": self._model(params), f"kernels/{self.name}.cu": self.kernel_source(params)}
 
-    def _kernel(self, p: TileParams) -> str:
+    def kernel_source(self, p: TileParams) -> str:
+        """The ``.cu`` source for ``p``."""
         tm, tn = THREAD_TILES[p.outputs_per_thread]
         rows, cols = p.tile_m // tm, p.tile_n // tn  # the thread grid over the tile
         skip = (
@@ -298,9 +299,10 @@ class TinyBatchFamily:
 
     def files(self, params: TinyParams) -> dict[str, str]:
         """The raw-format solution for ``params``: ``model_new.py`` and ``kernels/<name>.cu``."""
-        return {"model_new.py": self._model(params), f"kernels/{self.name}.cu": self._kernel(params)}
+        return {"model_new.py": self._model(params), f"kernels/{self.name}.cu": self.kernel_source(params)}
 
-    def _kernel(self, p: TinyParams) -> str:
+    def kernel_source(self, p: TinyParams) -> str:
+        """The ``.cu`` source for ``p``."""
         pairs, per, vt = p.pairs_per_block, p.threads_per_pair, VECTOR_TYPES[p.vector_width]
         threads = pairs * per
         return (

@@ -89,7 +89,7 @@ class RowOp:
     helpers: str = ""
 
 
-def _pass_loop(p: LaunchParams, streams: tuple[str, ...], per_lane: str, after_vector: str = "") -> str:
+def row_pass(p: LaunchParams, streams: tuple[str, ...], per_lane: str, after_vector: str = "") -> str:
     """A strided loop over the row's vectors; ``per_lane`` runs once per lane, with its column ``c``."""
     vt = VECTOR_TYPES[p.vector_width]
     loads = "".join(f"        const {vt} {s}_s = {s}_v[i];\n" for s in streams)
@@ -124,9 +124,10 @@ class RowFamily(OnLaunchGrid):
 
     def files(self, params: LaunchParams) -> dict[str, str]:
         """The raw-format solution for ``params``: ``model_new.py`` and ``kernels/<name>.cu``."""
-        return {"model_new.py": self._model(params), f"kernels/{self.name}.cu": self._kernel(params)}
+        return {"model_new.py": self._model(params), f"kernels/{self.name}.cu": self.kernel_source(params)}
 
-    def _kernel(self, p: LaunchParams) -> str:
+    def kernel_source(self, p: LaunchParams) -> str:
+        """The ``.cu`` source for ``p``."""
         op, vt = self.op, VECTOR_TYPES[p.vector_width]
         inputs = ", ".join(f"const float* __restrict__ {s}" for s in op.streams)
         views = "".join(f"  const {vt}* {s}_v = reinterpret_cast<const {vt}*>({s} + row * cols);\n"
@@ -135,10 +136,10 @@ class RowFamily(OnLaunchGrid):
         passes = ""
         for r in op.reductions:
             passes += f"  float {r.var} = {r.identity};\n"
-            passes += _pass_loop(p, op.streams, value + f"          {r.update}\n")
+            passes += row_pass(p, op.streams, value + f"          {r.update}\n")
             passes += (f"  {r.var} = block_reduce<{r.combine.capitalize()}>({r.var}, {r.identity}, scratch);\n"
                        + (f"  {r.finish}\n" if r.finish else ""))
-        write = _pass_loop(p, op.streams, value + f"          out{{lane}} = {op.output};\n",
+        write = row_pass(p, op.streams, value + f"          out{{lane}} = {op.output};\n",
                            after_vector="        yv[i] = out;\n")
         write = write.replace("      if (i < nv) {\n", f"      if (i < nv) {{\n        {vt} out;\n", 1)
         return (
@@ -191,9 +192,10 @@ class ChannelFamily(OnLaunchGrid):
 
     def files(self, params: LaunchParams) -> dict[str, str]:
         """The raw-format solution for ``params``: ``model_new.py`` and ``kernels/<name>.cu``."""
-        return {"model_new.py": self._model(params), f"kernels/{self.name}.cu": self._kernel(params)}
+        return {"model_new.py": self._model(params), f"kernels/{self.name}.cu": self.kernel_source(params)}
 
-    def _kernel(self, p: LaunchParams) -> str:
+    def kernel_source(self, p: LaunchParams) -> str:
+        """The ``.cu`` source for ``p``."""
         vt, lanes = VECTOR_TYPES[p.vector_width], LANES[p.vector_width]
         zero = "0.0f" if p.vector_width == 1 else f"make_{vt}(" + ", ".join(["0.0f"] * p.vector_width) + ")"
         square = "".join(f"      s{ln} += a{ln} * a{ln};\n" for ln in lanes)

@@ -71,9 +71,10 @@ class ScanFamily(OnLaunchGrid):
 
     def files(self, params: LaunchParams) -> dict[str, str]:
         """The raw-format solution for ``params``: ``model_new.py`` and ``kernels/<name>.cu``."""
-        return {"model_new.py": self._model(params), f"kernels/{self.name}.cu": self._kernel(params)}
+        return {"model_new.py": self._model(params), f"kernels/{self.name}.cu": self.kernel_source(params)}
 
-    def _kernel(self, p: LaunchParams) -> str:
+    def kernel_source(self, p: LaunchParams) -> str:
+        """The ``.cu`` source for ``p``."""
         width, items = p.vector_width, p.items_per_thread
         vt, lanes = VECTOR_TYPES[width], LANES[width]
         per = items * width
@@ -183,9 +184,10 @@ class ColumnFamily:
 
     def files(self, params: ColumnParams) -> dict[str, str]:
         """The raw-format solution for ``params``: ``model_new.py`` and ``kernels/<name>.cu``."""
-        return {"model_new.py": self._model(params), f"kernels/{self.name}.cu": self._kernel(params)}
+        return {"model_new.py": self._model(params), f"kernels/{self.name}.cu": self.kernel_source(params)}
 
-    def _kernel(self, p: ColumnParams) -> str:
+    def kernel_source(self, p: ColumnParams) -> str:
+        """The ``.cu`` source for ``p``."""
         vt, lanes, groups = VECTOR_TYPES[p.vector_width], LANES[p.vector_width], p.block_size // 32
         zero = "0.0f" if p.vector_width == 1 else f"make_{vt}(" + ", ".join(["0.0f"] * p.vector_width) + ")"
         square = "".join(f"      acc{ln} = fmaf(a{ln}, a{ln}, acc{ln});\n" for ln in lanes)

@@ -74,9 +74,10 @@ class DepthwiseFamily:
 
     def files(self, params: StencilParams) -> dict[str, str]:
         """The raw-format solution for ``params``: ``model_new.py`` and ``kernels/<name>.cu``."""
-        return {"model_new.py": self._model(params), f"kernels/{self.name}.cu": self._kernel(params)}
+        return {"model_new.py": self._model(params), f"kernels/{self.name}.cu": self.kernel_source(params)}
 
-    def _kernel(self, p: StencilParams) -> str:
+    def kernel_source(self, p: StencilParams) -> str:
+        """The ``.cu`` source for ``p``."""
         tw, th, per = p.tile_w, p.tile_h, p.outputs_per_thread
         extra = (", const float* __restrict__ mean, const float* __restrict__ var, const float* __restrict__ gamma, "
                  "const float* __restrict__ beta, float eps") if self.bn_relu else ""
