@@ -10,7 +10,7 @@ per round and the two tie). Prints both and writes ``--out/sb3_launch_tuning.jso
     python examples/sb3_launch_tuning.py --task bundled/L1/05_Softmax --budget 24 --seeds 3 --time-budget-s 120
 
 ``--seeds`` repeats the comparison with the next seeds and ends with a Markdown table of every run.
-``--task`` takes any bundled task with a kernel family (25 of 26; ``cudagym.integrations.kernel_families``);
+``--task`` takes any bundled task (each has a kernel family: ``cudagym.integrations.kernel_families``);
 the action space is that family's knobs, e.g. tile M, N, K and outputs per thread for
 ``bundled/L1/10_TrilMatmul``.
 

@@ -9,6 +9,8 @@ module                                         for
 :mod:`cudagym.integrations.scan_families`      the same for the row scan and the middle-axis reduction
 :mod:`cudagym.integrations.matmul_families`    the same for tiled GEMMs with fused epilogues, tiny batched GEMMs
 :mod:`cudagym.integrations.stencil_families`   the same for depthwise 3x3 convolutions
+:mod:`cudagym.integrations.block_families`     the same for the L3 blocks (fused MLP, separable and SE blocks)
+:mod:`cudagym.integrations.attention_families` the same for causal attention (flash-style, online softmax)
 :mod:`cudagym.integrations.launch_params`      the launch-parameter spaces the families are rendered over
 :mod:`cudagym.integrations.trl`                TRL ``GRPOTrainer(environment_factory=...)``
 :mod:`cudagym.integrations.openenv`            an OpenEnv ``Environment`` and its ``create_app`` server

@@ -14,9 +14,7 @@
   (fc1, ReLU, fc2, sigmoid), and the excite pass ``relu(x * gate + identity)`` as an elementwise kernel on the
   same launch grid (:data:`~cudagym.integrations.launch_params.LAUNCH_GRID`).
 
-``L3/02_CausalAttentionHead`` has no family yet: a flash-style kernel's query and key tile sizes would be its
-knobs, but the online softmax it needs is not written here (see
-:data:`cudagym.integrations.kernel_families.LEFT_OUT`).
+``L3/02_CausalAttentionHead`` is a single flash-style kernel: :mod:`cudagym.integrations.attention_families`.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ thread (vectors each thread handles, ``#pragma unroll``-ed), and vector width (1
 ``float``, ``float2``, ``float4``). Every configuration computes the same result; only speed differs,
 which is what the Stable-Baselines3 wrapper (:mod:`cudagym.integrations.sb3`) tunes.
 
-Families (:data:`FAMILIES`, 25 of the 26 bundled tasks), each module with its own kernel template and
+Families (:data:`FAMILIES`, all 26 bundled tasks), each module with its own kernel template and
 launch-parameter space (:mod:`cudagym.integrations.launch_params`):
 
 - Elementwise (:class:`KernelFamily`, here; the 60-point launch grid): ``L1/01_Swish``, ``L1/02_NewGELU``,
@@ -25,12 +25,12 @@ launch-parameter space (:mod:`cudagym.integrations.launch_params`):
   block, threads, vector width), ``L3/03_DWSeparableResidualBlock`` as the stencil and a GEMM with a BN +
   residual epilogue (both kernels' tiles), ``L3/04_SEResidualBlock`` as mean, squeeze and excite kernels (the
   launch grid).
+- Flash-style causal attention (:mod:`cudagym.integrations.attention_families`; queries per block, key tile,
+  vector width): ``L3/02_CausalAttentionHead``.
 
 The device functions follow the bundled extension solutions' numerics (``expf``, ``tanhf``, ``erff``; the
 reference's operation order) to pass the default protocol's 1e-4 check; ``tests/test_sb3_gpu.py`` judges
 each family's default and two random configurations on a GPU.
-
-Left out (:data:`LEFT_OUT` gives the reason, and :func:`get_family` repeats it): ``L3/02_CausalAttentionHead``.
 """
 
 from __future__ import annotations
@@ -203,17 +203,9 @@ __device__ __forceinline__ float op(float b, float a) {
   return a * b;  // the GEMM's one non-zero product per output, rounded once: exact against the reference
 }"""
 
-LEFT_OUT: dict[str, str] = {
-    "bundled/L3/02_CausalAttentionHead": "its speed is an algorithm, a flash-style kernel's online softmax that "
-                                         "never writes the score matrix and skips masked key tiles; the query "
-                                         "and key tile sizes of such a kernel would be its knobs, but that "
-                                         "kernel is not written here, and a launch grid over the eager "
-                                         "algorithm's pieces would tune the wrong thing",
-}
-
-
 def _families() -> dict[str, Family]:
     # the other family modules import this module's launch grid module, not this module: no cycle
+    from cudagym.integrations.attention_families import ATTENTION_FAMILIES
     from cudagym.integrations.block_families import BLOCK_FAMILIES
     from cudagym.integrations.matmul_families import MATMUL_FAMILIES
     from cudagym.integrations.reduction_families import ROW_FAMILIES
@@ -229,7 +221,7 @@ def _families() -> dict[str, Family]:
         KernelFamily("bundled/L2/08_BNReLUResidual", "bn_add_relu", _BN_ADD_RELU, BN_RESIDUAL),
     )
     every: tuple[Family, ...] = (*elementwise, *ROW_FAMILIES, *SCAN_FAMILIES, *MATMUL_FAMILIES, *STENCIL_FAMILIES,
-                                 *BLOCK_FAMILIES)
+                                 *BLOCK_FAMILIES, *ATTENTION_FAMILIES)
     return {f.task_id: f for f in sorted(every, key=lambda f: f.task_id)}
 
 
@@ -240,10 +232,8 @@ def get_family(task_id: str) -> Family:
     """The kernel family of a bundled task.
 
     Raises:
-        ConfigError: No family is defined for ``task_id`` (for a bundled task left out, the message says why).
+        ConfigError: No family is defined for ``task_id`` (every bundled task has one).
     """
-    if task_id in LEFT_OUT:
-        raise ConfigError(f"expected a task with a kernel family; {task_id} has none: {LEFT_OUT[task_id]}")
     if task_id not in FAMILIES:
         raise ConfigError(f"expected a task with a kernel family, one of {sorted(FAMILIES)}; got {task_id!r}")
     return FAMILIES[task_id]
