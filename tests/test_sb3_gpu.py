@@ -1,9 +1,11 @@
 """On a GPU: every kernel family's default and two random configurations are judged correct by the real judge.
 
-Each configuration is written through :class:`~cudagym.integrations.sb3.LaunchTuningEnv` and run with the
-``verify`` tool (the default protocol's correctness check, no timing), so the test is what an SB3 agent
-would see. The random draws are seeded by the task id: the same configurations every run. One timed
-``profile`` of a default configuration checks that the reward path reads real timings.
+All 78 solutions (26 families x 3 configurations) go to one :class:`~cudagym.judge.local.LocalJudge` at once in
+``verify`` mode (the default protocol's correctness check on its seeded inputs, no timing), so the builds run
+in parallel on the build threads while the GPU checks them one after another; each task's test then reads
+its three verdicts. The random draws are seeded by the task id: the same configurations every run. One
+``profile`` through :class:`~cudagym.integrations.sb3.LaunchTuningEnv` checks the wrapper end to end on a GPU
+(timed and rewarded).
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ from __future__ import annotations
 import random
 import time
 import zlib
+from collections.abc import Iterator
+from concurrent.futures import Future
+from typing import Any
 
 import pytest
 
@@ -19,35 +24,48 @@ from cudagym.integrations.kernel_families import FAMILIES
 pytestmark = pytest.mark.gpu
 
 
-def configurations(task: str) -> list[object]:
+def configurations(task: str) -> list[Any]:
     """The family's default and two other configurations drawn with a seed from the task id."""
     family = FAMILIES[task]
     others = [p for p in family.space.configs() if p != family.default]
     return [family.default, *random.Random(zlib.crc32(task.encode())).sample(others, 2)]
 
 
-@pytest.mark.parametrize("task", sorted(FAMILIES))
-def test_family_default_and_random_configurations_are_correct(task: str) -> None:
-    from cudagym.integrations.sb3 import LaunchTuningEnv
+@pytest.fixture(scope="module")
+def verdicts() -> Iterator[dict[str, list[tuple[str, Future[Any]]]]]:
+    """Every task's (configuration label, verify future), all submitted before the first is awaited."""
+    from cudagym.judge.interface import EvalMode
+    from cudagym.judge.local import LocalJudge
+    from cudagym.solution import Solution
+    from cudagym.sources.bundled import BundledSource
 
-    params = configurations(task)
-    env = LaunchTuningEnv(task, budget=len(params), tool="verify")
-    start = time.monotonic()
+    source = BundledSource()
+    with LocalJudge() as judge:
+        start = time.monotonic()
+        submitted = {
+            task: [(family.space.label(p), judge.submit(source.get(task), Solution("raw", family.files(p)),
+                                                        EvalMode.VERIFY)) for p in configurations(task)]
+            for task, family in FAMILIES.items()
+        }
+        yield submitted
+        for futures in submitted.values():
+            for _, future in futures:
+                future.result()
+        print(f"{sum(map(len, submitted.values()))} verifications in {time.monotonic() - start:.1f} s")
+
+
+@pytest.mark.parametrize("task", sorted(FAMILIES))
+def test_family_default_and_random_configurations_are_correct(task: str, verdicts: dict[str, Any]) -> None:
     failed = []
-    try:
-        env.reset()
-        for p in params:
-            _, reward, _, _, info = env.step(list(env.space.indices(p)))
-            print(f"{task} {env.space.label(p)}: {info['status']}")
-            if info["status"] != "ok" or reward < 0:
-                failed.append((env.space.label(p), info))
-    finally:
-        env.close()
-    print(f"{task}: {len(params)} configurations verified in {time.monotonic() - start:.1f} s")
+    for label, future in verdicts[task]:
+        result = future.result()
+        print(f"{task} {label}: {result.status.value} {result.message[:200]}")
+        if result.status.value != "ok" or not result.correct:
+            failed.append((label, result.status.value, result.message[:2000]))
     assert not failed, failed
 
 
-def test_a_default_configuration_is_timed_and_rewarded() -> None:
+def test_the_wrapper_times_and_rewards_a_default_configuration() -> None:
     from cudagym.integrations.sb3 import LaunchTuningEnv
 
     env = LaunchTuningEnv("bundled/L1/13_DepthwiseConv2d", budget=1)
