@@ -9,9 +9,10 @@ are the knobs) and its own space:
   handles per pass, ``#pragma unroll``-ed) and vector width (1, 2 or 4 floats per load: ``float``,
   ``float2``, ``float4``); 5 x 4 x 3 = 60 configurations, shared by the elementwise, row-reduction and scan
   families.
-- Tiled GEMMs, depthwise stencils and column reductions define theirs beside their kernels
-  (:mod:`cudagym.integrations.matmul_families`, :mod:`cudagym.integrations.stencil_families`,
-  :mod:`cudagym.integrations.scan_families`).
+- Tiled GEMMs, depthwise stencils, the column reduction, the L3 blocks and attention define theirs beside
+  their kernels (:mod:`cudagym.integrations.matmul_families`, :mod:`cudagym.integrations.stencil_families`,
+  :mod:`cudagym.integrations.scan_families`, :mod:`cudagym.integrations.block_families`,
+  :mod:`cudagym.integrations.attention_families`).
 
 Every value of every knob combines with every value of the others: a space has no holes, so any action
 an agent picks names a configuration that builds and computes the task's result.

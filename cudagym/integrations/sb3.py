@@ -8,10 +8,10 @@ verdict's numbers, the reward its speedup.
 
 ## Action Space
 
-``MultiDiscrete(family.space.nvec)``: one index per knob of the task's family (for the elementwise, row and
-scan families ``[5, 4, 3]``: block size 64..1024, items per thread 1..8, vector width 1, 2, 4; for the tiled
-GEMMs tile M, N, K and outputs per thread; see each family module); ``action_space="discrete"`` gives the
-same configurations as ``Discrete(family.space.size)``.
+``MultiDiscrete(family.space.nvec)``: one index per knob of the task's family (every bundled task has one;
+for the elementwise, row and scan families ``[5, 4, 3]``: block size 64..1024, items per thread 1..8, vector
+width 1, 2, 4; for the tiled GEMMs ``[3, 3, 3, 3]``: tile M, N, K and outputs per thread; see each family
+module); ``action_space="discrete"`` gives the same configurations as ``Discrete(family.space.size)``.
 
 ## Observation Space
 
