@@ -81,7 +81,8 @@ class AttentionFamily:
             f'extern "C" __global__ void __launch_bounds__({bq}) {self.name}(const float* __restrict__ q, '
             "const float* __restrict__ k, const float* __restrict__ v, float* __restrict__ y, long long seq, "
             "float scale) {\n"
-            f"  __shared__ __align__(16) float ks[{bk}][{HEAD}], vs[{bk}][{HEAD}];\n"
+            f"  __shared__ __align__(16) float ks[{bk}][{HEAD}];  // 16-byte aligned rows: vector stores\n"
+            f"  __shared__ __align__(16) float vs[{bk}][{HEAD}];\n"
             f"  const long long head = blockIdx.y, q0 = (long long)blockIdx.x * {bq}, i = q0 + threadIdx.x;\n"
             f"  const long long base = head * seq * {HEAD};\n"
             "  const bool active = i < seq;  // the last block's extra threads still copy tiles and meet barriers\n"
