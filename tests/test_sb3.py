@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import asdict
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from fakes import FakeJudge, incorrect_result
 from cudagym.errors import ConfigError
 from cudagym.integrations import kernel_families
 from cudagym.integrations.kernel_families import FAMILIES, get_family
-from cudagym.integrations.launch_params import LaunchParams, all_params
+from cudagym.integrations.launch_params import Family, LaunchParams, all_params
 from cudagym.integrations.matmul_families import TileParams, TinyParams
 from cudagym.integrations.sb3 import FEATURES, LaunchTuningEnv
 from cudagym.integrations.stencil_families import StencilParams
@@ -270,13 +271,13 @@ def test_the_example_tunes_a_tile_family(tmp_path, capsys) -> None:
     assert run["random"]["evaluations"] == run["ppo"]["evaluations"] == 4
 
 
-def sample(family: object, count: int = 2, seed: int = 0) -> list[object]:
+def sample(family: Family, count: int = 2, seed: int = 0) -> list[Any]:
     """The family's default, its first and last configurations, and ``count`` more drawn with ``seed``."""
     import random
 
-    ordered = list(family.space.configs())  # type: ignore[attr-defined]
-    rest = [p for p in ordered if p not in (family.default, ordered[0], ordered[-1])]  # type: ignore[attr-defined]
-    return [family.default, ordered[0], ordered[-1], *random.Random(seed).sample(rest, count)]  # type: ignore[attr-defined]
+    ordered = list(family.space.configs())
+    rest = [p for p in ordered if p not in (family.default, ordered[0], ordered[-1])]
+    return [family.default, ordered[0], ordered[-1], *random.Random(seed).sample(rest, count)]
 
 
 def test_every_family_builds_with_the_real_judge() -> None:
