@@ -10,6 +10,9 @@ per round and the two tie). Prints both and writes ``--out/sb3_launch_tuning.jso
     python examples/sb3_launch_tuning.py --task bundled/L1/05_Softmax --budget 24 --seeds 3 --time-budget-s 120
 
 ``--seeds`` repeats the comparison with the next seeds and ends with a Markdown table of every run.
+``--task`` takes any bundled task (each has a kernel family: ``cudagym.integrations.kernel_families``);
+the action space is that family's knobs, e.g. tile M, N, K and outputs per thread for
+``bundled/L1/10_TrilMatmul``.
 
 Needs ``pip install 'cudagym[sb3]'`` and, for timings, a GPU (without one every profile says no GPU and
 the script says so).
@@ -23,13 +26,13 @@ import math
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from cudagym.integrations.launch_params import LaunchParams, all_params
+from cudagym.integrations.launch_params import ParamSpace
 from cudagym.integrations.sb3 import LaunchTuningEnv
 
 
@@ -38,13 +41,14 @@ class Search:
     """What one search evaluated: (configuration, candidate median in us, status) per evaluation."""
 
     name: str
-    seen: list[tuple[LaunchParams, float, str]] = field(default_factory=list)
+    space: ParamSpace[Any]
+    seen: list[tuple[Any, float, str]] = field(default_factory=list)
 
     def record(self, info: dict[str, Any]) -> None:
         """Add one step's info (from LaunchTuningEnv)."""
-        self.seen.append((LaunchParams(**info["params"]), float(info["candidate_us"]), str(info["status"])))
+        self.seen.append((self.space.make(**info["params"]), float(info["candidate_us"]), str(info["status"])))
 
-    def best(self) -> tuple[LaunchParams, float] | None:
+    def best(self) -> tuple[Any, float] | None:
         """The fastest correct configuration seen (None when none was correct and timed)."""
         timed = [(us, p) for p, us, status in self.seen if status == "ok" and us > 0]
         if not timed:
@@ -55,9 +59,8 @@ class Search:
 
 def random_search(env: LaunchTuningEnv, budget: int, seed: int) -> Search:
     """Profile a fixed random sample of ``budget`` distinct configurations."""
-    configs = list(all_params())
-    order = np.random.default_rng(seed).permutation(len(configs))[:budget]
-    search = Search("random")
+    order = np.random.default_rng(seed).permutation(env.space.size)[:budget]
+    search = Search("random", env.space)
     env.reset(seed=seed)
     for index in order:
         _, _, _, truncated, info = env.step(int(index))
@@ -72,7 +75,7 @@ def ppo_search(env: LaunchTuningEnv, budget: int, seed: int) -> Search:
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
 
-    search = Search("ppo")
+    search = Search("ppo", env.space)
 
     class Record(BaseCallback):
         def _on_step(self) -> bool:
@@ -90,14 +93,13 @@ def ppo_search(env: LaunchTuningEnv, budget: int, seed: int) -> Search:
     return search
 
 
-def confirm(env: LaunchTuningEnv, configs: Sequence[LaunchParams], rounds: int) -> list[list[float]]:
+def confirm(env: LaunchTuningEnv, configs: Sequence[Any], rounds: int) -> list[list[float]]:
     """Profile each configuration ``rounds`` times, alternating; candidate medians in us."""
     times: list[list[float]] = [[] for _ in configs]
     env.reset()
-    index = {p: i for i, p in enumerate(all_params())}
     for _ in range(rounds):
         for k, params in enumerate(configs):
-            _, _, _, truncated, info = env.step(index[params])
+            _, _, _, truncated, info = env.step(env.space.flat(params))
             times[k].append(float(info["candidate_us"]))
             if truncated:
                 env.reset()
@@ -112,7 +114,7 @@ def compare(env: LaunchTuningEnv, ppo_env: LaunchTuningEnv, budget: int, seed: i
     for search in (rand, ppo):
         best = search.best()
         run[search.name] = {"evaluations": len(search.seen), "distinct": len({p for p, _, _ in search.seen}),
-                            "best": best[0].__dict__ if best else None, "best_us": best[1] if best else None}
+                            "best": asdict(best[0]) if best else None, "best_us": best[1] if best else None}
         print(f"{search.name:>6}: {len(search.seen)} evaluations, best "
               + (f"{best[0]} at {best[1]:.2f} us" if best else "none correct and timed"))
     rand_best, ppo_best = rand.best(), ppo.best()
@@ -135,12 +137,12 @@ def compare(env: LaunchTuningEnv, ppo_env: LaunchTuningEnv, budget: int, seed: i
 
 def _config(run: dict[str, Any], name: str) -> str:
     best = run[name]["best"]
-    return "-" if best is None else "{block_size}x{items_per_thread}x{vector_width}".format(**best)
+    return "-" if best is None else "x".join(str(v) for v in best.values())
 
 
-def print_table(task: str, budget: int, runs: Sequence[dict[str, Any]]) -> None:
+def print_table(task: str, budget: int, runs: Sequence[dict[str, Any]], knobs: Sequence[str]) -> None:
     """A Markdown table of the runs: each search's winner and the confirmed medians."""
-    print(f"\n{task}, {budget} evaluations per search; config = threads x items per thread x vector width")
+    print(f"\n{task}, {budget} evaluations per search; config = {' x '.join(knobs)}")
     print("| seed | random best | us | PPO best | us | confirmed random p50 us | confirmed PPO p50 us | PPO/random |")
     print("|---:|---|---:|---|---:|---:|---:|---:|")
     for run in runs:
@@ -179,7 +181,7 @@ def main(argv: Sequence[str] | None = None, judge: Any = "local") -> dict[str, A
     finally:
         env.close()
         ppo_env.close()
-    print_table(args.task, args.budget, runs)
+    print_table(args.task, args.budget, runs, [k.name for k in env.space.knobs])
     summary = {"task": args.task, "budget": args.budget, "runs": runs, "wall_s": time.monotonic() - start}
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import warnings
+from dataclasses import asdict
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,8 +14,10 @@ from fakes import FakeJudge, incorrect_result
 from cudagym.errors import ConfigError
 from cudagym.integrations import kernel_families
 from cudagym.integrations.kernel_families import FAMILIES, get_family
-from cudagym.integrations.launch_params import LaunchParams, all_params
+from cudagym.integrations.launch_params import Family, LaunchParams, all_params
+from cudagym.integrations.matmul_families import TileParams, TinyParams
 from cudagym.integrations.sb3 import FEATURES, LaunchTuningEnv
+from cudagym.integrations.stencil_families import StencilParams
 from cudagym.judge.build.kernel_signature import parse_kernels
 
 sb3 = pytest.importorskip("stable_baselines3")
@@ -24,30 +28,65 @@ def test_every_family_renders_every_configuration() -> None:
     configs = list(all_params())
     assert len(configs) == 60 and len(set(configs)) == 60
     for family in FAMILIES.values():
-        for params in configs:
+        space = family.space
+        ordered = list(space.configs())
+        assert family.default in ordered and len(set(ordered)) == space.size
+        for params in ordered:
+            assert space.decode(space.indices(params)) == params and ordered[space.flat(params)] == params
             files = family.files(params)
+            assert set(files) == {"model_new.py", f"kernels/{family.name}.cu"}
             source = files[f"kernels/{family.name}.cu"]
-            (kernel,) = parse_kernels(source)
-            assert kernel.name == family.name and f"__launch_bounds__({params.block_size})" in source
-            assert "BLOCK, " in files["model_new.py"] and f"= {params.block_size}, " in files["model_new.py"]
-            assert f"kernels.{family.name}(grid=" in files["model_new.py"]
+            kernels = parse_kernels(source)
+            assert kernels and source.count("__launch_bounds__(") == len(kernels), family.task_id
+            assert all(f"kernels.{k.name}(grid=" in files["model_new.py"] for k in kernels), family.task_id
+            assert space.label(params).replace("x", " ").split() == [str(v) for v in asdict(params).values()]
             compile(files["model_new.py"], "model_new.py", "exec")  # valid Python
-            vt = {1: "float", 2: "float2", 4: "float4"}[params.vector_width]
-            assert f"const {vt}" in source and (params.vector_width == 1 or "float4" not in source.replace(vt, ""))
+            if isinstance(params, LaunchParams):
+                vt = {1: "float", 2: "float2", 4: "float4"}[params.vector_width]
+                assert f"__launch_bounds__({params.block_size})" in source and f"= {params.block_size}, " in \
+                    files["model_new.py"]
+                assert f"const {vt}" in source and (params.vector_width == 1 or "float4" not in source.replace(vt, ""))
     assert "float4" in get_family("bundled/L1/01_Swish").files(LaunchParams(vector_width=4))["kernels/swish.cu"]
     with pytest.raises(ConfigError, match="block_size"):
         LaunchParams(block_size=100)
-    with pytest.raises(ConfigError, match="kernel family"):
-        get_family("bundled/L1/08_CumSum")  # a scan: left out (see the module docstring)
+    with pytest.raises(ConfigError, match="tile_m in"):
+        TileParams(tile_m=48)
 
 
-def test_families_cover_the_bundled_tasks_with_a_launch_grid() -> None:
+def test_the_tile_families_render_what_their_configuration_says() -> None:
+    tril = get_family("bundled/L1/10_TrilMatmul")
+    params = TileParams(tile_m=128, tile_n=32, tile_k=8, outputs_per_thread=32)
+    assert params.threads == 128
+    source = tril.files(params)["kernels/tril_matmul.cu"]
+    assert "__launch_bounds__(128)" in source and "As[8][128]" in source and "float acc[8][4]" in source
+    assert "if (col0 > row0 + 127)" in source  # tiles above the diagonal skip the K loop
+    assert "erff" in get_family("bundled/L2/01_GemmGeluScaleShift").files(TileParams())[
+        "kernels/gemm_gelu_scale_shift.cu"]
+    dw = get_family("bundled/L2/02_DWConvBNReLU").files(StencilParams(64, 16, 4))
+    source = dw["kernels/dwconv_bn_relu.cu"]
+    assert "__launch_bounds__(256)" in source and "tile[18][66]" in source
+    column = get_family("bundled/L1/14_SumSquaresDim1")
+    assert [k.name for k in parse_kernels(column.files(column.default)["kernels/sum_squares_dim1.cu"])] == [
+        "sum_squares_dim1", "sum_splits"]
+    for task, names in (("bundled/L3/03_DWSeparableResidualBlock", ["dw_bn_relu", "pw_bn_residual"]),
+                        ("bundled/L3/04_SEResidualBlock", ["channel_mean", "se_squeeze", "se_excite"])):
+        family = get_family(task)
+        assert [k.name for k in parse_kernels(family.files(family.default)[f"kernels/{family.name}.cu"])] == names
+    tiny = get_family("bundled/L1/11_BatchedTinyMatmul").files(TinyParams(4, 256, 1))
+    assert "__launch_bounds__(1024)" in tiny["kernels/tiny_bmm.cu"]
+    with pytest.raises(ConfigError, match="indices below"):
+        tril.space.decode([0, 0, 0, 3])
+
+
+def test_every_bundled_task_has_a_family_named_in_the_module_docstring() -> None:
     from cudagym.sources.bundled import BundledSource
 
     bundled = {t.id for t in BundledSource().tasks()}
-    assert set(FAMILIES) <= bundled and len(FAMILIES) == 13
-    for task_id in bundled - set(FAMILIES):  # each left-out task is named, with its reason, in the docstring
-        assert task_id.removeprefix("bundled/") in kernel_families.__doc__
+    assert set(FAMILIES) == bundled and len(bundled) == 26
+    for task_id in bundled:
+        assert task_id.removeprefix("bundled/") in kernel_families.__doc__, task_id
+    with pytest.raises(ConfigError, match="expected a task with a kernel family"):
+        get_family("bundled/L9/99_Nothing")
 
 
 def test_each_family_model_keeps_the_reference_constructor_and_state_names() -> None:
@@ -61,7 +100,7 @@ def test_each_family_model_keeps_the_reference_constructor_and_state_names() -> 
         task = source.get(task_id)
         reference: dict = {}
         exec(compile(task.source, task_id, "exec"), reference)
-        code = family.files(LaunchParams())["model_new.py"].replace(
+        code = family.files(family.default)["model_new.py"].replace(
             'kernels = runtime.load(', 'kernels = (lambda path: None)(')  # nothing to launch: construct only
         candidate: dict = {}
         exec(compile(code, "model_new.py", "exec"), candidate)
@@ -73,10 +112,9 @@ def test_each_family_model_keeps_the_reference_constructor_and_state_names() -> 
         assert all(ref_state[k].shape == new_state[k].shape for k in ref_state), task_id
 
 
-def fake_env(**kwargs: object) -> LaunchTuningEnv:
+def fake_env(task: str = "bundled/L1/01_Swish", **kwargs: object) -> LaunchTuningEnv:
     judge = kwargs.pop("judge", FakeJudge())
-    return LaunchTuningEnv("bundled/L1/01_Swish", judge=judge, env_kwargs={"token_counter": TOKENIZER},
-                           **kwargs)  # type: ignore[arg-type]
+    return LaunchTuningEnv(task, judge=judge, env_kwargs={"token_counter": TOKENIZER}, **kwargs)  # type: ignore[arg-type]
 
 
 def test_a_step_writes_the_solution_and_observes_the_verdict() -> None:
@@ -90,7 +128,7 @@ def test_a_step_writes_the_solution_and_observes_the_verdict() -> None:
     named = dict(zip(FEATURES, obs, strict=True))
     assert named["tier"] == 2 and named["correct"] == 1 and named["registers"] == 16
     assert named["speedup_vs_eager"] == pytest.approx(100 / 90) and named["budget_spent"] == 0.5
-    assert named["vector_width_index"] == 1.0 and named["block_size_index"] == 0.5
+    assert named["knob_2_index"] == 1.0 and named["knob_0_index"] == 0.5 and named["knob_3_index"] == 0
     files = env.inner.workspace.snapshot().files
     assert "swish(grid=(grid,)" in files["model_new.py"] and "__launch_bounds__(256)" in files["kernels/swish.cu"]
     assert judge.evaluations("profile")
@@ -117,13 +155,28 @@ def test_wrong_and_unevaluated_configurations() -> None:
         fake_env(budget=0)
 
 
-def test_check_env_passes_for_both_action_spaces() -> None:
+@pytest.mark.parametrize("task", sorted(FAMILIES))
+def test_check_env_passes_for_every_family_and_both_action_spaces(task: str) -> None:
     for space in ("multidiscrete", "discrete"):
-        env = fake_env(action_space=space, budget=3)
+        env = fake_env(task, action_space=space, budget=3)
+        assert env.action_space.shape == ((len(env.space.nvec),) if space == "multidiscrete" else ())
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # SB3's checker warns about what it dislikes: none may fire
             check_env(env)
         env.close()
+
+
+def test_a_tile_family_step_decodes_four_knobs_and_writes_its_kernel() -> None:
+    env = fake_env("bundled/L1/10_TrilMatmul", budget=2)
+    env.reset(seed=0)
+    assert list(env.action_space.nvec) == [3, 3, 3, 3]
+    obs, reward, *_, info = env.step(np.array([2, 0, 1, 2]))
+    assert info["params"] == {"tile_m": 128, "tile_n": 32, "tile_k": 16, "outputs_per_thread": 64}
+    named = dict(zip(FEATURES, obs, strict=True))
+    assert [named[f"knob_{k}_index"] for k in range(4)] == [1.0, 0.0, 0.5, 1.0] and reward > 0
+    files = env.inner.workspace.snapshot().files
+    assert "__launch_bounds__(64)" in files["kernels/tril_matmul.cu"]  # 128 x 32 outputs / 64 per thread
+    env.close()
 
 
 def test_sb3_ppo_trains_on_it() -> None:
@@ -190,8 +243,46 @@ def test_the_example_compares_ppo_with_random_search(tmp_path, capsys) -> None:
     assert saved["runs"][0]["confirm"]["random_median_us"] > 0
 
 
+def test_the_example_tunes_a_tile_family(tmp_path, capsys) -> None:
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "examples" / "sb3_launch_tuning.py"
+    spec = importlib.util.spec_from_file_location("sb3_launch_tuning_tiles", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sb3_launch_tuning_tiles"] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules["sb3_launch_tuning_tiles"]
+
+    def timed_by_tile(task, solution, mode):  # taller tiles are faster
+        from fakes import timed_result
+        tile_m = int(solution.files["model_new.py"].split("TILE_M, TILE_N, THREADS = ")[1].split(",")[0])
+        return timed_result(1000.0 / tile_m)
+
+    summary = module.main(["--task", "bundled/L2/06_Conv1x1BNReLU", "--budget", "4", "--confirm", "1"],
+                          judge=FakeJudge(eval_fn=timed_by_tile))
+    out = capsys.readouterr().out
+    assert "config = tile_m x tile_n x tile_k x outputs_per_thread" in out
+    run = summary["runs"][0]
+    assert set(run["random"]["best"]) == {"tile_m", "tile_n", "tile_k", "outputs_per_thread"}
+    assert run["random"]["evaluations"] == run["ppo"]["evaluations"] == 4
+
+
+def sample(family: Family, count: int = 2, seed: int = 0) -> list[Any]:
+    """The family's default, its first and last configurations, and ``count`` more drawn with ``seed``."""
+    import random
+
+    ordered = list(family.space.configs())
+    rest = [p for p in ordered if p not in (family.default, ordered[0], ordered[-1])]
+    return [family.default, ordered[0], ordered[-1], *random.Random(seed).sample(rest, count)]
+
+
 def test_every_family_builds_with_the_real_judge() -> None:
-    # the raw build (NVRTC, else nvcc) and ptxas run without a GPU: every family compiles at both vector ends
+    # the raw build (NVRTC, else nvcc) and ptxas run without a GPU: a sample of every family's space compiles
+    # for the judge's target, with no register spills worth a warning and no build warnings ignored
     from cudagym.judge.local import LocalJudge
     from cudagym.solution import Solution
     from cudagym.sources.bundled import BundledSource
@@ -199,8 +290,8 @@ def test_every_family_builds_with_the_real_judge() -> None:
     source = BundledSource()
     with LocalJudge(devices="none") as judge:  # its own: the process-wide default may be another test's stand-in
         for task_id, family in FAMILIES.items():
-            task = next(t for t in source.tasks() if t.id == task_id)
-            for params in (LaunchParams(64, 1, 1), LaunchParams(1024, 8, 4)):
+            task = source.get(task_id)
+            for params in sample(family):
                 result = judge.build(task, Solution("raw", family.files(params)))
                 assert result.ok, (task_id, params, result.message, result.log[:2000])
-                assert result.kernels and result.kernels[0].registers > 0
+                assert result.kernels and all(k.registers > 0 for k in result.kernels), (task_id, params)

@@ -6,23 +6,31 @@ thread (vectors each thread handles, ``#pragma unroll``-ed), and vector width (1
 ``float``, ``float2``, ``float4``). Every configuration computes the same result; only speed differs,
 which is what the Stable-Baselines3 wrapper (:mod:`cudagym.integrations.sb3`) tunes.
 
-Families (:data:`FAMILIES`, 13 of the 26 bundled tasks) are the tasks whose speed depends on exactly these
-three knobs. Elementwise (:class:`KernelFamily`, here): ``L1/01_Swish``, ``L1/02_NewGELU``, ``L1/03_Mish``,
-``L1/09_DiagMatmul`` (a row scaling), ``L2/05_BiasGeluResidual``, ``L2/08_BNReLUResidual``. Row and channel
-reductions (:mod:`cudagym.integrations.reduction_families`): ``L1/04_RMSNormChannels``, ``L1/05_Softmax``,
-``L1/06_LogSoftmax``, ``L1/07_LayerNormLarge``, ``L2/03_ResidualAddLayerNorm``, ``L2/04_ScaleCausalMaskSoftmax``,
-``L2/07_GroupNormSiLU``. The device functions follow the bundled extension solutions' numerics (``expf``,
-``tanhf``, ``erff``; the reference's operation order) to pass the default protocol's 1e-4 check;
-``tests/test_sb3_gpu.py`` checks corners of the grid on a GPU.
+Families (:data:`FAMILIES`, all 26 bundled tasks), each module with its own kernel template and
+launch-parameter space (:mod:`cudagym.integrations.launch_params`):
 
-Left out, because their speed is set by other parameters than block size, items per thread and vector
-width: the GEMMs and GEMM-shaped tasks (``L1/10_TrilMatmul``, ``L1/11_BatchedTinyMatmul``,
-``L1/12_MatmulSmallKScale``, ``L2/01_GemmGeluScaleShift``, ``L2/06_Conv1x1BNReLU``, ``L3/01_TinyMLP``,
-``L3/02_CausalAttentionHead``: tile shapes and the K loop), the stencils (``L1/13_DepthwiseConv2d``,
-``L2/02_DWConvBNReLU``: the spatial tile and its halo), the scan ``L1/08_CumSum`` (a warp-scan layout, not a
-strided loop), ``L1/14_SumSquaresDim1`` (how a 4096-long reduction over the middle axis is split across
-threads and blocks: with one thread per output column the grid is 16,384 threads) and the multi-kernel
-blocks ``L3/03_DWSeparableResidualBlock`` and ``L3/04_SEResidualBlock`` (each kernel has its own launch).
+- Elementwise (:class:`KernelFamily`, here; the 60-point launch grid): ``L1/01_Swish``, ``L1/02_NewGELU``,
+  ``L1/03_Mish``, ``L1/09_DiagMatmul`` (a row scaling), ``L2/05_BiasGeluResidual``, ``L2/08_BNReLUResidual``.
+- Row and channel reductions (:mod:`cudagym.integrations.reduction_families`; the launch grid):
+  ``L1/04_RMSNormChannels``, ``L1/05_Softmax``, ``L1/06_LogSoftmax``, ``L1/07_LayerNormLarge``,
+  ``L2/03_ResidualAddLayerNorm``, ``L2/04_ScaleCausalMaskSoftmax``, ``L2/07_GroupNormSiLU``.
+- A row scan and a middle-axis reduction (:mod:`cudagym.integrations.scan_families`): ``L1/08_CumSum``
+  (the launch grid), ``L1/14_SumSquaresDim1`` (block size, vector width, row splits).
+- Tiled GEMMs with fused epilogues (:mod:`cudagym.integrations.matmul_families`; tile M, N, K and outputs per
+  thread): ``L1/10_TrilMatmul``, ``L1/12_MatmulSmallKScale``, ``L2/01_GemmGeluScaleShift``,
+  ``L2/06_Conv1x1BNReLU``; and ``L1/11_BatchedTinyMatmul`` (pairs per block, threads per pair, vector width).
+- Depthwise 3x3 stencils (:mod:`cudagym.integrations.stencil_families`; tile width, height, outputs per
+  thread): ``L1/13_DepthwiseConv2d``, ``L2/02_DWConvBNReLU``.
+- L3 blocks (:mod:`cudagym.integrations.block_families`): ``L3/01_TinyMLP`` as one fused kernel (rows per
+  block, threads, vector width), ``L3/03_DWSeparableResidualBlock`` as the stencil and a GEMM with a BN +
+  residual epilogue (both kernels' tiles), ``L3/04_SEResidualBlock`` as mean, squeeze and excite kernels (the
+  launch grid).
+- Flash-style causal attention (:mod:`cudagym.integrations.attention_families`; queries per block, key tile,
+  vector width): ``L3/02_CausalAttentionHead``.
+
+The device functions follow the bundled extension solutions' numerics (``expf``, ``tanhf``, ``erff``; the
+reference's operation order) to pass the default protocol's 1e-4 check; ``tests/test_sb3_gpu.py`` judges
+each family's default and two random configurations on a GPU.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from cudagym.integrations.launch_params import (
     VECTOR_TYPES,
     Family,
     LaunchParams,
+    OnLaunchGrid,
 )
 
 
@@ -91,7 +100,7 @@ ROW_SCALE = Layout(  # diag(A) @ B is B with row i scaled by A[i]
 
 
 @dataclass(frozen=True)
-class KernelFamily:
+class KernelFamily(OnLaunchGrid):
     """A task's solution as a function of the launch configuration.
 
     Attributes:
@@ -108,9 +117,10 @@ class KernelFamily:
 
     def files(self, params: LaunchParams) -> dict[str, str]:
         """The raw-format solution for ``params``: ``model_new.py`` and ``kernels/<name>.cu``."""
-        return {"model_new.py": self._model(params), f"kernels/{self.name}.cu": self._kernel(params)}
+        return {"model_new.py": self._model(params), f"kernels/{self.name}.cu": self.kernel_source(params)}
 
-    def _kernel(self, p: LaunchParams) -> str:
+    def kernel_source(self, p: LaunchParams) -> str:
+        """The ``.cu`` source for ``p``."""
         vt, lanes, lay = VECTOR_TYPES[p.vector_width], LANES[p.vector_width], self.layout
         inputs = ", ".join(f"const float* __restrict__ {s}" for s in lay.streams)
         views = "".join(f"  const {vt}* {s}_v = reinterpret_cast<const {vt}*>({s});\n" for s in lay.streams)
@@ -194,7 +204,13 @@ __device__ __forceinline__ float op(float b, float a) {
 }"""
 
 def _families() -> dict[str, Family]:
-    from cudagym.integrations.reduction_families import ROW_FAMILIES  # it imports this module's grid
+    # the other family modules import this module's launch grid module, not this module: no cycle
+    from cudagym.integrations.attention_families import ATTENTION_FAMILIES
+    from cudagym.integrations.block_families import BLOCK_FAMILIES
+    from cudagym.integrations.matmul_families import MATMUL_FAMILIES
+    from cudagym.integrations.reduction_families import ROW_FAMILIES
+    from cudagym.integrations.scan_families import SCAN_FAMILIES
+    from cudagym.integrations.stencil_families import STENCIL_FAMILIES
 
     elementwise: tuple[Family, ...] = (
         KernelFamily("bundled/L1/01_Swish", "swish", _SWISH),
@@ -204,7 +220,9 @@ def _families() -> dict[str, Family]:
         KernelFamily("bundled/L2/05_BiasGeluResidual", "bias_gelu_residual", _BIAS_GELU_RESIDUAL, ROW_BIAS),
         KernelFamily("bundled/L2/08_BNReLUResidual", "bn_add_relu", _BN_ADD_RELU, BN_RESIDUAL),
     )
-    return {f.task_id: f for f in sorted(elementwise + ROW_FAMILIES, key=lambda f: f.task_id)}
+    every: tuple[Family, ...] = (*elementwise, *ROW_FAMILIES, *SCAN_FAMILIES, *MATMUL_FAMILIES, *STENCIL_FAMILIES,
+                                 *BLOCK_FAMILIES, *ATTENTION_FAMILIES)
+    return {f.task_id: f for f in sorted(every, key=lambda f: f.task_id)}
 
 
 FAMILIES: dict[str, Family] = _families()
@@ -214,7 +232,7 @@ def get_family(task_id: str) -> Family:
     """The kernel family of a bundled task.
 
     Raises:
-        ConfigError: No family is defined for ``task_id``.
+        ConfigError: No family is defined for ``task_id`` (every bundled task has one).
     """
     if task_id not in FAMILIES:
         raise ConfigError(f"expected a task with a kernel family, one of {sorted(FAMILIES)}; got {task_id!r}")

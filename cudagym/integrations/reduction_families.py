@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from cudagym.integrations.launch_params import LANES, VECTOR_TYPES, LaunchParams
+from cudagym.integrations.launch_params import LANES, VECTOR_TYPES, LaunchParams, OnLaunchGrid
 
 BLOCK_REDUCE = """
 #define NEG_INF __int_as_float(0xff800000)  // -infinity without math headers (NVRTC has none)
@@ -89,7 +89,7 @@ class RowOp:
     helpers: str = ""
 
 
-def _pass_loop(p: LaunchParams, streams: tuple[str, ...], per_lane: str, after_vector: str = "") -> str:
+def row_pass(p: LaunchParams, streams: tuple[str, ...], per_lane: str, after_vector: str = "") -> str:
     """A strided loop over the row's vectors; ``per_lane`` runs once per lane, with its column ``c``."""
     vt = VECTOR_TYPES[p.vector_width]
     loads = "".join(f"        const {vt} {s}_s = {s}_v[i];\n" for s in streams)
@@ -109,7 +109,7 @@ def _pass_loop(p: LaunchParams, streams: tuple[str, ...], per_lane: str, after_v
 
 
 @dataclass(frozen=True)
-class RowFamily:
+class RowFamily(OnLaunchGrid):
     """A row-wise task's solution as a function of the launch configuration (one block per row).
 
     Attributes:
@@ -124,9 +124,10 @@ class RowFamily:
 
     def files(self, params: LaunchParams) -> dict[str, str]:
         """The raw-format solution for ``params``: ``model_new.py`` and ``kernels/<name>.cu``."""
-        return {"model_new.py": self._model(params), f"kernels/{self.name}.cu": self._kernel(params)}
+        return {"model_new.py": self._model(params), f"kernels/{self.name}.cu": self.kernel_source(params)}
 
-    def _kernel(self, p: LaunchParams) -> str:
+    def kernel_source(self, p: LaunchParams) -> str:
+        """The ``.cu`` source for ``p``."""
         op, vt = self.op, VECTOR_TYPES[p.vector_width]
         inputs = ", ".join(f"const float* __restrict__ {s}" for s in op.streams)
         views = "".join(f"  const {vt}* {s}_v = reinterpret_cast<const {vt}*>({s} + row * cols);\n"
@@ -135,10 +136,10 @@ class RowFamily:
         passes = ""
         for r in op.reductions:
             passes += f"  float {r.var} = {r.identity};\n"
-            passes += _pass_loop(p, op.streams, value + f"          {r.update}\n")
+            passes += row_pass(p, op.streams, value + f"          {r.update}\n")
             passes += (f"  {r.var} = block_reduce<{r.combine.capitalize()}>({r.var}, {r.identity}, scratch);\n"
                        + (f"  {r.finish}\n" if r.finish else ""))
-        write = _pass_loop(p, op.streams, value + f"          out{{lane}} = {op.output};\n",
+        write = row_pass(p, op.streams, value + f"          out{{lane}} = {op.output};\n",
                            after_vector="        yv[i] = out;\n")
         write = write.replace("      if (i < nv) {\n", f"      if (i < nv) {{\n        {vt} out;\n", 1)
         return (
@@ -178,7 +179,7 @@ class RowFamily:
 
 
 @dataclass(frozen=True)
-class ChannelFamily:
+class ChannelFamily(OnLaunchGrid):
     """Channel RMS norm over NCHW: each thread takes vectors of pixels and loops over the channels.
 
     Attributes:
@@ -191,9 +192,10 @@ class ChannelFamily:
 
     def files(self, params: LaunchParams) -> dict[str, str]:
         """The raw-format solution for ``params``: ``model_new.py`` and ``kernels/<name>.cu``."""
-        return {"model_new.py": self._model(params), f"kernels/{self.name}.cu": self._kernel(params)}
+        return {"model_new.py": self._model(params), f"kernels/{self.name}.cu": self.kernel_source(params)}
 
-    def _kernel(self, p: LaunchParams) -> str:
+    def kernel_source(self, p: LaunchParams) -> str:
+        """The ``.cu`` source for ``p``."""
         vt, lanes = VECTOR_TYPES[p.vector_width], LANES[p.vector_width]
         zero = "0.0f" if p.vector_width == 1 else f"make_{vt}(" + ", ".join(["0.0f"] * p.vector_width) + ")"
         square = "".join(f"      s{ln} += a{ln} * a{ln};\n" for ln in lanes)

@@ -8,17 +8,20 @@ verdict's numbers, the reward its speedup.
 
 ## Action Space
 
-``MultiDiscrete([5, 4, 3])``: indices into block size (64..1024), items per thread (1..8) and vector
-width (1, 2, 4); ``action_space="discrete"`` gives the same 60 configurations as ``Discrete(60)``.
+``MultiDiscrete(family.space.nvec)``: one index per knob of the task's family (every bundled task has one;
+for the elementwise, row and scan families ``[5, 4, 3]``: block size 64..1024, items per thread 1..8, vector
+width 1, 2, 4; for the tiled GEMMs ``[3, 3, 3, 3]``: tile M, N, K and outputs per thread; see each family
+module); ``action_space="discrete"`` gives the same configurations as ``Discrete(family.space.size)``.
 
 ## Observation Space
 
-``Box(16,)`` float32 with finite bounds; :data:`FEATURES` names each entry: the tier (-1..3, 0 when not
+``Box(17,)`` float32 with finite bounds; :data:`FEATURES` names each entry: the tier (-1..3, 0 when not
 evaluated), evaluated / correct / built flags, log10(1 + time in us) of candidate, eager and
 torch.compile, both speedups (clipped to 100), the kernels' most registers per thread, most shared memory
 (KiB), log2(1 + spilled bytes) from ptxas, the fraction of the evaluation budget spent, and the chosen
-configuration (each index scaled to 0..1). All zeros at reset. Without a GPU the build still runs, so
-registers, shared memory and spills are real; the timing entries stay 0.
+configuration (each knob's index scaled to 0..1; a family with fewer than 4 knobs leaves the rest 0). All
+zeros at reset. Without a GPU the build still runs, so registers, shared memory and spills are real; the
+timing entries stay 0.
 
 ## Rewards
 
@@ -38,6 +41,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping
@@ -50,7 +54,7 @@ from gymnasium import spaces
 from cudagym.env import CudaKernelEnv
 from cudagym.errors import ConfigError
 from cudagym.integrations.kernel_families import get_family
-from cudagym.integrations.launch_params import BLOCK_SIZES, ITEMS_PER_THREAD, VECTOR_WIDTHS, LaunchParams
+from cudagym.integrations.launch_params import MAX_KNOBS
 from cudagym.judge.interface import Judge
 from cudagym.judge.records import EvalResult, from_dict
 from cudagym.reward import score
@@ -58,11 +62,11 @@ from cudagym.reward import score
 FEATURES: tuple[str, ...] = (
     "tier", "evaluated", "correct", "built", "log10_candidate_us", "log10_eager_us", "log10_compile_us",
     "speedup_vs_eager", "speedup_vs_compile", "registers", "shared_mem_kib", "log2_spill_bytes",
-    "budget_spent", "block_size_index", "items_per_thread_index", "vector_width_index",
+    "budget_spent", *(f"knob_{k}_index" for k in range(MAX_KNOBS)),
 )
-_HIGH = np.array([3, 1, 1, 1, 10, 10, 10, 100, 100, 255, 256, 40, 1, 1, 1, 1], dtype=np.float32)
-_LOW = np.array([-1] + [0] * 15, dtype=np.float32)
-NVEC: tuple[int, int, int] = (len(BLOCK_SIZES), len(ITEMS_PER_THREAD), len(VECTOR_WIDTHS))
+_KNOBS = len(FEATURES) - MAX_KNOBS  # where the configuration's slots start
+_HIGH = np.array([3, 1, 1, 1, 10, 10, 10, 100, 100, 255, 256, 40, 1] + [1] * MAX_KNOBS, dtype=np.float32)
+_LOW = np.array([-1] + [0] * (len(FEATURES) - 1), dtype=np.float32)
 DEFAULT_TOKENIZER = "cudagym:code-bpe-16k"  # shipped: no download; tokens do not matter to this env
 
 
@@ -86,7 +90,8 @@ class LaunchTuningEnv(gym.Env[np.ndarray, Any]):
         Args:
             task: A bundled task with a kernel family.
             budget: Evaluations per episode.
-            action_space: ``multidiscrete`` (one index per knob) or ``discrete`` (one of 60).
+            action_space: ``multidiscrete`` (one index per knob) or ``discrete`` (one of the family's
+                configurations).
             tool: The judge tool each step runs: ``profile`` (times it) or ``verify`` (checks only).
             judge: A judge backend name or a Judge, shared with the inner env.
             env_kwargs: More :class:`CudaKernelEnv` arguments (e.g. ``protocol``, ``suite_options``).
@@ -95,6 +100,7 @@ class LaunchTuningEnv(gym.Env[np.ndarray, Any]):
             ConfigError: No family for ``task``, a budget below 1, or an unknown action space or tool.
         """
         self.family = get_family(task)
+        self.space = self.family.space
         if budget < 1:
             raise ConfigError(f"expected budget >= 1, got {budget}")
         if action_space not in ("multidiscrete", "discrete") or tool not in ("profile", "verify"):
@@ -106,14 +112,14 @@ class LaunchTuningEnv(gym.Env[np.ndarray, Any]):
         self.inner = CudaKernelEnv("bundled", tasks=[task], solution_format="raw", judge=judge,
                                    max_turns=3 * budget + 8, **kwargs)
         self.action_space: spaces.Space[Any] = (
-            spaces.MultiDiscrete(np.array(NVEC)) if action_space == "multidiscrete"
-            else spaces.Discrete(int(np.prod(NVEC)))
+            spaces.MultiDiscrete(np.array(self.space.nvec)) if action_space == "multidiscrete"
+            else spaces.Discrete(self.space.size)
         )
         self.observation_space = spaces.Box(_LOW, _HIGH, dtype=np.float32)
         self._evals = 0
 
-    def decode(self, action: Any) -> LaunchParams:
-        """The configuration an action names.
+    def decode(self, action: Any) -> Any:
+        """The configuration an action names (a record of the family's space).
 
         Raises:
             ConfigError: The action is not in the action space.
@@ -121,10 +127,10 @@ class LaunchTuningEnv(gym.Env[np.ndarray, Any]):
         if not self.action_space.contains(np.asarray(action) if not np.isscalar(action) else action):
             raise ConfigError(f"expected an action in {self.action_space}, got {action!r}")
         if isinstance(self.action_space, spaces.Discrete):
-            b, i, v = (int(x) for x in np.unravel_index(int(action), NVEC))
+            indices = [int(x) for x in np.unravel_index(int(action), self.space.nvec)]
         else:
-            b, i, v = (int(x) for x in np.asarray(action))
-        return LaunchParams(BLOCK_SIZES[b], ITEMS_PER_THREAD[i], VECTOR_WIDTHS[v])
+            indices = [int(x) for x in np.asarray(action)]
+        return self.space.decode(indices)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
         """Start a new tuning episode (a fresh inner episode on the task)."""
@@ -143,17 +149,16 @@ class LaunchTuningEnv(gym.Env[np.ndarray, Any]):
         verdict = from_dict(EvalResult, info["last_eval"]) if "last_eval" in info else None
         obs, reward = self._observe(verdict, params)
         truncated = self._evals >= self.budget or bool(inner_truncated)
-        out = {"params": params.__dict__, "status": verdict.status.value if verdict else "none",
+        out = {"params": dataclasses.asdict(params), "status": verdict.status.value if verdict else "none",
                "candidate_us": verdict.candidate.median_us if verdict else 0.0,
                "speedup_vs_eager": verdict.speedup_vs_eager if verdict else 0.0}
         return obs, reward, False, truncated, out
 
-    def _observe(self, verdict: EvalResult | None, params: LaunchParams) -> tuple[np.ndarray, float]:
+    def _observe(self, verdict: EvalResult | None, params: Any) -> tuple[np.ndarray, float]:
         vec = np.zeros(len(FEATURES), dtype=np.float32)
         vec[12] = self._evals / self.budget
-        vec[13:16] = [BLOCK_SIZES.index(params.block_size) / (NVEC[0] - 1),
-                      ITEMS_PER_THREAD.index(params.items_per_thread) / (NVEC[1] - 1),
-                      VECTOR_WIDTHS.index(params.vector_width) / (NVEC[2] - 1)]
+        for k, (i, n) in enumerate(zip(self.space.indices(params), self.space.nvec, strict=True)):
+            vec[_KNOBS + k] = i / max(n - 1, 1)
         if verdict is None:
             return np.clip(vec, _LOW, _HIGH), 0.0
         s = score(verdict, self.inner.reward_config)
