@@ -164,9 +164,9 @@ def parse_action(action: object, *, max_chars: int = 1 << 20) -> ToolCall | Acti
 
 
 def may_name_judge_tool(action: str) -> bool:
-    """False when ``action`` cannot be a call of a judge tool: no judge tool's name occurs in it.
+    r"""False when ``action`` cannot be a call of a judge tool: no judge tool's name occurs in it.
 
-    A substring test, far cheaper than a parse (a JSON string spelling the name with ``\\u`` escapes
+    A substring test, far cheaper than a parse (a JSON string spelling the name with ``\u`` escapes
     counts as a possible match); True says only that :func:`parse_action` must decide.
     """
     return "\\u" in action or any(name in action for name in JUDGE_TOOLS)

@@ -104,7 +104,8 @@ class CudaKernelVectorEnv(VectorEnv[Any, Any, Any]):
             handed.arrive(i)  # it ended without waiting on the judge (a malformed call, say)
 
     def _waits_on_judge(self, i: int, action: str) -> bool:
-        return not self._autoreset[i] and self.envs[i].unwrapped.waits_on_judge(action)
+        env: Any = self.envs[i].unwrapped  # a CudaKernelEnv
+        return not self._autoreset[i] and bool(env.waits_on_judge(action))
 
     def _step_one(self, i: int, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         env = self.envs[i]
@@ -152,7 +153,7 @@ class CudaKernelVectorEnv(VectorEnv[Any, Any, Any]):
             dtype, shape = np.dtype(object), (self.num_envs,)
         if len(present) == self.num_envs and len(shape) == 1:
             return np.fromiter(values, dtype=dtype, count=self.num_envs)  # each value set as array[i] = value
-        array = np.full(shape, fill_value=None, dtype=object) if dtype == object else np.zeros(shape, dtype=dtype)
+        array = np.full(shape, fill_value=None, dtype=object) if dtype.kind == "O" else np.zeros(shape, dtype=dtype)
         for i, value in zip(present, values, strict=True):
             array[i] = value
         return array
