@@ -516,7 +516,9 @@ class CudaKernelEnv(gym.Env[str, str]):
         return self._counter
 
     def _count(self, text: str) -> int:
-        return int(self._token_counter().count(text)) if text else 0
+        from cudagym.tokens import count_remembered
+
+        return int(count_remembered(self._token_counter(), text)) if text else 0
 
     @staticmethod
     def _resolve_protocol(protocol: str | Protocol | None, judge: str | Judge) -> Protocol:
