@@ -3,8 +3,11 @@
 Each sub-env's step runs on its own thread, so sub-envs whose tool call needs no judge (file tools) finish
 at once while the compiles and GPU jobs of others run; every sub-env is a handle of the same judge
 pipeline (one worker per GPU, one build pool), each its own client of the pipeline's fair dispatch. The
-threads spend their time waiting on the judge or on the workspace's files; the env's own Python work per
-step is small (see ``benchmarks/bench_vec.py``). Gymnasium 1.x semantics: ``NEXT_STEP`` autoreset (a
+threads spend their time waiting on the judge or on the workspace's files. The threads share one GIL, so a
+step starts the sub-envs whose action waits on the judge (:meth:`CudaKernelEnv.waits_on_judge`) first
+and the others once those have handed their work to the judge: the file tools then run while the builds
+do, instead of delaying every build's start (``benchmarks/bench_vec.py`` measures what is left of the
+env's own time). Gymnasium 1.x semantics: ``NEXT_STEP`` autoreset (a
 sub-env that ended is reset by the next step, whose action for it is ignored), infos batched with
 ``_key`` masks.
 
