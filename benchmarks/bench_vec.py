@@ -7,7 +7,16 @@ The env machinery's own time is the wall time of a vector step minus the longest
 for; the target is <= 5% of wall time.
 
 Run: ``pytest benchmarks/bench_vec.py --benchmark-columns=median,rounds -s`` (the fraction is printed and
-kept in the benchmark's ``extra_info``).
+kept in the benchmark's ``extra_info``, with each step's median and max: on a shared machine the total
+swings with other processes' load, the median much less).
+
+Where the time went (2-core CPU, per vector step of about 255 ms): almost all of the env's own time is
+before the last build starts. With one thread per sub-env and one GIL, the 48 file-tool steps (0.1-0.3
+ms each) ran interleaved with the 16 compiles' parse, snapshot and hand-off, so the last build started
+20-40 ms into the step (10-13% of wall). The vector env now starts the judge-bound sub-envs first and
+the file tools once those have handed off; in a steady step the last build starts about 3 ms in (16
+hand-offs of about 0.17 ms), and results, rendering and info batching after the builds add about 1 ms.
+The first step also starts the build pool's threads; a loaded machine's stalls add whole milliseconds.
 
 On the H200 host (evaluations per GPU-hour through ``make_vec`` with 16 sub-envs, LocalJudge vs RayJudge):
 ``CUDAGYM_BENCH_GPU=1 pytest benchmarks/bench_vec.py -k gpu -s``.
