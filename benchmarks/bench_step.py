@@ -1,7 +1,8 @@
 """Step overhead of the env's file tools and action parsing (FakeJudge; no GPU, no build).
 
 Run: ``pytest benchmarks/bench_step.py --benchmark-columns=median,mean,min,max,rounds``.
-Target: each file-tool step() and each parse <= 1 ms median (p50) on a 2-core CPU.
+Target: each file-tool step() and each parse <= 1 ms median (p50) on a 2-core CPU (compile and reset are
+shown beside them, without a target).
 """
 
 from __future__ import annotations
@@ -104,3 +105,15 @@ def test_step_list_files(benchmark, env: CudaKernelEnv) -> None:
 def test_step_malformed_action(benchmark, env: CudaKernelEnv) -> None:
     obs, *_ = benchmark(env.step, "I think I should compile now but forgot the tags")
     assert obs.startswith("Error:")
+
+
+def test_step_compile(benchmark, env: CudaKernelEnv) -> None:
+    # the env's side of a build: parse, snapshot the workspace, hand it to the judge (FakeJudge: instant), render
+    obs, *_ = benchmark(env.step, act("compile"))
+    assert obs.startswith("Build OK")
+
+
+def test_reset_on_the_same_task(benchmark, env: CudaKernelEnv) -> None:
+    # a vector env's autoreset: prompt, fresh workspace, the prompt's token count (remembered after the first)
+    obs, _ = benchmark(env.reset, seed=0, options={"task": TASK})
+    assert obs.startswith("# Task:")

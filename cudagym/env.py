@@ -22,7 +22,15 @@ from cudagym.reward import RewardConfig, Score, best_of, better, reward_config, 
 from cudagym.solution import Solution, SolutionFormat, get_format
 from cudagym.spaces import UnicodeText
 from cudagym.task import Task
-from cudagym.toolcalls import TOOL_NAMES, parse_action, tool_schemas
+from cudagym.toolcalls import (
+    JUDGE_TOOLS,
+    TOOL_NAMES,
+    ActionError,
+    ToolCall,
+    may_name_judge_tool,
+    parse_action,
+    tool_schemas,
+)
 from cudagym.tools import ToolContext, ToolResult, evaluate_solution, run_tool
 from cudagym.workspace import Workspace, WorkspaceLimits
 
@@ -157,6 +165,7 @@ class CudaKernelEnv(gym.Env[str, str]):
 
     # render_fps: a text env has no frame rate; 1 keeps gymnasium's checker from warning about it
     metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 1, "autoreset_mode": AutoresetMode.NEXT_STEP}
+    _parsed: tuple[str, ToolCall | ActionError] | None = None  # waits_on_judge's parse, kept for step()
 
     def __init__(
         self,
@@ -288,7 +297,7 @@ class CudaKernelEnv(gym.Env[str, str]):
     def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
         """Run the tool call in ``action``; never raises for what the action holds."""
         ep = self._require_episode()
-        call = parse_action(action, max_chars=self.max_action_chars)  # parse (errors are data)
+        call = self._parse(action)  # parse (errors are data)
         result = run_tool(call, self._context(ep))  # dispatch; the evaluation tools call the judge
         ep.turn += 1
         self._record(ep, result)
@@ -324,13 +333,39 @@ class CudaKernelEnv(gym.Env[str, str]):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
+        state.pop("_parsed", None)
         if not isinstance(self._judge_spec, Judge):
             state["_judge"] = None  # a judge this env made (workers, pipes) is made again where unpickled
         if self._counter_spec is None:
             state["_counter"] = None
         return state
 
+    def waits_on_judge(self, action: object) -> bool:
+        """True when ``step(action)`` would wait on the judge: a build or evaluation tool, or the last turn.
+
+        A scheduling hint: the vector env starts such sub-envs first, so that their builds run while the
+        others' file tools do. The parse is kept for a ``step()`` that follows with this same action (an
+        episode cut off by ``token_budget`` also waits on its final evaluation; that is not foreseen here).
+        """
+        ep = self._episode
+        if ep is None or ep.done:
+            return False
+        if ep.turn + 1 >= self.max_turns and self.evaluate_on_truncation:
+            return True
+        if isinstance(action, str) and not may_name_judge_tool(action):
+            return False
+        call = parse_action(action, max_chars=self.max_action_chars)
+        if isinstance(action, str):
+            self._parsed = (action, call)
+        return isinstance(call, ToolCall) and call.name in JUDGE_TOOLS
+
     # -- the parts of reset and step ----------------------------------------------------------------
+
+    def _parse(self, action: object) -> ToolCall | ActionError:
+        parsed, self._parsed = self._parsed, None
+        if parsed is not None and parsed[0] is action:
+            return parsed[1]
+        return parse_action(action, max_chars=self.max_action_chars)
 
     def _context(self, ep: _Episode) -> ToolContext:
         return ToolContext(ep.workspace, ep.task, self._get_judge(), ep.hardware)
@@ -481,7 +516,9 @@ class CudaKernelEnv(gym.Env[str, str]):
         return self._counter
 
     def _count(self, text: str) -> int:
-        return int(self._token_counter().count(text)) if text else 0
+        from cudagym.tokens import count_remembered
+
+        return int(count_remembered(self._token_counter(), text)) if text else 0
 
     @staticmethod
     def _resolve_protocol(protocol: str | Protocol | None, judge: str | Judge) -> Protocol:

@@ -27,6 +27,7 @@ import os
 import socket
 import tempfile
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -219,6 +220,66 @@ def tiktoken_cache_path(url: str) -> Path | None:
     if cache_dir == "":
         return None
     return Path(cache_dir) / hashlib.sha1(url.encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Remembered counts of long texts
+
+MEMO_MIN_CHARS = 1024  # shorter texts count about as fast as they are looked up
+MEMO_MAX_CHARS = 1 << 22  # characters of text remembered per tokenizer; the least recently used go first
+
+
+class _CountMemo:
+    """Token counts of recently counted long texts, least recently used dropped first; thread-safe."""
+
+    def __init__(self, max_chars: int) -> None:
+        self.max_chars = max_chars
+        self._counts: OrderedDict[str, int] = OrderedDict()
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def get(self, text: str) -> int | None:
+        with self._lock:
+            count = self._counts.get(text)
+            if count is not None:
+                self._counts.move_to_end(text)
+            return count
+
+    def put(self, text: str, count: int) -> None:
+        with self._lock:
+            if text in self._counts or len(text) > self.max_chars:
+                return
+            self._counts[text] = count
+            self._chars += len(text)
+            while self._chars > self.max_chars:
+                old, _ = self._counts.popitem(last=False)
+                self._chars -= len(old)
+
+
+_MEMOS: dict[str, _CountMemo] = {}
+_MEMOS_LOCK = threading.Lock()
+
+
+def count_remembered(counter: TokenCounter, text: str) -> int:
+    """``counter.count(text)``; a long text that a named tokenizer counted before is answered from memory.
+
+    Agents read unchanged files again and again, and every sub-env of a vector env starts on the same
+    prompt: their counts are looked up (a hash and a compare) instead of run through the BPE again. Only
+    named tokenizers are remembered (the shipped one and tiktoken's public encodings: fixed, hash-pinned
+    files), one memory per name shared by every counter of that name; a user's tokenizer or callable is
+    always called.
+    """
+    if counter._spec is None or len(text) < MEMO_MIN_CHARS:
+        return counter.count(text)
+    memo = _MEMOS.get(counter.name)
+    if memo is None:
+        with _MEMOS_LOCK:
+            memo = _MEMOS.setdefault(counter.name, _CountMemo(MEMO_MAX_CHARS))
+    count = memo.get(text)
+    if count is None:
+        count = counter.count(text)
+        memo.put(text, count)
+    return count
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -90,6 +90,8 @@ def _schema(name: str, description: str, props: dict[str, Any], required: tuple[
 TOOL_SCHEMAS: tuple[dict[str, Any], ...] = tuple(_schema(*spec) for spec in _TOOL_SPECS)
 TOOL_NAMES: tuple[str, ...] = tuple(spec[0] for spec in _TOOL_SPECS)
 _PARAMS: dict[str, dict[str, Any]] = {s["function"]["name"]: s["function"]["parameters"] for s in TOOL_SCHEMAS}
+# the tools that build or evaluate: their step waits on the judge (cudagym.tools runs them through it)
+JUDGE_TOOLS: frozenset[str] = frozenset({"compile", "verify", "profile", "submit"})
 
 EXPECTED_FORM = (
     'Expected one tool call per action, either a JSON object such as\n'
@@ -159,6 +161,15 @@ def parse_action(action: object, *, max_chars: int = 1 << 20) -> ToolCall | Acti
         if OPEN_TAG not in text:
             return ActionError("bad_json", f"the action is not valid JSON: {err}")
     return _parse_tagged(text)
+
+
+def may_name_judge_tool(action: str) -> bool:
+    r"""False when ``action`` cannot be a call of a judge tool: no judge tool's name occurs in it.
+
+    A substring test, far cheaper than a parse (a JSON string spelling the name with ``\u`` escapes
+    counts as a possible match); True says only that :func:`parse_action` must decide.
+    """
+    return "\\u" in action or any(name in action for name in JUDGE_TOOLS)
 
 
 def _strip_fence(text: str) -> str:

@@ -11,9 +11,11 @@ build too and then report plainly that no GPU is available (status ``no_gpu``: n
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -35,6 +37,7 @@ from cudagym.workspace import FileRefused, Workspace
 logger = logging.getLogger(__name__)
 
 DEFAULT_READ_LINES = 2000
+_before_judge = threading.local()  # .callback: what judge_waits_on_this_thread() was given
 
 
 @dataclass
@@ -177,6 +180,27 @@ def evaluate_solution(ctx: ToolContext, solution: Solution, mode: EvalMode) -> E
     return _guarded_evaluate(ctx, solution, mode)
 
 
+@contextlib.contextmanager
+def judge_waits_on_this_thread(callback: Callable[[], None]) -> Iterator[None]:
+    """Call ``callback`` each time a tool run on this thread is about to wait on the judge.
+
+    The vector env uses it to know when a sub-env has handed its work to the judge (everything before
+    that is this process's own work, which it keeps apart from the other sub-envs' file tools).
+    """
+    previous = getattr(_before_judge, "callback", None)
+    _before_judge.callback = callback
+    try:
+        yield
+    finally:
+        _before_judge.callback = previous
+
+
+def _waiting_on_judge() -> None:
+    callback = getattr(_before_judge, "callback", None)
+    if callback is not None:
+        callback()
+
+
 def _guarded_evaluate(ctx: ToolContext, solution: Solution, mode: EvalMode) -> EvalResult:
     start = time.perf_counter()
     if not ctx.has_gpu:
@@ -186,6 +210,7 @@ def _guarded_evaluate(ctx: ToolContext, solution: Solution, mode: EvalMode) -> E
         return no_gpu_verdict(build, protocol_id=ctx.judge.protocol.id, hardware=ctx.hardware,
                               wall_time_s=time.perf_counter() - start)
     try:
+        _waiting_on_judge()
         return ctx.judge.evaluate(ctx.task, solution, mode)
     except Exception as exc:  # a judge must not raise for a candidate; if it does, it is the judge's fault
         logger.exception("judge.evaluate raised for task %s", ctx.task.id)
@@ -197,6 +222,7 @@ def _guarded_evaluate(ctx: ToolContext, solution: Solution, mode: EvalMode) -> E
 
 def _guarded_build(ctx: ToolContext, solution: Solution) -> BuildResult:
     try:
+        _waiting_on_judge()
         return ctx.judge.build(ctx.task, solution)
     except Exception as exc:  # as above: infrastructure, reported as a tool error rather than a crash
         logger.exception("judge.build raised for task %s", ctx.task.id)

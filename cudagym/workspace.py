@@ -255,8 +255,17 @@ class Workspace:
         return list(self._walk(rel))
 
     def snapshot(self) -> Solution:
-        """The agent's files as the judge receives them (editable paths only)."""
-        return Solution.from_dir(self.root, self.format.name)
+        """The agent's files as the judge receives them (editable paths only).
+
+        The same files and text as :meth:`Solution.from_dir` on the root (symlinks skipped, undecodable
+        bytes replaced, newlines read as text), from the workspace's own walk: a third of the time.
+        """
+        files: dict[str, str] = {}
+        for entry in self._walk(""):
+            if not entry.is_dir and self.format.is_editable(entry.path):
+                with open(os.path.join(self.root, entry.path), encoding="utf-8", errors="replace") as fh:
+                    files[entry.path] = fh.read()
+        return Solution(format=self.format.name, files=files)
 
     def count_writable_files(self) -> int:
         """Writable files that exist now."""

@@ -598,3 +598,33 @@ def test_pieces_cover_the_text_and_prefer_newlines():
 def test_short_texts_count_as_before():
     counter = get_token_counter(SHIPPED_NAME)
     assert counter.count(CUDA_SAMPLE) == len(shipped_encoding().encode_ordinary(CUDA_SAMPLE))
+
+
+def test_remembered_counts_equal_counting_again_and_stay_within_their_bound() -> None:
+    from cudagym.tokens import MEMO_MIN_CHARS, _CountMemo, count_remembered
+
+    counter = get_token_counter(SHIPPED_NAME)
+    texts = [CUDA_SAMPLE * (1 + MEMO_MIN_CHARS // len(CUDA_SAMPLE)) + str(i) for i in range(5)]
+    assert [count_remembered(counter, t) for t in texts] == [counter.count(t) for t in texts]
+    again = get_token_counter(SHIPPED_NAME)  # another counter of the same name shares the memory
+    assert [count_remembered(again, t) for t in texts] == [counter.count(t) for t in texts]
+    memo = _CountMemo(max_chars=2 * len(texts[0]) + 1)
+    for i, text in enumerate(texts):
+        memo.put(text, i)
+    assert [memo.get(t) for t in texts] == [None, None, None, 3, 4]  # the least recently used went first
+
+
+def test_a_users_tokenizer_is_called_every_time() -> None:
+    from cudagym.tokens import MEMO_MIN_CHARS, count_remembered
+
+    calls: list[int] = []
+
+    def count(text: str) -> int:
+        calls.append(len(text))
+        return len(text) // 4
+
+    counter = get_token_counter(count)
+    text = "x" * MEMO_MIN_CHARS
+    calls.clear()  # the spec check counted a sample
+    assert [count_remembered(counter, text) for _ in range(3)] == [len(text) // 4] * 3
+    assert calls == [len(text)] * 3

@@ -208,3 +208,22 @@ def test_any_json_arguments_parse_to_a_call_or_an_error(name: str, arguments: ob
         assert parsed.name == name and check_arguments(name, parsed.arguments) == ""
     else:
         assert parsed.kind in ("unknown_tool", "bad_arguments")
+
+
+@pytest.mark.parametrize("action", [
+    '{"name": "compile"}', '<tool_call>{"name": "verify", "arguments": {}}</tool_call>',
+    '{"name": "\\u0073ubmit"}', '{"name": "profile", "arguments": "{}"}',
+])
+def test_a_judge_call_always_passes_the_cheap_pre_check(action: str) -> None:
+    from cudagym.toolcalls import JUDGE_TOOLS, may_name_judge_tool
+
+    call = parse_action(action)
+    assert isinstance(call, ToolCall) and call.name in JUDGE_TOOLS
+    assert may_name_judge_tool(action)
+
+
+def test_the_pre_check_rules_out_file_tools_without_parsing() -> None:
+    from cudagym.toolcalls import may_name_judge_tool
+
+    assert not may_name_judge_tool('{"name": "read_file", "arguments": {"path": "model.py"}}')
+    assert may_name_judge_tool('{"name": "write_file", "arguments": {"path": "a", "content": "torch.compile(m)"}}')

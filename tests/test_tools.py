@@ -166,3 +166,29 @@ def test_hardware_is_the_contexts(ctx: ToolContext) -> None:
     ctx.hardware = Hardware()
     assert not ctx.has_gpu
     assert timed_result(50.0).correct
+
+
+ARGUMENTS = {"read_file": {"path": "model_new.py"}, "write_file": {"path": "model_new.py", "content": "x = 2\n"},
+             "edit_file": {"path": "model_new.py", "old": "x", "new": "y"}}
+
+
+@pytest.mark.parametrize("name", TOOL_NAMES)
+def test_judge_tools_are_the_tools_that_call_the_judge(ctx: ToolContext, name: str) -> None:
+    from cudagym.toolcalls import JUDGE_TOOLS
+
+    ctx.workspace.write_text("model_new.py", "x = 1\n")
+    assert tool(ctx, name, **ARGUMENTS.get(name, {})).error != "bad_arguments"
+    assert bool(ctx.judge.calls) == (name in JUDGE_TOOLS)
+
+
+@pytest.mark.parametrize("name", TOOL_NAMES)
+def test_the_hand_off_hook_runs_before_the_judge_is_called(ctx: ToolContext, name: str) -> None:
+    from cudagym.tools import judge_waits_on_this_thread
+
+    ctx.workspace.write_text("model_new.py", "x = 1\n")
+    seen: list[int] = []  # how many judge calls had been made each time the hook ran
+    with judge_waits_on_this_thread(lambda: seen.append(len(ctx.judge.calls))):
+        tool(ctx, name, **ARGUMENTS.get(name, {}))
+    assert seen == ([0] if ctx.judge.calls else [])
+    tool(ctx, name, **ARGUMENTS.get(name, {}))  # outside the block the hook is gone
+    assert len(seen) == (1 if ctx.judge.calls else 0)

@@ -280,3 +280,20 @@ def test_an_unpickled_workspace_keeps_its_directory_until_closed(tmp_path: Path)
     gc.collect()
     assert not root.exists()  # dropped without close(): removed all the same
     ws.close()
+
+
+def test_snapshot_holds_what_solution_from_dir_reads(ws: Workspace, tmp_path: Path) -> None:
+    from cudagym.solution import Solution
+
+    ws.write_text("model_new.py", "import torch\n")
+    ws.write_text("kernels/relu.cu", "__global__ void k() {}\n")
+    (ws.root / "kernels" / "crlf.cu").write_bytes(b"int a;\r\nint b;\r\n")  # written around the workspace's checks
+    (ws.root / "kernels" / "latin1.cu").write_bytes(b"// caf\xe9\n")
+    (ws.root / "kernels" / "deep").mkdir()
+    (ws.root / "kernels" / "deep" / "x.cu").write_text("int c;\n")  # not an editable path
+    (tmp_path / "outside.cu").write_text("secret\n")
+    (ws.root / "kernels" / "link.cu").symlink_to(tmp_path / "outside.cu")
+    snap = ws.snapshot()
+    assert snap == Solution.from_dir(ws.root, ws.format.name)
+    assert snap.files["kernels/crlf.cu"] == "int a;\nint b;\n" and snap.files["kernels/latin1.cu"] == "// caf\ufffd\n"
+    assert "kernels/link.cu" not in snap.files and "binding.cpp" not in snap.files
