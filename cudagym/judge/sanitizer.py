@@ -79,8 +79,11 @@ def gates(job: Job, result: EvalResult) -> tuple[str, ...]:
 # Finding the tool and building its command
 # ----------------------------------------------------------------------------------------------------
 
-def find_compute_sanitizer() -> str:
-    """Path of compute-sanitizer: ``CUDAGYM_COMPUTE_SANITIZER``, else the CUDA toolkit's ``bin``, else ``PATH``.
+def find_compute_sanitizer(homes: Sequence[str] | None = None) -> str:
+    """Path of compute-sanitizer: ``CUDAGYM_COMPUTE_SANITIZER``, else a CUDA toolkit's ``bin``, else ``PATH``.
+
+    Args:
+        homes: CUDA toolkit folders to look in (default: ``$CUDA_HOME``, ``$CUDA_PATH``, ``/usr/local/cuda``).
 
     Raises:
         ConfigError: None is found (or the variable names no executable).
@@ -91,7 +94,8 @@ def find_compute_sanitizer() -> str:
             return explicit
         raise ConfigError(f"expected {BINARY_ENV} to name the compute-sanitizer executable, got {explicit!r}; "
                           "fix or unset it")
-    homes = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"]
+    if homes is None:
+        homes = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"]
     for home in filter(None, homes):
         candidate = os.path.join(home, "bin", "compute-sanitizer")
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
@@ -99,8 +103,9 @@ def find_compute_sanitizer() -> str:
     found = shutil.which("compute-sanitizer")
     if found:
         return found
-    raise ConfigError("no compute-sanitizer found (looked at $CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda/bin "
-                      f"and PATH); install the CUDA toolkit's compute-sanitizer or point {BINARY_ENV} at it")
+    looked = ", ".join(os.path.join(h, "bin") for h in filter(None, homes))
+    raise ConfigError(f"no compute-sanitizer found (looked in {looked or 'no CUDA toolkit folder'} and on PATH); "
+                      f"install the CUDA toolkit's compute-sanitizer or point {BINARY_ENV} at it")
 
 
 def require_compute_sanitizer(protocol: Protocol) -> str:
@@ -141,7 +146,9 @@ _SUMMARY = re.compile(r"^(?:ERROR|RACECHECK|SYNCCHECK|INITCHECK|MEMCHECK) SUMMAR
                       re.I)
 _ERRORS_IN = re.compile(r"\(([\d,]+)\s+errors?", re.I)  # racecheck: "1 hazard displayed (1 error, 0 warnings)"
 _HOST_PATH = re.compile(r"(?<![\w.])/(?:[^\s/:]+/)+([^\s/:]+)")
-_TOOL_ERROR = re.compile(r"^(?:Error|Internal error)\b", re.I)
+_TOOL_ERROR = re.compile(r"^(?:Error|Internal error)\b(?!: Race reported)", re.I)  # racecheck's hazards read "Error:"
+_ERROR_HEADLINE = re.compile(r"Invalid|Uninitiali[sz]ed|Misaligned|Race reported|Barrier error|Hardware exception|"
+                             r"Out-of-range|Leaked|Unused memory|Program hit|Malloc|Free", re.I)
 _FRAMES = ("Host Frame", "Device Frame", "Saved host backtrace", "Saved device backtrace")
 _DETAILS = 5  # lines kept per finding after its headline: kernel, source line, thread, address, allocation
 _LINE_CHARS = 300
@@ -183,14 +190,15 @@ def parse_report(text: str) -> Report:
     """Read compute-sanitizer's report (``=========``-prefixed lines; other lines are ignored).
 
     An error opens with an unindented line (``Invalid __global__ read of size 4 bytes``); its indented lines
-    follow; a bare prefix closes it. Host frames and backtrace headers are dropped, paths cut to file names.
+    follow; a bare prefix closes it. Host frames and backtrace headers are dropped, paths cut to file names;
+    an unindented line with no details that does not read as an error is the tool's information.
     """
     errors, findings, tool_errors = -1, [], []
     current: list[str] = []
     in_frames = False  # inside a backtrace: its frames and their "in <library>" lines are dropped
 
-    def close() -> None:
-        if current:
+    def close() -> None:  # a headline with no detail is a finding only if it reads as one (else the tool's info)
+        if current and (len(current) > 1 or _ERROR_HEADLINE.search(current[0])):
             findings.append(Finding(current[0], tuple(current[1:_DETAILS + 1])))
             current.clear()
 
