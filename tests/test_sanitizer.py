@@ -305,3 +305,28 @@ def test_a_gate_that_could_not_run_is_an_infra_error_unless_another_found_errors
 def test_a_run_whose_report_file_could_not_be_read_is_unsummarized() -> None:
     assert not Report().summarized
     assert judge_run(GateRun("initcheck", 0, Report(), LOADING_MARKER, True), 300).verdict == "candidate_failed"
+
+
+# ------------------------------------------------------------------------------------------ the confinement
+
+
+def test_a_sanitized_view_has_a_writable_dev_shm_of_its_own_and_others_keep_theirs_read_only(tmp_path: Path) -> None:
+    import subprocess
+
+    from cudagym.judge import confine
+
+    if confine.mode() == "off":
+        pytest.skip("CUDAGYM_SANDBOX=off: no view to check")
+    script = "echo x > /dev/shm/probe && cat /dev/shm/probe || echo refused"
+    runs = {shm: subprocess.run(confine.wrap(["sh", "-c", script], confine.view_for(writes=[str(tmp_path)], shm=shm)),
+                                capture_output=True, text=True, timeout=60) for shm in (False, True)}
+    assert runs[True].stdout.strip() == "x", runs[True].stderr
+    assert runs[False].stdout.strip().endswith("refused")
+    assert not list(Path("/dev/shm").glob("probe"))  # the sandbox's own: nothing reached the host's
+
+
+def test_a_tool_that_could_not_start_shows_its_report_in_the_message() -> None:
+    run = GateRun("memcheck", 1, parse_report(NOT_STARTED), "", False, report_text=NOT_STARTED)
+    verdict = judge_run(run, 300)
+    assert verdict.verdict == "infra" and "its report:" in verdict.message
+    assert "requires the --target-processes all option" in verdict.message

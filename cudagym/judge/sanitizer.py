@@ -257,6 +257,7 @@ class GateRun:
         timed_out: The lane killed it at the deadline.
         wall_s: Seconds from start to end.
         killed_for: Why the lane's watchdog killed it ("" if it did not).
+        report_text: The report file's text (capped), for the messages of runs that went wrong.
     """
 
     tool: str
@@ -267,6 +268,7 @@ class GateRun:
     timed_out: bool = False
     wall_s: float = 0.0
     killed_for: str = ""
+    report_text: str = ""
 
 
 @dataclass(frozen=True)
@@ -289,7 +291,8 @@ def judge_run(run: GateRun, timeout_s: float) -> GateVerdict:
     if not run.loaded:
         why = "; ".join(report.tool_errors) or _status_words(run, timeout_s)
         return GateVerdict(tool, "infra", f"compute-sanitizer {tool} could not run the candidate's checked calls "
-                           f"({why}); the protocol gates SUBMIT on it{_tail(run.output)}")
+                           f"({why}); the protocol gates SUBMIT on it{_tail(run.report_text, 'its report')}"
+                           f"{_tail(run.output)}")
     return GateVerdict(tool, "candidate_failed", f"the candidate's checked calls failed under compute-sanitizer {tool} "
                        f"({_status_words(run, timeout_s)}), where they had passed without it{_tail(run.output)}")
 
@@ -301,7 +304,8 @@ def _errors_message(run: GateRun) -> str:
             f"calls" if count else f"compute-sanitizer {run.tool} reported errors (exit status {run.returncode})")
     shown = [f"  {f.describe()}" for f in report.findings[:SHOWN_FINDINGS]]
     if not shown:
-        shown = ["  (its report was lost: the file the runner could write holds none of it)"]
+        shown = [f"  {e}" for e in report.tool_errors[:SHOWN_FINDINGS]] or [
+            "  (its report was lost: the file the runner could write holds none of it)"]
     return "\n".join([head + ":", *shown])
 
 
@@ -317,9 +321,9 @@ def _status_words(run: GateRun, timeout_s: float) -> str:
     return f"exit status {run.returncode}"
 
 
-def _tail(output: str) -> str:
+def _tail(output: str, what: str = "last output") -> str:
     lines = [_cut_paths(line) for line in output.replace(LOADING_MARKER, "").splitlines() if line.strip()]
-    return ("\nlast output:\n" + "\n".join(lines[-_TAIL_LINES:])) if lines else ""
+    return (f"\n{what}:\n" + "\n".join(lines[-_TAIL_LINES:])) if lines else ""
 
 
 def apply_verdicts(result: EvalResult, verdicts: Sequence[GateVerdict], wall_s: float) -> EvalResult:
@@ -476,11 +480,11 @@ class _SanitizedRun:
         code = self.proc.wait(timeout=30)
         self.reader.join(timeout=5)
         try:
-            report = parse_report(self.report_file.read_text(errors="replace")[:1 << 20])
+            text = self.report_file.read_text(errors="replace")[:1 << 20]
         except OSError:
-            report = Report()
-        return GateRun(self.tool, confine.exit_status(code), report, self.output.text(), self.loaded,
-                       timed_out, time.monotonic() - self.started, killed_for)
+            text = ""
+        return GateRun(self.tool, confine.exit_status(code), parse_report(text), self.output.text(), self.loaded,
+                       timed_out, time.monotonic() - self.started, killed_for, text[-8000:])
 
     def close(self) -> None:
         """Kill what is left of the run and delete its folder."""
