@@ -6,6 +6,7 @@ one unindented headline per error, indented details, a bare prefix between error
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -330,3 +331,27 @@ def test_a_tool_that_could_not_start_shows_its_report_in_the_message() -> None:
     verdict = judge_run(run, 300)
     assert verdict.verdict == "infra" and "its report:" in verdict.message
     assert "requires the --target-processes all option" in verdict.message
+
+
+def test_the_report_is_read_only_from_a_regular_file_never_through_a_link_or_a_fifo(tmp_path: Path) -> None:
+    from cudagym.judge.sanitizer import read_report_file
+
+    secret = tmp_path / "judge-secret.txt"
+    secret.write_text("the judge's own file")
+    run = tmp_path / "run"
+    (run / "report").mkdir(parents=True)
+    report = run / "report" / "report.txt"
+    report.write_bytes(b"\0" * 64 + CLEAN.encode())  # truncated under the tool: a hole, then its summary
+    assert parse_report(read_report_file(report)).errors == 0
+    report.unlink()
+    report.symlink_to(secret)
+    assert read_report_file(report) == ""
+    report.unlink()
+    os.mkfifo(report)
+    assert read_report_file(report) == ""  # and did not block
+    report.unlink()
+    (run / "report").rmdir()
+    (run / "report").symlink_to(tmp_path)  # the folder swapped for a link to one holding report.txt
+    (tmp_path / "report.txt").write_text(CLEAN)
+    assert read_report_file(report) == ""
+    assert read_report_file(run / "missing" / "report.txt") == ""

@@ -39,6 +39,7 @@ import pickle
 import re
 import secrets
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -479,15 +480,12 @@ class _SanitizedRun:
         kill_process_group(self.proc.pid)
         code = self.proc.wait(timeout=30)
         self.reader.join(timeout=5)
-        try:
-            text = self.report_file.read_text(errors="replace")[:1 << 20]
-        except OSError:
-            text = ""
+        text = read_report_file(self.report_file)
         return GateRun(self.tool, confine.exit_status(code), parse_report(text), self.output.text(), self.loaded,
                        timed_out, time.monotonic() - self.started, killed_for, text[-8000:])
 
     def close(self) -> None:
-        """Kill what is left of the run and delete its folder."""
+        """Kill what is left of the run and delete its folder (its report file only read, never followed)."""
         from cudagym.judge.watchdog import kill_process_group, shared_watchdog
 
         kill_process_group(self.proc.pid)
@@ -497,6 +495,36 @@ class _SanitizedRun:
             pass
         shared_watchdog().unwatch(self.watch)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def read_report_file(path: Path, cap_bytes: int = 1 << 20) -> str:
+    """The report at ``path`` in a folder the candidate could write: "" unless both are what they should be.
+
+    The folder and the file are opened without following links (a link planted there would make the judge
+    read one of its own files into the candidate's observation), the file only if it is a regular file (a
+    FIFO would block the lane), and at most ``cap_bytes`` of it. NULs are dropped: a file truncated under
+    the tool's feet reads as a hole, then the rest of what the tool wrote.
+    """
+    try:
+        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return ""
+    try:
+        fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
+    except OSError:
+        return ""
+    finally:
+        os.close(folder)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(cap_bytes)
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    return data.replace(b"\0", b"").decode(errors="replace")
 
 
 # ----------------------------------------------------------------------------------------------------
