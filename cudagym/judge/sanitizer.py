@@ -359,6 +359,7 @@ class Launch:
         pythonpath: Folders first on the runs' ``PYTHONPATH``.
         env: The scrubbed environment of a runner whose folder is the argument (as the job's runner gets).
         closing: Set when the pool closes: running gates are killed.
+        timeout_s: Wall-clock limit of the gates together (0: the protocol's ``eval_timeout_s``).
     """
 
     root: Path
@@ -366,6 +367,7 @@ class Launch:
     pythonpath: tuple[str, ...]
     env: Callable[[Path], dict[str, str]]
     closing: threading.Event
+    timeout_s: float = 0.0
 
 
 def gate(job: Job, result: EvalResult, launch: Launch) -> EvalResult:
@@ -382,8 +384,8 @@ def gate(job: Job, result: EvalResult, launch: Launch) -> EvalResult:
     try:
         for tool in tools:
             runs.append(_SanitizedRun(job, tool, binary, launch))
-        deadline = started + job.protocol.eval_timeout_s
-        verdicts = [judge_run(run.wait(deadline, launch.closing), job.protocol.eval_timeout_s) for run in runs]
+        timeout_s = launch.timeout_s or job.protocol.eval_timeout_s
+        verdicts = [judge_run(run.wait(started + timeout_s, launch.closing), timeout_s) for run in runs]
     except OSError as exc:
         return dataclasses.replace(result, status=EvalStatus.INFRA_ERROR,
                                    message=f"compute-sanitizer gates could not start: {exc}")

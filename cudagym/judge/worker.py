@@ -681,7 +681,8 @@ class _Lane:
         if not sanitizer.gates(job, result):
             return result
         launch = sanitizer.Launch(self.root, self.options.policy, self.options.pythonpath,
-                                  functools.partial(_runner_env, self.device, self.options), self.closing)
+                                  functools.partial(_runner_env, self.device, self.options), self.closing,
+                                  self.options.job_timeout_s)
         return sanitizer.gate(job, result, launch)
 
     def info(self) -> WorkerInfo:
