@@ -232,9 +232,11 @@ def test_lines_without_the_prefix_are_the_programs_and_are_ignored() -> None:
 # ------------------------------------------------------------------------------------------ verdicts
 
 
-def _run(returncode: int, report: str = "", *, loaded: bool = True, **kw: object) -> GateRun:
+def _run(returncode: int, report: str = "", *, loaded: bool = True, done: bool | None = None,
+         **kw: object) -> GateRun:
     output = f"{LOADING_MARKER}\n" if loaded else ""
-    return GateRun("memcheck", returncode, parse_report(report), output + str(kw.pop("output", "")), loaded,
+    done = loaded and returncode == 0 if done is None else done
+    return GateRun("memcheck", returncode, parse_report(report), output + str(kw.pop("output", "")), loaded, done,
                    wall_s=3.0, **kw)  # type: ignore[arg-type]
 
 
@@ -254,6 +256,8 @@ def test_a_clean_verdict_needs_status_zero_and_the_tools_own_summary() -> None:
     assert judge_run(_run(0, CLEAN), 300).verdict == "clean"
     erased = judge_run(_run(0, ""), 300)  # status 0 but no summary: not a pass
     assert erased.verdict == "candidate_failed" and "no error summary" in erased.message
+    early = judge_run(_run(0, CLEAN, done=False), 300)  # os._exit(0) before the checked calls were done
+    assert early.verdict == "candidate_failed" and "exited before its checked calls were done" in early.message
 
 
 def test_a_candidate_that_fails_exits_or_kills_the_tool_under_it_is_rejected() -> None:
@@ -305,7 +309,7 @@ def test_a_gate_that_could_not_run_is_an_infra_error_unless_another_found_errors
 
 def test_a_run_whose_report_file_could_not_be_read_is_unsummarized() -> None:
     assert not Report().summarized
-    assert judge_run(GateRun("initcheck", 0, Report(), LOADING_MARKER, True), 300).verdict == "candidate_failed"
+    assert judge_run(GateRun("initcheck", 0, Report(), LOADING_MARKER, True, True), 300).verdict == "candidate_failed"
 
 
 # ------------------------------------------------------------------------------------------ the confinement
@@ -327,7 +331,7 @@ def test_a_sanitized_view_has_a_writable_dev_shm_of_its_own_and_others_keep_thei
 
 
 def test_a_tool_that_could_not_start_shows_its_report_in_the_message() -> None:
-    run = GateRun("memcheck", 1, parse_report(NOT_STARTED), "", False, report_text=NOT_STARTED)
+    run = GateRun("memcheck", 1, parse_report(NOT_STARTED), "", False, False, report_text=NOT_STARTED)
     verdict = judge_run(run, 300)
     assert verdict.verdict == "infra" and "its report:" in verdict.message
     assert "requires the --target-processes all option" in verdict.message

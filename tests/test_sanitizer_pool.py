@@ -108,9 +108,14 @@ class ModelNew(nn.Module):
         return torch.clamp(x, min=0.0)
 '''
 
+# Leave quietly, status 0, before the checked calls are done: the tool saw nothing wrong, because nothing ran.
+EXITS_EARLY = KILLS_THE_TOOL.replace("os.kill(os.getppid(), signal.SIGKILL)", "os._exit(0)")
+
+# The timing claims are not under test here: on a small loaded host (other test runs beside this one) the
+# split's clock check can fire on an honest candidate, so its allowance is wide open.
 GATED = CUDAGYM_V0.with_changes(id="test-sanitizer", guards=(), num_inputs=2, warmup_runs=1, warmup_ms=0.0,
                                 min_runs=5, max_runs=5, target_ci_pct=0.0, scaled_inputs=(4.0,),
-                                eval_timeout_s=240.0)
+                                eval_timeout_s=240.0, extra={"claim_slack_us": 1e6})
 
 
 @pytest.fixture(scope="module")
@@ -200,3 +205,9 @@ def test_a_host_without_the_tool_gets_a_clear_message(pool: WorkerPool, tmp_path
     assert result.status is EvalStatus.INFRA_ERROR and not result.violations
     assert result.message.startswith("protocol test-sanitizer gates SUBMIT on compute-sanitizer (memcheck)")
     assert "Traceback" not in result.message
+
+
+def test_exiting_early_with_status_zero_is_not_a_pass(pool: WorkerPool, stand_in: Path) -> None:
+    result = judge(pool, EXITS_EARLY, ("initcheck",))
+    assert result.status is EvalStatus.RULE_VIOLATION, result.message + result.log[-3000:]
+    assert "exited before its checked calls were done" in result.violations[0].message

@@ -21,8 +21,10 @@ not a pass), then its report file for the message. A candidate can only add line
 (then the message says the report was lost); a clean verdict needs exit status 0 *and* the report's own
 error summary. Whether the candidate's code had started is read from a marker the runner writes to its
 output pipe before it loads the solution: a failure before it is the judge's (``infra_error``), after it
-the candidate's. Not closed: a candidate that detects the sanitizer (its injection library is in its
-process) can behave well only there, as any audited call can be told from an unaudited one.
+the candidate's; a second marker after the last checked call must be there too for a pass (a candidate that
+exits early, status 0, has not passed). Not closed: a candidate that detects the sanitizer (its injection
+library is in its process) can behave well only there, or print the second marker itself, as any audited
+call can be told from an unaudited one by code that reads the judge.
 
 Each gate's verdict: no errors (a note with its wall time), errors (violation ``sanitizer_<tool>`` with the
 first findings, host paths cut), the candidate failing or timing out under the tool where it had passed
@@ -61,6 +63,7 @@ ERROR_EXIT = 86  # --error-exitcode: the front end's status when its tool report
 PRINT_LIMIT = 20  # --print-limit: errors written out in full (the summary still counts them all)
 SHOWN_FINDINGS = 3  # findings quoted in a violation's message
 LOADING_MARKER = "\x1ecudagym-sanitizer: loading the candidate\x1e"
+DONE_MARKER = "\x1ecudagym-sanitizer: checked calls done\x1e"
 _TAIL_LINES = 15
 
 
@@ -255,6 +258,7 @@ class GateRun:
         report: Its report file, read.
         output: The runner's stdout and stderr (the candidate's prints among them), capped.
         loaded: The runner had started loading the candidate (its marker is in ``output``).
+        done: The runner finished the checked calls (its marker too: a candidate that exits early has none).
         timed_out: The lane killed it at the deadline.
         wall_s: Seconds from start to end.
         killed_for: Why the lane's watchdog killed it ("" if it did not).
@@ -266,6 +270,7 @@ class GateRun:
     report: Report
     output: str = ""
     loaded: bool = False
+    done: bool = False
     timed_out: bool = False
     wall_s: float = 0.0
     killed_for: str = ""
@@ -286,7 +291,7 @@ def judge_run(run: GateRun, timeout_s: float) -> GateVerdict:
     tool, report = run.tool, run.report
     if report.findings or (run.returncode == ERROR_EXIT and report.errors != 0 and run.loaded):
         return GateVerdict(tool, "errors", _errors_message(run))
-    if run.returncode == 0 and report.errors == 0 and not run.timed_out and not run.killed_for:
+    if run.returncode == 0 and report.errors == 0 and run.done and not run.timed_out and not run.killed_for:
         return GateVerdict(tool, "clean", f"compute-sanitizer {tool}: no errors in the candidate's checked calls "
                            f"({run.wall_s:.1f} s)")
     if not run.loaded:
@@ -318,12 +323,14 @@ def _status_words(run: GateRun, timeout_s: float) -> str:
     if run.returncode < 0:
         return f"killed by signal {-run.returncode}"
     if run.returncode == 0:
-        return "exit status 0 but no error summary from the tool"
+        return ("exit status 0 but no error summary from the tool" if not run.report.summarized
+                else "it exited before its checked calls were done")
     return f"exit status {run.returncode}"
 
 
 def _tail(output: str, what: str = "last output") -> str:
-    lines = [_cut_paths(line) for line in output.replace(LOADING_MARKER, "").splitlines() if line.strip()]
+    text = output.replace(LOADING_MARKER, "").replace(DONE_MARKER, "")
+    lines = [_cut_paths(line) for line in text.splitlines() if line.strip()]
     return (f"\n{what}:\n" + "\n".join(lines[-_TAIL_LINES:])) if lines else ""
 
 
@@ -424,7 +431,7 @@ class _SanitizedRun:
             raise
         self.started = time.monotonic()
         self.output = CappedLog(launch.policy.log_bytes)
-        self.loaded = False
+        self.loaded = self.done = False
         self.overflow = ""
         self.watch = shared_watchdog().watch(self.proc.pid, launch.policy, dirs=(str(self.root),))
         self.reader = threading.Thread(target=self._read, name=f"cudagym-sanitizer-{tool}", daemon=True)
@@ -455,11 +462,12 @@ class _SanitizedRun:
         from cudagym.judge.watchdog import kill_process_group
 
         assert self.proc.stdout is not None
-        marker, seen = LOADING_MARKER.encode(), b""
+        loading, done, seen = LOADING_MARKER.encode(), DONE_MARKER.encode(), b""
         for chunk in iter(lambda: os.read(self.proc.stdout.fileno(), 65536), b""):  # type: ignore[union-attr]
-            if not self.loaded:
-                seen = (seen + chunk)[-4096:]
-                self.loaded = marker in seen
+            window = seen + chunk
+            self.loaded = self.loaded or loading in window
+            self.done = self.done or (self.loaded and done in window)
+            seen = window[-4096:]
             self.output.feed(chunk)
             if self.output.total_bytes > self.policy.output_bytes and not self.overflow:
                 self.overflow = f"wrote more than {self.policy.output_bytes >> 20} MiB to stdout/stderr"
@@ -484,7 +492,7 @@ class _SanitizedRun:
         self.reader.join(timeout=5)
         text = read_report_file(self.report_file)
         return GateRun(self.tool, confine.exit_status(code), parse_report(text), self.output.text(), self.loaded,
-                       timed_out, time.monotonic() - self.started, killed_for, text[-8000:])
+                       self.done, timed_out, time.monotonic() - self.started, killed_for, text[-8000:])
 
     def close(self) -> None:
         """Kill what is left of the run and delete its folder (its report file only read, never followed)."""
@@ -554,7 +562,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.set_num_threads(1)  # the CPU test path
     job: Job = pickle.loads(Path(args.job).read_bytes())
     calls = checked_calls(job, device)
-    print(f"ran the candidate on {calls} input sets", flush=True)
+    sys.stdout.flush()
+    os.write(1, f"\n{DONE_MARKER} {calls} input sets\n".encode())
     return 0
 
 
