@@ -488,8 +488,12 @@ class _SanitizedRun:
                 break
             time.sleep(0.05)
         kill_process_group(self.proc.pid)
-        code = self.proc.wait(timeout=30)
+        try:
+            code = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            code = -9
         self.reader.join(timeout=5)
+        killed_for = killed_for or self.watch.violation or self.overflow  # the watchdog may have been first
         text = read_report_file(self.report_file)
         return GateRun(self.tool, confine.exit_status(code), parse_report(text), self.output.text(), self.loaded,
                        self.done, timed_out, time.monotonic() - self.started, killed_for, text[-8000:])
@@ -504,6 +508,9 @@ class _SanitizedRun:
         except subprocess.TimeoutExpired:
             pass
         shared_watchdog().unwatch(self.watch)
+        self.reader.join(timeout=5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
         shutil.rmtree(self.root, ignore_errors=True)
 
 
