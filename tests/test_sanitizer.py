@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cudagym.errors import ConfigError
-from cudagym.judge.protocol import PROTOCOLS, SANITIZER_TOOLS, get_protocol
+from cudagym.judge.protocol import PROTOCOLS, SANITIZER_TOOLS, Protocol, get_protocol
 from cudagym.judge.records import EvalResult, EvalStatus, Violation
 from cudagym.judge.sanitizer import (
     BINARY_ENV,
@@ -359,3 +359,26 @@ def test_the_report_is_read_only_from_a_regular_file_never_through_a_link_or_a_f
     (tmp_path / "report.txt").write_text(CLEAN)
     assert read_report_file(report) == ""
     assert read_report_file(run / "missing" / "report.txt") == ""
+
+
+# ------------------------------------------------------------------------------------------ the prompt
+
+
+def test_the_prompt_states_the_gates_only_where_the_protocol_has_them() -> None:
+    from cudagym.judge.records import Hardware
+    from cudagym.prompt import EpisodeLimits, build_prompt
+    from cudagym.reward import RewardConfig
+    from cudagym.solution import get_format
+    from cudagym.sources.bundled import BundledSource
+
+    task = BundledSource().get("bundled/L1/01_Swish")
+    limits = EpisodeLimits(max_turns=20, token_budget=8192, token_counter="tiktoken:o200k_base")
+
+    def prompt(protocol: Protocol) -> str:
+        return build_prompt(task, fmt=get_format("extension"), protocol=protocol, hardware=Hardware(gpu="NVIDIA H200"),
+                            reward=RewardConfig(), limits=limits)
+
+    plain = prompt(get_protocol("cudagym"))
+    gated = prompt(get_protocol("cudagym").with_changes(id="gated", sanitizer=("memcheck", "initcheck")))
+    assert "compute-sanitizer" not in plain
+    assert "submit also runs the correctness inputs under compute-sanitizer (memcheck, initcheck)" in gated
