@@ -217,4 +217,8 @@ def _correctness_extras(protocol: Protocol) -> str:
     for factor in protocol.scaled_inputs:
         parts.append(f"one more input set from an unpublished seed with the signed floating-point inputs x{factor:g}")
     parts.append("timed calls are checked too, on rounds you cannot predict")
+    if protocol.sanitizer:
+        tools = ", ".join(protocol.sanitizer)
+        parts.append(f"submit also runs the correctness inputs under compute-sanitizer ({tools}): any error it "
+                     "reports (an out-of-bounds or uninitialised access, a race, a bad barrier) fails the submission")
     return "; " + "; ".join(parts)

@@ -51,6 +51,7 @@ MODE_ENV = "CUDAGYM_SANDBOX"
 BWRAP_ENV = "CUDAGYM_BWRAP"
 MODES = ("bwrap", "off")
 _TMP_BYTES = 1 << 30  # the private /tmp is memory: bounded (TMPDIR points into the job's folder anyway)
+_SHM_BYTES = 256 << 20  # a View's own writable /dev/shm (View.shm), memory too
 SANDBOX_UID = 1000  # the uid (and gid) inside the user namespace: no capability over anything outside it
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
@@ -72,6 +73,8 @@ class View:
         gpu: Bind the GPU device nodes.
         network: Keep the host's network (never for candidate code).
         chdir: Working directory inside the view.
+        shm: A writable ``/dev/shm`` of its own (new and empty, gone with the sandbox) instead of the read-only
+            one: compute-sanitizer's front end and the process it checks may share memory through it.
     """
 
     read_only: tuple[str, ...] = ()
@@ -80,6 +83,7 @@ class View:
     gpu: bool = False
     network: bool = False
     chdir: str = ""
+    shm: bool = False
 
 
 def mode() -> str:
@@ -176,6 +180,8 @@ def wrap(argv: Sequence[str], view: View) -> list[str]:
                 args += ["--dev-bind", node, node]
     if view.chdir:
         args += ["--chdir", view.chdir]
+    if view.shm:  # mounted over the read-only one: private to this sandbox's mount namespace
+        args += ["--size", str(_SHM_BYTES), "--tmpfs", "/dev/shm"]
     return [*args, "--", *argv]
 
 
@@ -272,12 +278,12 @@ def tool_prefixes(*executables: str) -> tuple[str, ...]:
 
 
 def view_for(*, reads: Iterable[str] = (), writes: Iterable[str] = (), gpu: bool = False,
-             chdir: str | os.PathLike[str] = "", tools: Sequence[str] = ()) -> View:
+             chdir: str | os.PathLike[str] = "", tools: Sequence[str] = (), shm: bool = False) -> View:
     """The view of a confined process.
 
     The system, Python and its packages, ``tools``' and the host C/C++ compilers' install folders (torch.compile
     compiles with them), the CUDA toolkit and driver, plus the job's own ``reads`` (read-only) and ``writes``
-    (read-write).
+    (read-write); ``shm`` gives it a writable ``/dev/shm`` of its own.
     """
     python, masked = python_paths()
     compilers = [os.environ.get(v, "") for v in ("CC", "CXX", "CUDAHOSTCXX")]
@@ -286,7 +292,7 @@ def view_for(*, reads: Iterable[str] = (), writes: Iterable[str] = (), gpu: bool
             "/usr/local/nvidia"]
     libs = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
     return View(read_only=(*python, *cuda, *libs, *tool_prefixes(*tools, *compilers), *map(str, reads)),
-                writable=tuple(map(str, writes)), masked=masked, gpu=gpu, chdir=str(chdir))
+                writable=tuple(map(str, writes)), masked=masked, gpu=gpu, chdir=str(chdir), shm=shm)
 
 
 def exit_status(returncode: int) -> int:

@@ -18,6 +18,8 @@ from cudagym.judge.records import Precision
 TimingMethod = Literal["cuda_events", "profiler"]
 Statistic = Literal["median", "mean"]
 BaselinePrecision = Literal["fp32", "tf32", "torch_default"]
+# compute-sanitizer's tools a protocol may gate SUBMIT on (Protocol.sanitizer)
+SANITIZER_TOOLS = ("memcheck", "initcheck", "racecheck", "synccheck")
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,11 @@ class Protocol:
             problem, not the same one at another scale).
         flat_reference_note: Note in the result when a reference output barely varies (its spread within
             the tolerance): a constant would pass that check.
+        sanitizer: compute-sanitizer tools (``memcheck``, ``initcheck``, ``racecheck``, ``synccheck``) whose
+            gates a SUBMIT passes too: the candidate's correctness inputs run once more under each, in a fresh
+            runner of their own (never the timed rounds: the tools slow kernels 10-100x), and any error the
+            tool reports is a violation named ``sanitizer_<tool>`` (see ``cudagym.judge.sanitizer``). Empty
+            (every preset) runs none; the judge's host then needs no compute-sanitizer.
         build_timeout_s: Wall-clock limit of one build.
         eval_timeout_s: Wall-clock limit of one evaluation job on a GPU worker.
     """
@@ -96,6 +103,7 @@ class Protocol:
     atol_scale: float = 0.0
     scaled_inputs: tuple[float, ...] = ()
     flat_reference_note: bool = False
+    sanitizer: tuple[str, ...] = ()
     build_timeout_s: float = 180.0
     eval_timeout_s: float = 300.0
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
@@ -124,6 +132,14 @@ class Protocol:
             raise ConfigError(f"protocol {self.id}: timing must be cuda_events or profiler, got {self.timing}")
         if self.statistic not in ("median", "mean"):
             raise ConfigError(f"protocol {self.id}: statistic must be median or mean, got {self.statistic}")
+        if isinstance(self.sanitizer, str):
+            raise ConfigError(f"protocol {self.id}: expected sanitizer to be a tuple of tool names, got the string "
+                              f"{self.sanitizer!r} (write ({self.sanitizer!r},))")
+        object.__setattr__(self, "sanitizer", tuple(self.sanitizer))  # a list from JSON or a caller
+        unknown = [t for t in self.sanitizer if t not in SANITIZER_TOOLS]
+        if unknown or len(set(self.sanitizer)) != len(self.sanitizer):
+            raise ConfigError(f"protocol {self.id}: expected sanitizer to hold distinct tools of "
+                              f"{', '.join(SANITIZER_TOOLS)}, got {list(self.sanitizer)}")
         if self.baseline_precision not in ("fp32", "tf32", "torch_default"):
             raise ConfigError(f"protocol {self.id}: baseline_precision must be fp32, tf32 or torch_default, "
                               f"got {self.baseline_precision}")

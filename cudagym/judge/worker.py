@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import dataclasses
+import functools
 import importlib
 import json
 import logging
@@ -50,7 +51,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from cudagym.judge import confine
+from cudagym.judge import confine, sanitizer
 from cudagym.judge.build.artifact import export_artifact
 from cudagym.judge.guards import escape
 from cudagym.judge.harness import is_context_poisoned
@@ -464,6 +465,14 @@ class _Worker:
 
 
 
+def _runner_env(device: str, options: PoolOptions, root: Path) -> dict[str, str]:
+    """The scrubbed environment of a runner (the job's, or a sanitized one) whose private folder is ``root``."""
+    return scrub_env(os.environ, home=str(root / "home"), tmpdir=str(root / "tmp"), extra={
+        "CUDA_VISIBLE_DEVICES": device, "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
+        "TRITON_CACHE_DIR": str(root / "triton"), "TORCHINDUCTOR_COMPILE_THREADS": "1",
+        "PYTHONPATH": child_pythonpath(options.pythonpath), **options.env})
+
+
 class _Runner:
     """The judge-side handle of one runner process: started ahead of its job, used for one job, then killed.
 
@@ -481,10 +490,7 @@ class _Runner:
         self.trusted_end, runner_end = socket.socketpair()
         argv = [sys.executable, "-m", RUNNER_MODULE, "--sock", str(runner_end.fileno()), "--root", str(self.root),
                 "--policy", inner_policy(options.policy).to_json()]
-        env = scrub_env(os.environ, home=str(self.root / "home"), tmpdir=str(self.root / "tmp"), extra={
-            "CUDA_VISIBLE_DEVICES": device, "TORCHINDUCTOR_CACHE_DIR": str(self.root / "inductor"),
-            "TRITON_CACHE_DIR": str(self.root / "triton"), "TORCHINDUCTOR_COMPILE_THREADS": "1",
-            "PYTHONPATH": child_pythonpath(options.pythonpath), **options.env})
+        env = _runner_env(device, options, self.root)
         try:
             view = confine.view_for(reads=options.pythonpath, writes=(str(self.root),), gpu=True, chdir=self.root)
             self.proc = confine.popen(confine.wrap(argv, view), cwd=self.root, env=env, stdin=subprocess.DEVNULL,
@@ -661,6 +667,7 @@ class _Lane:
         finally:
             if runner is not None:
                 runner.close()
+        outcome.result = self._sanitized(job, outcome.result)
         shutil.rmtree(self.worker.root / "artifacts", ignore_errors=True)
         outcome.result = dataclasses.replace(outcome.result, isolation=self.worker.isolation)
         if not outcome.result.wall_time_s:  # a result the judge made (crash, timeout) has no harness clock
@@ -672,6 +679,15 @@ class _Lane:
             if not self.closing.is_set():
                 self._promote()
         return outcome.result
+
+    def _sanitized(self, job: Job, result: EvalResult) -> EvalResult:
+        """The protocol's compute-sanitizer gates on a passing SUBMIT (:mod:`cudagym.judge.sanitizer`)."""
+        if not sanitizer.gates(job, result):
+            return result
+        launch = sanitizer.Launch(self.root, self.options.policy, self.options.pythonpath,
+                                  functools.partial(_runner_env, self.device, self.options), self.closing,
+                                  self.options.job_timeout_s)
+        return sanitizer.gate(job, result, launch)
 
     def info(self) -> WorkerInfo:
         w = self.worker
