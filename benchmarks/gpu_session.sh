@@ -5,7 +5,7 @@
 #   bash benchmarks/gpu_session.sh [SECONDS_PER_STEP [TOTAL_SECONDS [STEP ...]]]    (repository root, GPU host)
 # Steps: prebuild (prebuild1: bundled only) build formats local sandbox split whitebox templates env hacks judge
 # bundled bench_bld bench_eval soak, and the later issues' runs: cupy sb3 ppo ray bench_gpu chat tuning bench
-# raw_rt vec memory (default: the first list but soak). A step may carry its own limit: NAME:SECONDS.
+# raw_rt vec memory sanit (default: the first list but soak). A step may carry its own limit: NAME:SECONDS.
 # Wheels the host lacks (gymnasium) are installed from .whl/ when it exists (../shared/tools/stage-wheels.sh);
 # bubblewrap from .debs/ (carry both).
 # The caches live in /tmp/cudagym-cache (outside the synced tree), so a later call on a still-warm host reuses them.
@@ -60,6 +60,8 @@ for s in $steps; do
     cupy)       run_step cupy       $pyt -m gpu tests/test_runtime_cupy.py ;;
     sb3)        run_step sb3        $pyt -m gpu tests/test_sb3_gpu.py ;;
     memory)     run_step memory     $pyt -m gpu tests/test_harness_memory_gpu.py ;;
+    sanit)      run_step sanit      $base tests/test_sanitizer_gpu.py benchmarks/bench_sanitizer.py \
+                                      --benchmark-json "$out/bench_sanitizer.json" ;;
     ppo)        run_step ppo        $pyt -m gpu tests/test_ppo_gpu.py ;;
     ray)        run_step ray        $pyt -m gpu tests/test_ray_judge.py ;;
     bench_gpu)  run_step bench_gpu  $pyt -m gpu tests/test_bench_gpu.py ;;
