@@ -146,8 +146,8 @@ class RunnerLink:
         self.arena_peak_bytes = max(self.arena_peak_bytes, sum(a.size for a in self.arenas.values()))
         fds = [self.arenas["inputs"].descriptor(), self.arenas["outputs"].descriptor()]
         try:
-            self.request({"kind": "arenas", "sizes": {k: a.size for k, a in self.arenas.items()}}, fds,
-                         expect="attached")
+            self.request({"kind": "arenas", "sizes": {k: a.size for k, a in self.arenas.items()},
+                          "device": "cuda" if self.device.type == "cuda" else "cpu"}, fds, expect="attached")
         finally:
             import os
 

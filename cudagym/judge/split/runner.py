@@ -89,6 +89,7 @@ class _Server:
         while True:  # before the candidate loads: arenas and calibration only
             start, fds = self.channel.receive(max_fds=2)
             kind = start.get("kind")
+            self._follow_device(start.get("device"))
             if kind == "start":
                 break
             t0 = time.perf_counter()
@@ -170,6 +171,14 @@ class _Server:
         except Exception as exc:
             return {**_failure_reply(exc), "violations": self._new_violations()}
         return {"kind": "loaded", "violations": self._new_violations()}
+
+    def _follow_device(self, name: Any) -> None:
+        """Judge on the CPU when the trusted side does (the CPU path on a host that has a GPU too)."""
+        import torch
+
+        if name == "cpu" and self.device.type != "cpu":
+            self.device = torch.device("cpu")
+            torch.set_num_threads(1)
 
     def _new_violations(self) -> list[list[str]]:
         if self.ctx is None:
