@@ -9,8 +9,8 @@ The timer's device-wide synchronize still waits for it, so it shows in the host 
   harness waits for that stream only, snapshots the outputs, synchronises the device and compares: outputs
   that changed after the forward's stream was done were still being written by escaped work;
 - after timing (CUDA events timer): the host wall time minus the event time (the part of the call the
-  events did not see) must stay small: a median over ``max(100 us, half the event time)``, and more than
-  three times the eager baseline's (when timed in the same run), is escaped work.
+  events did not see) must stay small: its 20th percentile over the timed calls above ``max(100 us, half the
+  event time)``, and more than three times the eager baseline's (when timed in the same run), is escaped work.
 
 A side stream that the candidate joins back (``wait_stream`` / ``cudaStreamWaitEvent``) is legitimate and
 passes: the events then cover it.
@@ -42,6 +42,10 @@ if TYPE_CHECKING:  # pragma: no cover
 TAIL_FLOOR_US = 100.0  # escaped work below this is indistinguishable from host jitter
 TAIL_FRACTION = 0.5  # of the candidate's event time
 TAIL_VS_EAGER = 3.0  # times the eager baseline's tail
+# The tail of a call is taken at a low quantile of the timed calls, not the median: escaped work adds to every
+# call it escapes from, while a busy host adds to some calls only (on the H200, beside other judges' builds, the
+# bundled Swish's median tail was 157-338 us against events of 137 us, and honest SUBMITs were flagged)
+TAIL_QUANTILE = 0.2
 
 THREAD_MODULES = frozenset({"threading", "_thread", "multiprocessing", "concurrent", "asyncio"})
 # Threads the CUDA driver and profiler start on their own (named by them); a candidate's thread inherits
@@ -85,17 +89,17 @@ class SideStream(Guard):
         """Host wall time that the CUDA events did not see is escaped work."""
         if not ctx.on_gpu or ctx.timing is None or ctx.protocol.timing != "cuda_events":
             return
-        from cudagym.judge.harness.stats import median
+        from cudagym.judge.harness.stats import median, quantile
 
         cand = ctx.timing.samples.get("candidate")
         if cand is None or not cand.time_us:
             return
-        tail = median([w - t for w, t in zip(cand.wall_us, cand.time_us, strict=True)])
+        tail = quantile([w - t for w, t in zip(cand.wall_us, cand.time_us, strict=True)], TAIL_QUANTILE)
         event = median(cand.time_us)
         limit = max(TAIL_FLOOR_US, TAIL_FRACTION * event)
         eager = ctx.timing.samples.get("eager")
         if eager is not None and eager.time_us:
-            eager_tail = median([w - t for w, t in zip(eager.wall_us, eager.time_us, strict=True)])
+            eager_tail = quantile([w - t for w, t in zip(eager.wall_us, eager.time_us, strict=True)], TAIL_QUANTILE)
             limit = max(limit, TAIL_VS_EAGER * eager_tail)
         if tail > limit:
             ctx.flag(self.name, f"each timed call took {tail:.0f} us of host time that its CUDA events did not "
