@@ -487,7 +487,9 @@ def verify_claims(ctx: EvalContext) -> None:
         return
     # the fastest timed request (a loaded host only ever adds to a request's time) less the typical empty one
     seen = min(link.wall_us) - median(link.calibration_us)
-    if seen <= 0:  # the calibration cost more than any timed request: it says nothing of the claims
+    # On the GPU a calibration dearer than every timed request says nothing of the claims (a forged timer passed
+    # so on the H200); on the CPU test path, calibrated between the baselines' turns, noise alone can do that.
+    if seen <= 0 and ctx.on_gpu:
         ctx.flag(UNVERIFIABLE_TIMING, f"an empty timed call cost {median(link.calibration_us):.1f} us, more than the "
                  f"fastest timed call of the candidate ({min(link.wall_us):.1f} us): its claims cannot be confirmed")
         return
