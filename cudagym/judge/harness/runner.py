@@ -272,16 +272,13 @@ def _retimes(ctx: EvalContext) -> bool:
 
 
 def _baseline_round(ctx: EvalContext, inputs: list[Any]) -> Callable[[], None]:
-    """What a baseline's turn in an interleaved timing round does here: an L2 flush and an eager forward.
+    """What a baseline's turn in an interleaved timing round does on the CPU path: an eager forward.
 
-    Timed requests that follow the trusted process's own device and host work cost more than requests sent
-    back to back (the GPU switches contexts; on the CPU, torch's spinning threads compete with the runner);
-    calibrating between such turns puts that cost into the calibration instead of into a false shortfall.
+    There, timed requests that follow the trusted process's own work cost more than requests sent back to
+    back; calibrating between such turns puts that cost into the calibration instead of a false shortfall.
     """
-    flusher = L2Flusher(ctx.device, l2_cache_bytes(ctx.device), ctx.protocol.l2_flush)
 
     def turn() -> None:
-        flusher.flush()
         outputs = ctx.run_reference(inputs)
         ctx.poison_results(outputs)
         del outputs
