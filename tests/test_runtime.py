@@ -162,7 +162,7 @@ def test_argument_count_and_types_are_checked(echo_kernels: runtime.KernelModule
         0: (5, "expected a CUDA torch.Tensor"),
     }
     for index, (value, message) in cases.items():
-        args = list(good)
+        args: list[object] = list(good)
         args[index] = value
         with pytest.raises(TypeError, match=f"kernel echo: parameter {echo.signature.params[index].name}.*{message}"):
             echo(grid=1, block=1, args=args)

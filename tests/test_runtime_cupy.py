@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_runtime import TYPES_CU
 
 from cudagym import runtime
 from cudagym.judge.build import BuildCache, build, nvrtc
@@ -22,23 +23,7 @@ HAS_COMPILER = shutil.which("nvcc") is not None or Path("/usr/local/cuda/bin/nvc
 needs_compiler = pytest.mark.skipif(not HAS_COMPILER, reason="neither nvcc nor libnvrtc is installed")
 gpu = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
-KERNELS_CU = r'''
-extern "C" __global__ void echo(long long* out, int a, unsigned b, long long c, float d, double e, bool f,
-                                short g, unsigned char h, size_t i) {
-  out[0] = a; out[1] = b; out[2] = c; out[3] = (long long)(d * 1000.0f); out[4] = (long long)(e * 1000.0);
-  out[5] = f ? 1 : 0; out[6] = g; out[7] = h; out[8] = (long long)i;
-}
-extern "C" __global__ void big_smem(float* out) {
-  extern __shared__ float buf[];
-  buf[threadIdx.x] = (float)threadIdx.x;
-  __syncthreads();
-  out[threadIdx.x] = buf[blockDim.x - 1 - threadIdx.x];
-}
-extern "C" __global__ void column(const float* /*strided*/ x, float* y, int n, int stride) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) y[i] = x[(long long)i * stride];
-}
-'''
+KERNELS_CU = TYPES_CU  # the driver backend's kernels: the same launches on both backends
 
 
 @pytest.fixture(autouse=True)
