@@ -8,7 +8,9 @@ Their outputs are right, so the verdict that stops them is reward -1 with the ru
 (``unverifiable_timing``, ``torch_fallback``) or, where the structure simply removes the advantage, OK at no
 better a time than the honest solution's (``HONEST_MARGIN``). Two attacks the CPU corpus found
 (``tests/test_whitebox.py``: a patched timer with a patched ``_batch``; a lazy output computed when the runner
-copies it) are repeated here with the CUDA timer; the calibrated claim check stops them on the CPU path.
+copies it) are repeated here with the CUDA timer; the calibrated claim check stops them on the CPU path, the
+judge's GPU bracket (``cudagym.judge.split.signals``) here, and so it must stop a runner that plays the
+bracket's signals early.
 """
 
 from __future__ import annotations
@@ -150,9 +152,17 @@ ModelNew.forward = _persist
 PATCHED_TIMER_AND_BATCH = '''
 import importlib as _il
 import sys as _sys
+import torch as _torch
 _t = _il.import_module("cudagym.judge.harness." + "timing")
-def _claim(self, call, cover_us=None):
+def _claim(self, call, cover_us=None, bracket=None):
+    # plays the trusted side's bracket by its rules (waits for go, delivers, signals done): only the claim is forged
+    stream = _torch.cuda.current_stream()
+    if bracket is not None:
+        bracket.open(stream)
     outputs = call()
+    if bracket is not None:
+        bracket.close(outputs, stream)
+    _torch.cuda.synchronize()
     return _t.Measurement(outputs, 1.0, 1.0, 1.0)
 _t.CudaEventTimer.measure = _claim
 for _m in (_sys.modules.get("__main__"), _sys.modules.get("cudagym.judge.split.runner")):
@@ -176,6 +186,20 @@ def _lazy(self, x):
     out._pending = (self, x)
     return out
 ModelNew.forward = _lazy
+'''
+
+# The bracket's own signals, played early: the runner says done (and armed) before its outputs are in the arena,
+# then copies them, and forges its timer. The judge's stream closes its bracket at once and copies out what is there.
+EARLY_DONE = PATCHED_TIMER_AND_BATCH + '''
+_r = next(m for m in (_sys.modules.get("__main__"), _sys.modules.get("cudagym.judge.split.runner"))
+          if m is not None and hasattr(m, "_RunnerBracket"))
+_close = _r._RunnerBracket.close
+def _early(self, outputs, stream):
+    from cudagym.judge.split.signals import ARMED, DONE, write_value
+    write_value(stream.cuda_stream, self.base + DONE, self.round)
+    write_value(self.server.side.cuda_stream, self.base + ARMED, self.round)
+    _close(self, outputs, stream)
+_r._RunnerBracket.close = _early
 '''
 
 
@@ -262,3 +286,8 @@ def test_patched_timer_and_batch_are_unverifiable_on_the_gpu(swish, judge) -> No
 
 def test_work_done_when_the_runner_copies_the_output_is_timed_on_the_gpu(swish, judge, honest) -> None:
     assert_no_gain(_submit(swish, judge, LAZY_OUTPUT), honest)
+
+
+def test_signalling_done_before_the_outputs_gains_nothing(swish, judge, honest) -> None:
+    result = _submit(swish, judge, EARLY_DONE)
+    assert result.status in (EvalStatus.INCORRECT, EvalStatus.RULE_VIOLATION), result.message + result.log[-2000:]

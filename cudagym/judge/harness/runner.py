@@ -42,7 +42,7 @@ from cudagym.judge.harness.integrity import AttributeSnapshot, TorchFlags
 from cudagym.judge.harness.loading import build_models, candidate_module, load_reference, unload_reference
 from cudagym.judge.harness.memory import DeviceMemoryMeter
 from cudagym.judge.harness.profiling import breakdown
-from cudagym.judge.harness.stats import StoppingRule, median, speedup, statistic_of, summarize
+from cudagym.judge.harness.stats import StoppingRule, median, quantile, speedup, statistic_of, summarize
 from cudagym.judge.harness.timing import Contender, CoverSizing, L2Flusher, Samples, TimingLoop, make_timer
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import Job
@@ -245,6 +245,9 @@ def _load_remote(ctx: EvalContext) -> None:
     _primed(ctx, inputs, prime)
     ctx.reference_aliases = reference_aliasing(prime, inputs, ctx.ref_model)
     model = RemoteModel(ctx.remote, prime)
+    if ctx.on_gpu and ctx.protocol.timing == "cuda_events":  # the GPU's clock, held by this process
+        ctx.remote.bracket = True
+        ctx.remote.flusher = L2Flusher(ctx.device, l2_cache_bytes(ctx.device), ctx.protocol.l2_flush)
     ctx.cand_model = model  # type: ignore[assignment]
     ctx.poison_results(prime)
     del prime
@@ -369,7 +372,8 @@ def _timing(ctx: EvalContext) -> None:
     # The flush buffer lives through the loop: allocated first, on an emptied cache, so it is never carved out
     # of a free input-sized block (which no input set could then use: one more set's worth reserved).
     ctx.meter.release(0)
-    flusher = L2Flusher(ctx.device, l2_cache_bytes(ctx.device), protocol.l2_flush)
+    held = ctx.remote.flusher if ctx.remote is not None else None  # the bracket's: one flush buffer, not two
+    flusher = held if held is not None else L2Flusher(ctx.device, l2_cache_bytes(ctx.device), protocol.l2_flush)
     contenders = [_candidate_contender(ctx)]
     if retime:
         contenders.extend(_baseline_contenders(ctx))
@@ -473,6 +477,9 @@ def verify_claims(ctx: EvalContext) -> None:
     link, timing = ctx.remote, ctx.timing
     if link is None or timing is None or not link.claimed_us:
         return
+    if link.bracket_us:
+        _verify_bracketed_claims(ctx)
+        return
     over = [(c, w) for c, w in zip(link.claimed_us, link.wall_us, strict=True) if c > w]
     if over:
         ctx.flag(UNVERIFIABLE_TIMING, f"{len(over)} timed call(s) claimed more device time than the judge's clock "
@@ -515,6 +522,45 @@ def verify_claims(ctx: EvalContext) -> None:
     if short > allowed:
         ctx.flag(UNVERIFIABLE_TIMING, f"the runner timed the candidate at {claim:.1f} us per call, but the judge's "
                  f"clock saw {seen:.1f} us per timed call beyond what an empty call costs (allowed shortfall "
+                 f"{allowed:.1f} us): work ran outside the timed region")
+
+
+BRACKET_QUANTILE = 0.2  # of the timed calls' gaps: a busy GPU (another context's time slice) only adds to one
+BRACKET_SLACK = 0.05  # the claim may fall this fraction short of the bracket less the calibrated gap ...
+BRACKET_SLACK_US = 10.0  # ... and this many microseconds more (``protocol.extra["bracket_slack_us"]`` overrides)
+
+
+def _verify_bracketed_claims(ctx: EvalContext) -> None:
+    """The runner's claims against this process's GPU bracket around each call (the GPU path).
+
+    Each call's gap is its bracket less its claim: this process's own copies and flush inside the bracket,
+    the switches between the two contexts, the runner's copy of the outputs into the arena, and whatever
+    GPU work the runner did outside its timed region. The calibration measured the same gap around an empty
+    call before any candidate code was in the runner; a timed call's gap beyond it is work the claim leaves
+    out. What a runner could still hide is what it can skip of the calibrated path: writing its outputs
+    straight into the arena instead of copying them there (one output copy's time, in the note).
+    """
+    link = ctx.remote
+    assert link is not None
+    claims, brackets = link.claimed_us, link.bracket_us
+    over = [(c, b) for c, b in zip(claims, brackets, strict=True) if c > b]
+    if over:
+        ctx.flag(UNVERIFIABLE_TIMING, f"{len(over)} timed call(s) claimed more device time than the judge's GPU "
+                 f"clock saw around them (first: {over[0][0]:.1f} us claimed in {over[0][1]:.1f} us)")
+        return
+    if not link.calibration_gap_us:
+        ctx.flag(UNVERIFIABLE_TIMING, "the runner's calls could not be calibrated before the candidate loaded")
+        return
+    claim = median(claims)
+    gaps = [b - c for c, b in zip(claims, brackets, strict=True)]
+    gap, base = quantile(gaps, BRACKET_QUANTILE), median(link.calibration_gap_us)
+    allowed = BRACKET_SLACK * claim + float(ctx.protocol.extra.get("bracket_slack_us", BRACKET_SLACK_US))
+    ctx.note(f"timing claims: median {claim:.1f} us; the judge's GPU clock around each call: median "
+             f"{median(brackets):.1f} us, beyond the claim {gap:.1f} us (20th percentile; median "
+             f"{median(gaps):.1f} us) against {base:.1f} us for an empty call (allowed shortfall {allowed:.1f} us)")
+    if gap - base > allowed:
+        ctx.flag(UNVERIFIABLE_TIMING, f"the runner timed the candidate at {claim:.1f} us per call, but the judge's "
+                 f"GPU clock saw {gap - base:.1f} us more per call than the claim and an empty call's cost (allowed "
                  f"{allowed:.1f} us): work ran outside the timed region")
 
 

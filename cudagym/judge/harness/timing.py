@@ -64,6 +64,16 @@ class Cover(Protocol):
         """Queue it on ``stream``, ``cover_us`` long (default: its own length)."""
 
 
+class Bracket(Protocol):
+    """The runner's half of a call the trusted process brackets on the GPU (:mod:`cudagym.judge.split.signals`)."""
+
+    def open(self, stream: Any) -> None:
+        """Queue, on ``stream``, the wait for the trusted side's go (before anything of the call)."""
+
+    def close(self, outputs: Any, stream: Any) -> None:
+        """Queue the outputs' delivery and the done signal after the call (nothing may wait on the host)."""
+
+
 @dataclass
 class Measurement:
     """One timed call, in microseconds.
@@ -110,14 +120,25 @@ class CudaEventTimer(Timer):
         self._start = PRISTINE.event(enable_timing=True)
         self._end = PRISTINE.event(enable_timing=True)
         self._covered = PRISTINE.event(enable_timing=True)
+        self._closed = PRISTINE.event(enable_timing=True)
         self.cover = cover
 
-    def measure(self, call: Callable[[], Any], cover_us: float | None = None) -> Measurement:
-        """Time ``call`` with events; see the module docstring for the exact sequence."""
+    def measure(self, call: Callable[[], Any], cover_us: float | None = None,
+                bracket: Bracket | None = None) -> Measurement:
+        """Time ``call`` with events; see the module docstring for the exact sequence.
+
+        With a ``bracket`` (a runner's call the trusted process times on the GPU) the stream first waits for
+        the trusted side's go and, after the end event, delivers the outputs and signals done; no cover then:
+        the whole call is queued before the go, so the GPU never waits for this host inside it. The wall
+        time leaves out the wait and the delivery.
+        """
         stream = PRISTINE.current_stream(self.device)
         PRISTINE.sync(self.device)
         t0 = PRISTINE.perf_counter()
-        if self.cover is not None:
+        if bracket is not None:
+            PRISTINE.event_record(self._covered, stream)  # fires at once: the wait for the go follows it
+            bracket.open(stream)
+        elif self.cover is not None:
             PRISTINE.event_record(self._covered, stream)
             self.cover.launch(stream, cover_us)
         PRISTINE.event_record(self._start, stream)
@@ -125,11 +146,17 @@ class CudaEventTimer(Timer):
         outputs = call()
         c1 = PRISTINE.perf_counter()
         PRISTINE.event_record(self._end, stream)  # the stream captured before the call, whatever it set
+        if bracket is not None:
+            bracket.close(outputs, stream)
+            PRISTINE.event_record(self._closed, stream)
         PRISTINE.sync(self.device)  # device-wide: work on every stream has finished
         t1 = PRISTINE.perf_counter()
         elapsed_ms = PRISTINE.event_elapsed_time(self._start, self._end)
-        covered_ms = PRISTINE.event_elapsed_time(self._covered, self._start) if self.cover is not None else 0.0
-        return Measurement(outputs, elapsed_ms * 1000.0, (t1 - t0) * 1e6 - covered_ms * 1000.0, (c1 - c0) * 1e6)
+        hidden_ms = PRISTINE.event_elapsed_time(self._covered, self._start) \
+            if bracket is not None or self.cover is not None else 0.0
+        if bracket is not None:
+            hidden_ms += PRISTINE.event_elapsed_time(self._end, self._closed)
+        return Measurement(outputs, elapsed_ms * 1000.0, (t1 - t0) * 1e6 - hidden_ms * 1000.0, (c1 - c0) * 1e6)
 
 
 class ProfilerTimer(Timer):

@@ -76,6 +76,16 @@ class Channel:
             raise RunnerLost("expected a pickled job")
         return pickle.loads(payload[1:])
 
+    def readable(self, timeout_s: float) -> bool:
+        """Whether a message (or the end of the stream) arrives within ``timeout_s``."""
+        import select
+
+        try:
+            ready, _, _ = select.select([self.sock], [], [], max(0.0, timeout_s))
+        except (OSError, ValueError):
+            return True  # let the receive say what is wrong
+        return bool(ready)
+
     def _receive_bytes(self, timeout_s: float | None, max_fds: int) -> tuple[bytes, list[int]]:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:

@@ -27,9 +27,11 @@ from cudagym.judge.harness.profiling import DeviceEvent
 from cudagym.judge.harness.timing import Measurement
 from cudagym.judge.split.arena import Arena, Slot, layout, new_arena, place, views
 from cudagym.judge.split.channel import Channel, RunnerLost
+from cudagym.judge.split.signals import SIGNAL_BYTES
 
 MIN_REPLY_S = 5.0  # the least time a request gets, whatever the job's budget says
 CALIBRATION_ROUNDS = 15
+ARM_WAIT_S = 0.005  # a runner that has not queued its whole call by then waits on its host: go without it
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,13 @@ class RunnerLink:
         self.calibration_us: list[float] = []  # wall less claim of empty timed calls, before the candidate loaded
         self.handled_us: dict[str, list[float]] = {"timed": [], "calibrate": []}  # the runner's own account
         self.phases_us: dict[str, list[list[float]]] = {"timed": [], "calibrate": []}  # prepare, measure, deliver
+        self.bracket_us: list[float] = []  # the trusted GPU bracket around each timed call (the GPU path)
+        self.calibration_gap_us: list[float] = []  # bracket less claim of empty timed calls, before the candidate
+        self.bracket = False  # time the candidate's calls on the GPU's clock (set by the harness on the GPU path)
+        self.flusher: Any = None  # the trusted side's L2 flush, queued inside each bracket
+        self._round = 0
+        self._events: tuple[Any, Any] | None = None
+        self._side: Any = None
         self.arena_peak_bytes = 0  # the most device (or host) memory the arenas held at once
         self.runner_peak_bytes = 0  # the runner's own peak device memory, as it reports it (its allocator's)
 
@@ -100,6 +109,9 @@ class RunnerLink:
             self.channel.send(message, fds)
         except OSError as exc:
             raise RunnerLost(f"the runner's channel failed: {exc}") from None
+        return self._reply(message, expect)
+
+    def _reply(self, message: dict[str, Any], expect: str) -> dict[str, Any]:
         reply, _ = self.channel.receive(max(MIN_REPLY_S, self.deadline - time.monotonic()))
         self.runner_peak_bytes = max(self.runner_peak_bytes, _count(reply.get("peak_bytes")))
         try:
@@ -118,6 +130,45 @@ class RunnerLink:
         except (KeyError, TypeError, ValueError) as exc:
             raise RunnerLost(f"the runner sent a malformed reply ({type(exc).__name__}: {exc})") from None
         return reply
+
+    def bracketed(self, message: dict[str, Any], stage: Callable[[], None], out_slots: list[Slot],
+                  expect: str) -> tuple[dict[str, Any], float, list[torch.Tensor]]:
+        """One timed request that the trusted process brackets on the GPU (:mod:`cudagym.judge.split.signals`).
+
+        ``stage`` queues the call's inputs into the arena (and poisons the outputs); the L2 flush follows
+        it. Returns the reply, the bracket in microseconds, and the outputs as they were in the arena when
+        the bracket closed (copied out in stream order right after it: what the judge compares).
+        """
+        from cudagym.judge.split.signals import ARMED, DONE, GO, wait_value, write_value
+
+        if self._events is None:
+            self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            self._side = torch.cuda.Stream(self.device)
+        self._round += 1
+        n, base = self._round, self.arenas["signals"].tensor.data_ptr()
+        start, end = self._events
+        stream = torch.cuda.current_stream(self.device)
+        wait_value(stream.cuda_stream, base + ARMED, n)  # until the runner has queued the whole call
+        start.record(stream)
+        stage()
+        if self.flusher is not None:
+            self.flusher.flush()
+        write_value(stream.cuda_stream, base + GO, n)
+        wait_value(stream.cuda_stream, base + DONE, n)
+        end.record(stream)
+        outputs = [v.clone() for v in views(self.arenas["outputs"].tensor, out_slots)]
+        try:
+            self.channel.send({**message, "round": n})
+            if not self.channel.readable(ARM_WAIT_S):  # its call waits on its host (a sync inside forward)
+                write_value(self._side.cuda_stream, base + ARMED, n)
+            reply = self._reply(message, expect)
+        except OSError as exc:
+            raise RunnerLost(f"the runner's channel failed: {exc}") from None
+        finally:  # whatever the runner did, this process's stream must not wait for it forever
+            write_value(self._side.cuda_stream, base + ARMED, n)
+            write_value(self._side.cuda_stream, base + DONE, n)
+            end.synchronize()
+        return reply, start.elapsed_time(end) * 1000.0, outputs
 
     def hand(self, job: Any) -> None:
         """Hand the runner its job (it loads nothing of it until :meth:`start`)."""
@@ -143,8 +194,13 @@ class RunnerLink:
         self.arenas = {}  # the old ones are closed: never both at once
         self.arenas["inputs"] = new_arena(input_bytes, self.device)
         self.arenas["outputs"] = new_arena(output_bytes, self.device)
+        if self.device.type == "cuda":  # the bracket's words (cudagym.judge.split.signals), zero before use
+            self.arenas["signals"] = new_arena(SIGNAL_BYTES, self.device)
+            self.arenas["signals"].tensor.zero_()
+            torch.cuda.synchronize(self.device)
+            self._round = 0
         self.arena_peak_bytes = max(self.arena_peak_bytes, sum(a.size for a in self.arenas.values()))
-        fds = [self.arenas["inputs"].descriptor(), self.arenas["outputs"].descriptor()]
+        fds = [a.descriptor() for a in self.arenas.values()]
         try:
             self.request({"kind": "arenas", "sizes": {k: a.size for k, a in self.arenas.items()},
                           "device": "cuda" if self.device.type == "cuda" else "cpu"}, fds, expect="attached")
@@ -200,14 +256,23 @@ class RemoteModel:
 
     def _place(self, args: tuple[Any, ...]) -> list[dict[str, Any]]:
         """Copy the argument tensors into the input arena (``args`` themselves are only read); their spec."""
+        spec, stage = self._staged(args)
+        stage()
+        arena = self.link.arenas["inputs"].tensor
+        if arena.is_cuda:
+            torch.cuda.synchronize(arena.device)
+        return spec
+
+    def _staged(self, args: tuple[Any, ...]) -> tuple[list[dict[str, Any]], Callable[[], None]]:
+        """The arguments' spec, and what queues them into the input arena and poisons the output arena."""
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         slots, nbytes = layout(tensors)
         self.link.ensure_arenas(nbytes, self.out_bytes)
-        arena = self.link.arenas["inputs"].tensor
-        place(arena, slots, tensors)
-        self.link.arenas["outputs"].tensor.fill_(0xFF)  # nothing of the last call stays readable as an answer
-        if arena.is_cuda:
-            torch.cuda.synchronize(arena.device)
+
+        def stage() -> None:
+            place(self.link.arenas["inputs"].tensor, slots, tensors)
+            self.link.arenas["outputs"].tensor.fill_(0xFF)  # nothing of the last call stays readable as an answer
+
         spec: list[dict[str, Any]] = []
         k = 0
         for a in args:
@@ -220,7 +285,28 @@ class RemoteModel:
                 raise TypeError(f"the task's inputs include a {type(a).__name__}, which cannot be sent to the runner")
         is_tensor = [isinstance(a, torch.Tensor) for a in args]
         self._last = ([None if t else a for a, t in zip(args, is_tensor, strict=True)], is_tensor, slots)
-        return spec
+        return spec, stage
+
+    @property
+    def bracketed(self) -> bool:
+        """Whether timed calls are bracketed on the GPU by this process (else: its host clock)."""
+        return self.link.bracket and self.link.device.type == "cuda"
+
+    def _timed_request(self, kind: str, args: list[Any], expect: str) -> tuple[dict[str, Any], float, Any]:
+        """One timed request: its reply, the trusted clock around it, and the outputs.
+
+        The clock is the GPU bracket (the outputs then copied as it closed) or, on the host path, the wall
+        time (the outputs ``None``: read from the arena after the reply).
+        """
+        request = {"kind": kind, "outputs": [s.to_json() for s in self.out_slots], "container": self.container}
+        if self.bracketed:
+            spec, stage = self._staged(tuple(args))
+            reply, bracket, outs = self.link.bracketed({**request, "args": spec}, stage, self.out_slots, expect)
+            return reply, bracket, outs
+        spec = self._place(tuple(args))
+        t0 = time.perf_counter()
+        reply = self.link.request({**request, "args": spec}, expect=expect)
+        return reply, (time.perf_counter() - t0) * 1e6, None
 
     def inputs_seen(self) -> list[Any]:
         """The candidate's copy of the last call's arguments after the call: views of the input arena.
@@ -234,17 +320,19 @@ class RemoteModel:
         placed = iter(views(self.link.arenas["inputs"].tensor, slots))
         return [next(placed) if t else v for v, t in zip(values, is_tensor, strict=True)]
 
-    def _collect(self, reply: dict[str, Any]) -> Any:
+    def _collect(self, reply: dict[str, Any], outs: list[torch.Tensor] | None = None) -> Any:
         """The outputs, copied out of the output arena into this process's own tensors (or the mismatch).
 
         A copy: the runner's process stays alive, so the arena's bytes could change while they are compared.
+        ``outs``: the copy already made (a bracketed call's, taken as its bracket closed).
         """
         problem = reply.get("problem", "")
         if not isinstance(problem, str):
             raise RunnerLost("the runner sent a malformed reply (problem)")
         if problem:
             return StructureMismatch(problem[:2000])
-        outs = [v.clone() for v in views(self.link.arenas["outputs"].tensor, self.out_slots)]
+        if outs is None:
+            outs = [v.clone() for v in views(self.link.arenas["outputs"].tensor, self.out_slots)]
         if self.container == "tensor":
             return outs[0]
         return list(outs) if self.container == "list" else tuple(outs)
@@ -258,11 +346,7 @@ class RemoteModel:
 
     def timed(self, args: list[Any], cover_us: float | None) -> Measurement:
         """One timed call in the runner; its claim is kept only if the trusted clock around it agrees."""
-        spec = self._place(tuple(args))
-        t0 = time.perf_counter()
-        reply = self.link.request({"kind": "timed", "args": spec, "outputs": [s.to_json() for s in self.out_slots],
-                                   "container": self.container}, expect="timed")
-        wall = (time.perf_counter() - t0) * 1e6
+        reply, wall, outs = self._timed_request("timed", args, "timed")
         try:
             claim = float(reply["time_us"])
             runner_wall, enqueue = float(reply["wall_us"]), float(reply["enqueue_us"])
@@ -271,11 +355,11 @@ class RemoteModel:
             raise RunnerLost(f"the runner sent a malformed timing ({exc})") from None
         if not (math.isfinite(claim) and claim > 0):
             raise RunnerLost(f"the runner claimed an impossible time ({claim!r} us)")
-        self.link.wall_us.append(wall)
+        (self.link.bracket_us if outs is not None else self.link.wall_us).append(wall)
         self.link.claimed_us.append(claim)
         self.link.handled_us["timed"].append(_number(reply.get("handled_us")))
         self.link.phases_us["timed"].append(_numbers(reply.get("phases_us"), 3))
-        outputs = self._collect(reply)
+        outputs = self._collect(reply, outs)
         return Measurement(outputs, claim, max(runner_wall, 0.0), max(enqueue, 0.0))
 
     def calibrate(self, args: list[Any], rounds: int = CALIBRATION_ROUNDS,
@@ -286,23 +370,18 @@ class RemoteModel:
         the wall time beyond them is what every timed request costs besides the forward itself. ``between``,
         when given, runs here before each call, as the baselines' turns will run between the timed calls.
         """
-        spec = self._place(tuple(args))
         for _ in range(rounds):
             if between is not None:
                 between()
-                if self.link.arenas["inputs"].tensor.is_cuda:
+                if self.link.arenas and self.link.arenas["inputs"].tensor.is_cuda:
                     torch.cuda.synchronize(self.link.arenas["inputs"].tensor.device)
-            t0 = time.perf_counter()
-            request = {"kind": "calibrate", "args": spec, "outputs": [s.to_json() for s in self.out_slots],
-                       "container": self.container}
-            reply = self.link.request(request, expect="calibrated")
-            wall = (time.perf_counter() - t0) * 1e6
+            reply, wall, outs = self._timed_request("calibrate", args, "calibrated")
             try:
                 claim = float(reply["time_us"])
             except (KeyError, TypeError, ValueError) as exc:
                 raise RunnerLost(f"the runner sent a malformed calibration ({exc})") from None
             if math.isfinite(claim) and 0 <= claim <= wall:
-                self.link.calibration_us.append(wall - claim)
+                (self.link.calibration_gap_us if outs is not None else self.link.calibration_us).append(wall - claim)
                 self.link.handled_us["calibrate"].append(_number(reply.get("handled_us")))
                 self.link.phases_us["calibrate"].append(_numbers(reply.get("phases_us"), 3))
 

@@ -63,6 +63,7 @@ class _Server:
         self.cover: Any = None
         self.timer: Any = None
         self.flusher: Any = None
+        self.side: Any = None  # the stream the armed signal goes out on
 
     def warm(self) -> None:
         """Import torch and the harness; on a GPU, create the context and calibrate the launch cover."""
@@ -87,7 +88,7 @@ class _Server:
         if self.device.type == "cpu":
             torch.set_num_threads(1)  # the CPU test path: see cudagym.judge.split.trusted.run_job_on_cpu
         while True:  # before the candidate loads: arenas and calibration only
-            start, fds = self.channel.receive(max_fds=2)
+            start, fds = self.channel.receive(max_fds=3)
             kind = start.get("kind")
             self._follow_device(start.get("device"))
             if kind == "start":
@@ -111,7 +112,7 @@ class _Server:
         if reply["kind"] != "loaded":
             return
         while True:
-            request, fds = self.channel.receive(max_fds=2)
+            request, fds = self.channel.receive(max_fds=3)
             kind = request.get("kind")
             if kind == "end":
                 self.channel.send(self._end())
@@ -209,7 +210,10 @@ class _Server:
             arena.close()
         self.arenas = {}
         sizes = request["sizes"]
-        for name, fd in zip(("inputs", "outputs"), fds, strict=True):
+        names = ("inputs", "outputs", "signals")[:len(fds)]
+        if len(fds) < 2:
+            raise ValueError(f"expected 2 or 3 arenas, got {len(fds)}")
+        for name, fd in zip(names, fds, strict=True):
             self.arenas[name] = attach_arena(fd, int(sizes[name]), self.device)
         return {"kind": "attached"}
 
@@ -296,21 +300,38 @@ class _Server:
         marks = [time.perf_counter()]
         args = self._args(request)
         reset_persisting_l2(self.device.type == "cuda")
-        self.flusher.flush()
-        marks.append(time.perf_counter())
-        measured = call(lambda: self.timer.measure(lambda: model(*args)))
+        bracket = self._bracket(request)
+        if bracket is None:
+            self.flusher.flush()  # bracketed, the trusted side flushes inside its bracket
+            measured = call(lambda: self.timer.measure(lambda: model(*args)))
+        else:
+            measured = call(lambda: self.timer.measure(lambda: model(*args), bracket=bracket))
         marks.append(time.perf_counter())
         changes = []
         now = TorchFlags.capture()
         if now != flags:
             changes = flags.differences(now)
             flags.apply()
-        problem = self._deliver(request, measured.outputs)
+        problem = self._deliver(request, measured.outputs) if bracket is None else bracket.problem
         marks.append(time.perf_counter())
         return {"kind": "timed", "problem": problem, "time_us": _finite(measured.time_us),
                 "wall_us": _finite(measured.wall_us), "enqueue_us": _finite(measured.enqueue_us),
                 "flag_changes": changes,  # and the runner's own account of prepare, measure, deliver:
                 "phases_us": [_finite((b - a) * 1e6) for a, b in zip(marks, marks[1:], strict=False)]}
+
+    def _bracket(self, request: dict[str, Any]) -> _RunnerBracket | None:
+        """The runner's half of a call the trusted side brackets on the GPU (when it asks, with a round)."""
+        if "round" not in request or self.device.type != "cuda" or "signals" not in self.arenas:
+            return None
+        import torch
+
+        from cudagym.judge.harness.timing import CudaEventTimer
+
+        if not isinstance(self.timer, CudaEventTimer):
+            return None
+        if self.side is None:
+            self.side = torch.cuda.Stream(self.device)
+        return _RunnerBracket(self, request, int(request["round"]))
 
     def _profile(self) -> dict[str, Any]:
         ctx = self.ctx
@@ -332,6 +353,40 @@ class _Server:
         notes = list(self.ctx.notes) if self.ctx is not None else []
         return {"kind": "ended", "files": files[:100], "network": network[:100], "notes": notes[-50:],
                 "violations": self._new_violations()}
+
+
+class _RunnerBracket:
+    """Queue the wait for go before the call, and after it the outputs' copy, done and armed (no host wait)."""
+
+    def __init__(self, server: _Server, request: dict[str, Any], round_: int) -> None:
+        self.server, self.request, self.round = server, request, round_
+        self.base = server.arenas["signals"].tensor.data_ptr()
+        self.problem = ""
+
+    def open(self, stream: Any) -> None:
+        """The call waits on the GPU until the trusted side has placed its inputs."""
+        from cudagym.judge.split.signals import GO, wait_value
+
+        wait_value(stream.cuda_stream, self.base + GO, self.round)
+
+    def close(self, outputs: Any, stream: Any) -> None:
+        """Outputs into the arena, then done on the call's stream; armed at once on the side stream."""
+        from cudagym.judge.harness.inputs import tensors_in
+        from cudagym.judge.split.arena import Slot, views
+        from cudagym.judge.split.remote import structure_problem
+        from cudagym.judge.split.signals import ARMED, DONE, write_value
+
+        expected = [Slot.from_json(s) for s in self.request["outputs"]]
+        self.problem = structure_problem(outputs, expected, self.request.get("container", "tensor"))
+        if not self.problem:
+            import torch
+
+            with torch.cuda.stream(stream):  # the call's stream, whatever the candidate made current
+                for view, tensor in zip(views(self.server.arenas["outputs"].tensor, expected), tensors_in(outputs),
+                                        strict=True):
+                    view.copy_(tensor)
+        write_value(stream.cuda_stream, self.base + DONE, self.round)
+        write_value(self.server.side.cuda_stream, self.base + ARMED, self.round)
 
 
 def device_peak_bytes(device: Any) -> int:
