@@ -38,8 +38,8 @@ FORGE_TIMER = '''
 import importlib as _il
 _t = _il.import_module("cudagym.judge.harness." + "timing")
 _real = _t.CudaEventTimer.measure
-def _fast(self, call, cover_us=None):
-    m = _real(self, call, cover_us)
+def _fast(self, call, cover_us=None, bracket=None):
+    m = _real(self, call, cover_us, bracket)
     return _t.Measurement(m.outputs, m.time_us / 20, m.wall_us / 20, m.enqueue_us)
 setattr(_t.CudaEventTimer, "measure", _fast)
 '''
