@@ -531,37 +531,46 @@ BRACKET_SLACK_US = 10.0  # ... and this many microseconds more (``protocol.extra
 
 
 def _verify_bracketed_claims(ctx: EvalContext) -> None:
-    """The runner's claims against this process's GPU bracket around each call (the GPU path).
-
-    Each call's gap is its bracket less its claim: this process's own copies and flush inside the bracket,
-    the switches between the two contexts, the runner's copy of the outputs into the arena, and whatever
-    GPU work the runner did outside its timed region. The calibration measured the same gap around an empty
-    call before any candidate code was in the runner; a timed call's gap beyond it is work the claim leaves
-    out. What a runner could still hide is what it can skip of the calibrated path: writing its outputs
-    straight into the arena instead of copying them there (one output copy's time, in the note).
-    """
+    """The runner's claims against this process's GPU bracket around each call (the GPU path)."""
     link = ctx.remote
     assert link is not None
-    claims, brackets = link.claimed_us, link.bracket_us
+    note, problem = judge_bracketed_claims(link.claimed_us, link.bracket_us, link.calibration_gap_us,
+                                           float(ctx.protocol.extra.get("bracket_slack_us", BRACKET_SLACK_US)))
+    if note:
+        ctx.note(note)
+    if problem:
+        ctx.flag(UNVERIFIABLE_TIMING, problem)
+
+
+def judge_bracketed_claims(claims: list[float], brackets: list[float], calibration_gaps: list[float],
+                           slack_us: float = BRACKET_SLACK_US) -> tuple[str, str]:
+    """A note on the claims and, if they cannot stand, why (``""`` when they can).
+
+    Each call's gap is its bracket less its claim: the worker's own copies and flush inside the bracket,
+    the switches between the two contexts, the runner's copy of the outputs into the arena, and whatever
+    GPU work the runner did outside its timed region. ``calibration_gaps`` are the same around an empty call,
+    timed before any candidate code was in the runner; a timed call's gap beyond them is work the claim
+    leaves out. What a runner could still hide is what it can skip of the calibrated path: writing its
+    outputs straight into the arena instead of copying them there.
+    """
     over = [(c, b) for c, b in zip(claims, brackets, strict=True) if c > b]
     if over:
-        ctx.flag(UNVERIFIABLE_TIMING, f"{len(over)} timed call(s) claimed more device time than the judge's GPU "
-                 f"clock saw around them (first: {over[0][0]:.1f} us claimed in {over[0][1]:.1f} us)")
-        return
-    if not link.calibration_gap_us:
-        ctx.flag(UNVERIFIABLE_TIMING, "the runner's calls could not be calibrated before the candidate loaded")
-        return
+        return "", (f"{len(over)} timed call(s) claimed more device time than the judge's GPU clock saw around "
+                    f"them (first: {over[0][0]:.1f} us claimed in {over[0][1]:.1f} us)")
+    if not calibration_gaps:
+        return "", "the runner's calls could not be calibrated before the candidate loaded"
     claim = median(claims)
     gaps = [b - c for c, b in zip(claims, brackets, strict=True)]
-    gap, base = quantile(gaps, BRACKET_QUANTILE), median(link.calibration_gap_us)
-    allowed = BRACKET_SLACK * claim + float(ctx.protocol.extra.get("bracket_slack_us", BRACKET_SLACK_US))
-    ctx.note(f"timing claims: median {claim:.1f} us; the judge's GPU clock around each call: median "
-             f"{median(brackets):.1f} us, beyond the claim {gap:.1f} us (20th percentile; median "
-             f"{median(gaps):.1f} us) against {base:.1f} us for an empty call (allowed shortfall {allowed:.1f} us)")
+    gap, base = quantile(gaps, BRACKET_QUANTILE), median(calibration_gaps)
+    allowed = BRACKET_SLACK * claim + slack_us
+    note = (f"timing claims: median {claim:.1f} us; the judge's GPU clock around each call: median "
+            f"{median(brackets):.1f} us, beyond the claim {gap:.1f} us (20th percentile; median {median(gaps):.1f} "
+            f"us) against {base:.1f} us for an empty call (allowed shortfall {allowed:.1f} us)")
     if gap - base > allowed:
-        ctx.flag(UNVERIFIABLE_TIMING, f"the runner timed the candidate at {claim:.1f} us per call, but the judge's "
-                 f"GPU clock saw {gap - base:.1f} us more per call than the claim and an empty call's cost (allowed "
-                 f"{allowed:.1f} us): work ran outside the timed region")
+        return note, (f"the runner timed the candidate at {claim:.1f} us per call, but the judge's GPU clock saw "
+                      f"{gap - base:.1f} us more per call than the claim and an empty call's cost (allowed "
+                      f"{allowed:.1f} us): work ran outside the timed region")
+    return note, ""
 
 
 def _baseline_contenders(ctx: EvalContext) -> list[Contender]:

@@ -1,0 +1,55 @@
+"""The decision rule of the GPU-bracket claim check, on figures of the kind the H200 gave (session 9).
+
+The bracket itself needs two processes on a GPU (``tests/test_split_gpu.py``, ``tests/test_whitebox_gpu.py``);
+here only the rule that turns brackets, claims and the calibration into a verdict.
+"""
+
+from __future__ import annotations
+
+from cudagym.judge.harness.runner import BRACKET_SLACK_US, judge_bracketed_claims
+
+CALIBRATION = [674.9, 673.0, 675.2, 674.1, 676.0, 673.8, 674.4, 674.6, 675.0, 673.5, 674.2, 674.8, 673.9, 675.5, 674.0]
+
+
+def _calls(claim: float, gap: float, n: int = 30) -> tuple[list[float], list[float]]:
+    claims = [claim + 0.1 * (i % 5) for i in range(n)]
+    return claims, [c + gap + 0.2 * (i % 7) for i, c in enumerate(claims)]
+
+
+def test_an_honest_call_whose_gap_matches_the_calibration_stands() -> None:
+    claims, brackets = _calls(139.0, 671.4)
+    note, problem = judge_bracketed_claims(claims, brackets, CALIBRATION)
+    assert problem == ""
+    assert "allowed shortfall" in note and "139" in note
+
+
+def test_a_claim_that_leaves_out_the_work_is_unverifiable() -> None:
+    claims, brackets = _calls(7.0, 674.4 + 131.0)  # Swish's 138 us kernel claimed as 7 us
+    _, problem = judge_bracketed_claims(claims, brackets, CALIBRATION)
+    assert "work ran outside the timed region" in problem
+
+
+def test_a_shortfall_within_the_slack_stands_and_one_beyond_it_does_not() -> None:
+    base = sorted(CALIBRATION)[len(CALIBRATION) // 2]
+    within = _calls(100.0, base + 0.05 * 100.0 + BRACKET_SLACK_US - 2.0)
+    beyond = _calls(100.0, base + 0.05 * 100.0 + BRACKET_SLACK_US + 4.0)
+    assert judge_bracketed_claims(*within, CALIBRATION)[1] == ""
+    assert judge_bracketed_claims(*beyond, CALIBRATION)[1] != ""
+
+
+def test_a_busy_gpu_in_a_few_calls_does_not_sink_an_honest_claim() -> None:
+    claims, brackets = _calls(139.0, 671.4)
+    for i in range(0, 30, 6):  # another context's time slice in one call of six
+        brackets[i] += 900.0
+    assert judge_bracketed_claims(claims, brackets, CALIBRATION)[1] == ""
+
+
+def test_a_claim_beyond_its_bracket_is_unverifiable() -> None:
+    claims, brackets = _calls(139.0, 671.4)
+    claims[3] = brackets[3] + 1.0
+    assert "claimed more device time" in judge_bracketed_claims(claims, brackets, CALIBRATION)[1]
+
+
+def test_without_a_calibration_nothing_can_be_confirmed() -> None:
+    claims, brackets = _calls(139.0, 671.4)
+    assert "could not be calibrated" in judge_bracketed_claims(claims, brackets, [])[1]
