@@ -16,4 +16,6 @@
 if ! command -v bwrap >/dev/null 2>&1 && [ -z "${CUDAGYM_BWRAP:-}" ] && [ -x /tmp/bwrap-pkg/usr/bin/bwrap ]; then
   export CUDAGYM_BWRAP=/tmp/bwrap-pkg/usr/bin/bwrap
 fi
+# the commit the tree was copied from, written beside it before the call (the host's .git may be stale)
+[ -s .commit ] && [ -z "${CUDAGYM_COMMIT:-}" ] && export CUDAGYM_COMMIT=$(head -c 80 .commit)
 export PYTHONUNBUFFERED=1 CUDAGYM_OFFLINE=1 HF_HUB_OFFLINE=1 CUDAGYM_CACHE_DIR=${CUDAGYM_CACHE_DIR:-/tmp/cudagym-cache}

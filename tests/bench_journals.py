@@ -52,7 +52,8 @@ def record(task_id: str, final: Mapping[str, Any], *, before: Sequence[tuple[str
     steps += [("profile", a, v) for a, v in before]
     steps.append(("submit", call("submit"), final))
     turns = tuple(
-        Turn(turn=i + 1, tool=tool, ok=True, observation=f"observation {i + 1}", reward=0.0, info={},
+        Turn(turn=i + 1, tool=tool, ok=True, observation=f"observation {i + 1}", reward=0.0,
+             info={"protocol_id": "hand-built-v1"},
              action=action, tokens=100, tokens_used=50 + 100 * (i + 1), verdict=dict(v),
              usage=dict(usage or {}) if i == 0 else {})
         for i, (tool, action, v) in enumerate(steps)

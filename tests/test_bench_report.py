@@ -62,6 +62,7 @@ def test_markdown_has_every_section_with_rounded_numbers(run_dir):
     assert "| level 1 | 4 | 4 | 75.0% | 50.0% | 25.0% |" in text
     assert "| **overall** | 6 | 5 | 66.7% |" in text
     assert "GPU NVIDIA H200" in text and "6 finished of 6 planned" in text
+    assert "protocol hand-built-v1," in text  # what the episodes' observations name, not a default
 
 
 @pytest.mark.skipif(not plots.available(), reason="matplotlib (the plots extra) is not installed")

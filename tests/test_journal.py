@@ -89,3 +89,10 @@ def test_fsync_mode_writes_the_same_lines(tmp_path):
     journal.record_result("a", verdict(), task_id="t", solution_hash="h")
     assert os.path.getsize(tmp_path / "sub" / "j.jsonl") > 0
     assert Journal(tmp_path / "sub" / "j.jsonl").result("a") == verdict()
+
+
+def test_the_commit_can_be_given_where_the_checkout_is_a_copy(monkeypatch):
+    from cudagym.bench.journal import git_commit
+
+    monkeypatch.setenv("CUDAGYM_COMMIT", "e49f303abcde")
+    assert git_commit() == "e49f303abcde"

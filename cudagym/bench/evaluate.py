@@ -24,7 +24,7 @@ from typing import Any, TextIO
 
 from cudagym.errors import ConfigError
 from cudagym.judge.interface import EvalMode
-from cudagym.judge.protocol import get_protocol
+from cudagym.judge.protocol import DEFAULT_PROTOCOL, get_protocol
 from cudagym.judge.records import EvalResult, EvalStatus, to_dict
 from cudagym.observation import render_eval
 from cudagym.reward import reward_config, score
@@ -44,7 +44,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="verify: check only; profile: check and time; submit (default): the full protocol")
     parser.add_argument("--format", default=None, choices=sorted(FORMATS),
                         help="the solution's format (default: told from its files)")
-    parser.add_argument("--protocol", default=None, help="evaluation protocol (default: cudagym-v1)")
+    parser.add_argument("--protocol", default=None, help=f"evaluation protocol (default: {DEFAULT_PROTOCOL.id})")
     parser.add_argument("--judge", default="local", help="local (default) or module:callable (protocol -> Judge)")
     parser.add_argument("--json", action="store_true", help="print the verdict as JSON")
     data = parser.add_argument_group("where the task data is (as in `cudagym tasks show`)")

@@ -168,7 +168,14 @@ def read_entries(run_dir: str | Path, *, repair: bool = False) -> list[Entry]:
 
 
 def git_commit() -> str:
-    """The commit of the checkout cudagym runs from (``-dirty`` when it has changes), else empty."""
+    """The commit of the checkout cudagym runs from (``-dirty`` when it has changes), else empty.
+
+    ``CUDAGYM_COMMIT`` overrides it: a copy of a checkout on another host (a GPU machine) may carry a stale
+    ``.git`` or none.
+    """
+    given = os.environ.get("CUDAGYM_COMMIT", "").strip()
+    if given:
+        return given[:80]
     root = Path(__file__).resolve().parents[2]
     if not (root / ".git").exists():
         return ""

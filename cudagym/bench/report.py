@@ -71,7 +71,8 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None, *, draw
     """
     run_dir = Path(run_dir)
     manifest = read_manifest(run_dir)
-    summaries = [e.summary for e in read_entries(run_dir)]
+    entries = read_entries(run_dir)
+    summaries = [e.summary for e in entries]
     if not summaries:
         raise ConfigError(f"{run_dir} has no finished episode yet (episodes.jsonl is empty or missing)")
     target = Path(out_dir) if out_dir is not None else run_dir / "report"
@@ -85,8 +86,9 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None, *, draw
     elif draw:
         note = NO_PLOTS
     markdown = target / "report.md"
-    markdown.write_text(render_markdown(manifest, rows, drawn, note, planned=manifest.get("episodes_planned")),
-                        encoding="utf-8")
+    ran = sorted({str(t.info["protocol_id"]) for e in entries for t in e.record.turns if t.info.get("protocol_id")})
+    markdown.write_text(render_markdown(manifest, rows, drawn, note, planned=manifest.get("episodes_planned"),
+                                        protocols=ran), encoding="utf-8")
     return Report(markdown, tuple(csvs), tuple(drawn), rows)
 
 
@@ -129,14 +131,19 @@ def _episode_row(s: EpisodeSummary) -> list[Any]:
 
 
 def render_markdown(manifest: Mapping[str, Any], rows: Mapping[str, Sequence[GroupMetrics]],
-                    drawn: Sequence[Path], note: str, *, planned: Any = None) -> str:
-    """The report as Markdown: the run's facts, then one section per table, then the figures."""
+                    drawn: Sequence[Path], note: str, *, planned: Any = None,
+                    protocols: Sequence[str] = ()) -> str:
+    """The report as Markdown: the run's facts, then one section per table, then the figures.
+
+    ``protocols``: the protocol ids the episodes' observations name (what ran), else the manifest's.
+    """
     plan, hw = manifest.get("plan", {}), manifest.get("hardware", {})
+    protocol = ", ".join(protocols) or plan.get("protocol") or manifest.get("protocol_id") or "unknown"
     done = rows["final"][-1].episodes
     lines = [
         "# cudagym bench report", "",
         f"- agent `{plan.get('agent')}`, {_what(plan)}, "
-        f"K = {plan.get('k')} sample(s) per task, protocol {plan.get('protocol') or 'cudagym-v1 (default)'}, "
+        f"K = {plan.get('k')} sample(s) per task, protocol {protocol}, "
         f"format {plan.get('format')}",
         f"- episodes: {done} finished" + (f" of {planned} planned" if planned is not None else ""),
         f"- GPU {hw.get('gpu', '?')} (driver {hw.get('driver') or '?'}, CUDA {hw.get('cuda') or '?'}, "

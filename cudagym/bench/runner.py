@@ -33,7 +33,7 @@ from cudagym.bench.journal import Entry, RunJournal, episode_key, read_entries, 
 from cudagym.bench.metrics import summarize
 from cudagym.errors import ConfigError
 from cudagym.judge.interface import Judge
-from cudagym.judge.protocol import Protocol, get_protocol
+from cudagym.judge.protocol import DEFAULT_PROTOCOL, Protocol, get_protocol
 from cudagym.judge.records import to_dict
 from cudagym.rollout import run_episode
 
@@ -60,7 +60,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, metavar="RUN_DIR", help="run folder (manifest.json, episodes.jsonl)")
     parser.add_argument("--resume", action="store_true", help="continue the run in RUN_DIR")
     parser.add_argument("--judge", help="local (default) or module:callable (protocol -> Judge)")
-    parser.add_argument("--protocol", help="evaluation protocol (default: cudagym-v1)")
+    parser.add_argument("--protocol", help=f"evaluation protocol (default: {DEFAULT_PROTOCOL.id})")
     parser.add_argument("--format", help="solution format: extension (default), inline or raw")
     parser.add_argument("--max-turns", type=int, help="turns per episode (default 200)")
     parser.add_argument("--token-budget", type=int, help="env tokens per episode (default 131072)")
@@ -157,7 +157,7 @@ class Bench:
             jobs = self._jobs(judge)
             if fresh:
                 write_manifest(self.run_dir, self.plan, {"hardware": to_dict(judge.hardware()),
-                                                         "episodes_planned": len(jobs)})
+                                                         "protocol_id": protocol.id, "episodes_planned": len(jobs)})
             todo = [j for j in jobs if j.key not in previous]
             journal = RunJournal(self.run_dir)
             finished = [previous[j.key] for j in jobs if j.key in previous]
