@@ -68,6 +68,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from cudagym.judge.harness.memhistory import record_from_env
+
 # Elements per chunk of an elementwise pass: 16M elements, 64 MB of fp32 per temporary.
 CHUNK_ELEMENTS = 1 << 24
 
@@ -235,3 +237,8 @@ class PhaseClock:
     def get(self, name: str) -> float:
         """Seconds spent in ``name`` (0.0 when it never ran)."""
         return self.seconds.get(name, 0.0)
+
+
+# Probe mode only (benchmarks/memory_probe.py): a process started with CUDAGYM_MEMORY_HISTORY set records its
+# CUDA allocations from the harness's import on (a runner: after it entered its sandbox). Unset: nothing.
+record_from_env()
