@@ -166,8 +166,10 @@ def test_at_most_one_input_set_and_its_outputs_beyond_the_references_own(tmp_pat
     cached = KnownBaselines(eager=memory_free_stats(), compiled=memory_free_stats())
     rows, result = counted(tmp_path, mode=mode, baselines=cached if mode is EvalMode.PROFILE else KnownBaselines(),
                            guards=["input_mutation", "result_cache", "hard_coding", "degenerate_output",
-                                   "stale_memory", "lazy_output"], num_inputs=3)
+                                   "stale_memory", "lazy_output"], num_inputs=3, scaled_inputs=(4.0,),
+                           atol_scale=0.01, flat_reference_note=True)  # as cudagym-v2, the default
     assert result.status is EvalStatus.OK, result.message
+    assert any(c.index >= 500 for c in result.checks)  # the scaled set was checked
     who = {r[0] for r in rows}
     assert who == {"reference", "candidate"}
     # when any forward starts: its own input set and one more; at most one other call's outputs
@@ -385,7 +387,8 @@ def test_in_the_split_the_trusted_side_holds_one_input_set_and_the_arenas_the_ca
         'count("reference")', 'count("candidate")')
     protocol = CUDAGYM_V0.with_changes(id="test-split-memory", num_inputs=3, warmup_runs=1, warmup_ms=0.0,
                                        min_runs=5, max_runs=5, target_ci_pct=0.0,
-                                       guards=("input_mutation", "result_cache", "hard_coding", "stale_memory"))
+                                       guards=("input_mutation", "result_cache", "hard_coding", "stale_memory"),
+                                       scaled_inputs=(4.0,), atol_scale=0.01, flat_reference_note=True)
     job = Job("split-memory", make_task(SPLIT_COUNTING_TASK, id="test/split_memory", suite="test", level=1,
                                         name="split_memory", origin="test"),
               Solution("inline", {"model_new.py": candidate}), BuildResult(BuildStatus.OK, "inline"),
@@ -396,6 +399,7 @@ def test_in_the_split_the_trusted_side_holds_one_input_set_and_the_arenas_the_ca
     trusted = [r for r in rows if r[0] == "reference"]
     runner = [r for r in rows if r[0] == "candidate"]
     assert len(trusted) > 10 and len(runner) > 10, rows  # checks, guards and timed rounds on both sides
+    assert any(c.index >= 500 for c in result.checks)  # the scaled set was checked
     # the trusted process: the reference's own input set and at most the candidate's outputs (its copy)
     assert max(r[1] for r in trusted) == 1 and max(r[2] for r in trusted) <= 1, trusted
     # the runner: the candidate reads its inputs from the arena; it holds at most its own last outputs

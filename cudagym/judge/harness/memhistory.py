@@ -61,7 +61,7 @@ def take_snapshot() -> dict[str, Any]:
 
 
 def peak_counters() -> dict[str, int]:
-    """torch's own peaks on the current device: ``max_memory_reserved`` and ``max_memory_allocated``."""
+    """The peaks torch counted on the current device: ``max_memory_reserved`` and ``max_memory_allocated``."""
     import torch
 
     return {"max_memory_reserved": int(torch.cuda.max_memory_reserved()),

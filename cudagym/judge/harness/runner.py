@@ -335,29 +335,42 @@ SCALED_INDEX = 500  # the scaled input sets' indices in the result start here
 
 def _scaled_checks(ctx: EvalContext) -> None:
     """The protocol's extra input sets at other scales (unpublished seeds), where the task leaves room."""
-    from cudagym.judge.harness.context import signed_float_tensors
-    from cudagym.judge.harness.correctness import nonfinite_count
-
     for k, factor in enumerate(ctx.protocol.scaled_inputs):
         seed = secrets.randbelow(2**31 - 1)
-        probe = ctx.inputs_at(seed)
-        if not signed_float_tensors(probe):
+        usable = _scaled_reference_finite(ctx, seed, factor)
+        if usable is None:
             ctx.note(f"scaled inputs x{factor:g}: skipped (no signed floating-point input: scaling would change the "
                      "problem)")
             return
-        for tensor in signed_float_tensors(probe):
-            tensor.mul_(factor)
-        reference = ctx.run_reference(probe)
-        finite = nonfinite_count(reference) == 0
-        ctx.poison_results(reference)
-        del probe, reference
-        if not finite:
+        if not usable:
             ctx.note(f"scaled inputs x{factor:g}: skipped (the reference is not finite there)")
             continue
         check = ctx.verify_seed(seed, SCALED_INDEX + k, "scaled_inputs", scale=factor)
         if not check.passed:
             check = dataclasses.replace(check, message=f"inputs scaled x{factor:g}: {check.message}")
         ctx.checks.append(check)
+
+
+def _scaled_reference_finite(ctx: EvalContext, seed: int, factor: float) -> bool | None:
+    """Whether the reference is finite on the set of ``seed`` scaled by ``factor`` (None: nothing to scale).
+
+    A function of its own so that the probe set dies with it: a loop variable left holding one of its tensors
+    kept a whole input set alive through the check that follows (the 2 GiB GPU test's extra set).
+    """
+    from cudagym.judge.harness.context import signed_float_tensors
+    from cudagym.judge.harness.correctness import nonfinite_count
+
+    probe = ctx.inputs_at(seed)
+    signed = signed_float_tensors(probe)
+    if not signed:
+        return None
+    for tensor in signed:
+        tensor.mul_(factor)
+    del signed, tensor
+    reference = ctx.run_reference(probe)
+    finite = nonfinite_count(reference) == 0
+    ctx.poison_results(reference)
+    return finite
 
 
 def _timing(ctx: EvalContext) -> None:
