@@ -194,13 +194,15 @@ def _apply(entry: dict[str, Any], blocks: dict[int, Block], segments: dict[int, 
 def replay(snapshot: dict[str, Any], device: int = 0) -> Peaks:
     """Walk ``snapshot``'s trace of ``device``: the state at the peak of allocated and of reserved bytes.
 
-    A peak is the first trace entry after which the total is at its most (index -1: before the first entry).
+    A peak is the first trace entry after which the total is at its most (index -1: before the first entry); of
+    the entries at the reserved peak, the one with the most allocated.
     """
     traces = snapshot.get("device_traces") or [[]]
     trace = list(traces[device]) if device < len(traces) else []
     blocks, segments = _initial(snapshot, trace, device)
     allocated, reserved = sum(b.size for b in blocks.values()), sum(s.size for s in segments.values())
-    best = {"allocated": (allocated, -1), "reserved": (reserved, -1)}
+    # the reserved peak's moment: where reserved is at its most and, of those, allocated too (the fullest state)
+    best = {"allocated": ((allocated,), -1), "reserved": ((reserved, allocated), -1)}
     for i, entry in enumerate(trace):
         action, size = entry.get("action"), int(entry.get("size", 0))
         if action in _ALLOC:
@@ -211,10 +213,10 @@ def replay(snapshot: dict[str, Any], device: int = 0) -> Peaks:
             reserved += size
         elif action in _SEG_FREE:
             reserved -= size
-        if allocated > best["allocated"][0]:
-            best["allocated"] = (allocated, i)
-        if reserved > best["reserved"][0]:
-            best["reserved"] = (reserved, i)
+        if (allocated,) > best["allocated"][0]:
+            best["allocated"] = ((allocated,), i)
+        if (reserved, allocated) > best["reserved"][0]:
+            best["reserved"] = ((reserved, allocated), i)
     moments = {}
     for name, (_total, index) in best.items():
         live_blocks, live_segments = dict(blocks), dict(segments)
