@@ -174,6 +174,8 @@ class DeviceMemoryMeter:
     device: torch.device
     total_bytes: int = 0
     outside: Callable[[], int] | None = None
+    phase_peaks: dict[str, int] = field(default_factory=dict)  # torch's reserved peak per ended phase
+    _ended_peak: int = 0  # the largest of those: torch's own counter restarts at each phase's end
 
     @classmethod
     def start(cls, device: torch.device, outside: Callable[[], int] | None = None) -> DeviceMemoryMeter:
@@ -193,7 +195,32 @@ class DeviceMemoryMeter:
             reserved = int(torch.cuda.max_memory_reserved(self.device))
         except Exception:  # a poisoned context cannot answer; the verdict must still come back
             reserved = 0
-        return reserved + (self.outside() if self.outside is not None else 0)
+        return max(reserved, self._ended_peak) + (self.outside() if self.outside is not None else 0)
+
+    def end_phase(self, name: str, min_cached_bytes: int = 1 << 30) -> None:
+        """Phase ``name`` is over: keep its peak, give cached blocks back (:meth:`release`), restart the count.
+
+        Each phase's peak is torch's reserved bytes at their most during it (the arenas, outside torch, are
+        the same in every phase); :meth:`peak_bytes` stays the evaluation's.
+        """
+        if self.device.type != "cuda":
+            return
+        try:
+            peak = int(torch.cuda.max_memory_reserved(self.device))
+            self.release(min_cached_bytes)
+            torch.cuda.reset_peak_memory_stats(self.device)  # the next phase's peak starts from what is held now
+        except Exception:  # a poisoned context: the verdict must still come back
+            return
+        self.phase_peaks[name] = max(self.phase_peaks.get(name, 0), peak)
+        self._ended_peak = max(self._ended_peak, peak)
+
+    def describe_phases(self) -> str:
+        """``device memory by phase ...: load X GiB, check Y GiB, ...`` for the log (``""`` when none ended)."""
+        if not self.phase_peaks:
+            return ""
+        beside = f"; arenas {self.outside() / GIB:.2f} GiB beside" if self.outside is not None else ""
+        return (f"device memory by phase (peak reserved by this process's torch allocator{beside}): "
+                + ", ".join(f"{name} {peak / GIB:.2f} GiB" for name, peak in self.phase_peaks.items()))
 
     def room_for(self, nbytes: int) -> bool:
         """Whether ``nbytes`` more could be allocated now: free device memory plus the cache's free blocks."""

@@ -153,16 +153,17 @@ def _pipeline(ctx: EvalContext, stack: ExitStack) -> tuple[EvalStatus, str]:
         _load(ctx, stack)
         for guard in ctx.guards:
             guard.after_load(ctx)
+    ctx.meter.end_phase("load")  # each phase's peak is in the log; cached blocks go back between phases
     if ctx.violations:
         return _violation(ctx)
     with ctx.clock.phase("check"):
         verdict = _checked(ctx)
-    ctx.meter.release()  # between phases: the checks' cached blocks are not the timing loop's sizes
+    ctx.meter.end_phase("check")  # the checks' cached blocks are not the timing loop's sizes
     if verdict is not None or ctx.job.mode is EvalMode.VERIFY:
         return verdict or (EvalStatus.OK, f"correct on all {len(ctx.checks)} inputs")
     with ctx.clock.phase("timing"):
         _timing(ctx)
-    ctx.meter.release()
+    ctx.meter.end_phase("timing")
     with ctx.clock.phase("profile"):
         _post_timing_check(ctx)
         ctx.forget_kernel_events()  # profile what the candidate does after many calls, not what it did first
@@ -175,6 +176,7 @@ def _pipeline(ctx: EvalContext, stack: ExitStack) -> tuple[EvalStatus, str]:
             remote: Any = ctx.cand_model
             remote.hook("after_timing")
         _profile(ctx)
+    ctx.meter.end_phase("profile")
     if ctx.violations:
         return _violation(ctx)
     if ctx.spot_failures:
@@ -540,6 +542,7 @@ def _baseline_contenders(ctx: EvalContext) -> list[Contender]:
         with warnings.catch_warnings(), ctx.clock.phase("compile"):  # fp32 baselines: the protocol's choice
             warnings.filterwarnings("ignore", message="TensorFloat32 tensor cores", category=UserWarning)
             compiled(*ctx.make_inputs(secrets.randbelow(2**30)))
+        ctx.meter.end_phase("compile")  # its own peak (with the L2 flush buffer); its blocks go back
     except Exception as exc:
         if is_cuda_error(exc):
             raise
@@ -681,6 +684,8 @@ def _cleanup(ctx: EvalContext, poisoned: bool) -> None:
 
 
 def _result(ctx: EvalContext, status: EvalStatus, message: str, wall_s: float, poisoned: bool = False) -> EvalResult:
+    if ctx.meter.phase_peaks:
+        ctx.note(ctx.meter.describe_phases())
     try:
         hardware = describe(ctx.device)
     except Exception:  # a broken context cannot describe itself; the verdict must still come back
