@@ -510,3 +510,18 @@ def test_the_probe_runs_an_evaluation_in_one_process_and_in_the_split_on_the_cpu
     assert summary["one_process"]["status"] == summary["split"]["status"] == "ok"
     assert summary["split"]["cost"]["arena_bytes"] > 0  # the split really ran: its arenas were made
     assert (tmp_path / "split_runner_output.txt").exists()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.complex64])
+def test_the_chunked_passes_leave_float64_and_every_other_output_untouched(tiny_chunks, dtype):
+    ref = torch.linspace(-3.0, 5.0, 90).reshape(9, 10).to(dtype)
+    out = ref.clone()
+    out[4, 4] = out[4, 4] * 1.5 + 1
+    keep_ref, keep_out = ref.clone(), out.clone()
+    check = compare_outputs(ref, out, Tolerance(1e-4, 1e-4, atol_scale=0.01))
+    assert not check.passed and check.mismatch_count == 1 and check.first_mismatch_index == (4, 4)
+    assert check.max_abs_error > 0 and check.max_rel_error > 0
+    if not dtype.is_complex:
+        moments(ref)
+        rms_difference(ref, out)
+    assert torch.equal(ref, keep_ref) and torch.equal(out, keep_out)  # the in-place steps work on copies

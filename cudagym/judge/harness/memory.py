@@ -130,6 +130,11 @@ def chunked_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return all(bool(torch.equal(x, y)) for _, (x, y) in flat_chunks(a, b))
 
 
+def float64_copy(piece: torch.Tensor) -> torch.Tensor:
+    """A float64 copy of ``piece`` (always a copy: a float64 piece's ``.double()`` is itself), to work on in place."""
+    return piece.to(torch.float64, copy=True)
+
+
 @dataclass(frozen=True)
 class Moments:
     """Mean and standard deviation (unbiased) of a tensor, and its largest magnitude, in float64."""
@@ -148,7 +153,7 @@ def moments(tensor: torch.Tensor) -> Moments:
         total += float(x.sum().item())
         peak = max(peak, float(x.abs().max().item()))
     mean = total / n if n else 0.0
-    squares = sum(float((piece.double() - mean).pow(2).sum().item()) for _, (piece,) in flat_chunks(tensor))
+    squares = sum(float(float64_copy(piece).sub_(mean).pow_(2).sum().item()) for _, (piece,) in flat_chunks(tensor))
     return Moments(mean, (squares / (n - 1)) ** 0.5 if n > 1 else 0.0, peak)
 
 
@@ -157,7 +162,7 @@ def rms_difference(a: torch.Tensor, b: torch.Tensor) -> float:
     n = a.numel()
     if n == 0:
         return 0.0
-    squares = sum(float((x.double() - y.double()).pow(2).sum().item()) for _, (x, y) in flat_chunks(a, b))
+    squares = sum(float(float64_copy(x).sub_(y).pow_(2).sum().item()) for _, (x, y) in flat_chunks(a, b))
     return (squares / n) ** 0.5
 
 
