@@ -28,9 +28,13 @@ check (T)              the set (the reference's input), the candidate's outputs 
 check (N)              the candidate's run on the arena's views; the side_stream    N: O (guard only)
                        guard's snapshot of its outputs
 extra checks (T)       scaled sets and hard_coding, as a check (a scaled set is     T: S + 2 O
-                       first probed with the reference alone, then dropped)
+                       first probed with the reference alone, in a function of
+                       its own so the probe dies before the check; before: a
+                       loop variable kept one of its tensors, + S, the 2 GiB
+                       GPU test's whole excess in both processes)
 result_cache (T)       the second set and the candidate's outputs; the first set    T: S + 2 O
-                       is dropped before the reference runs (before: + S)
+                       is dropped before the reference runs (before: + S; then a
+                       refill loop's variable kept it, + S, in one process)
 float64 probe (T)      a float64 copy of the reference, its inputs, outputs and     about 2 R more: gated
                        intermediates, beside a check's tensors                      (below)
 compile warm-up (T)    a fresh set and the compiled reference's run                 T: S (the arenas)
@@ -49,7 +53,15 @@ profile (N)            the runner's own draw of a set and the candidate's runs  
 Without the split the candidate's copy is a clone in the one process (S) and its outputs are its own (O):
 R + S + O. Every other input set is generated when it is used and freed after; reference outputs never
 outlive their comparison; comparisons, bitwise equality, poison counts and reductions walk tensors in chunks
-of :data:`CHUNK_ELEMENTS`, so their temporaries are a few hundred MB whatever the output's size.
+of :data:`CHUNK_ELEMENTS`, so their temporaries are a few hundred MB whatever the output's size (a comparison:
+about three 64 MB pieces and a mask at once; before in-place steps and boolean-mask-free maxima, eight, with
+int64 indices twice a piece: the ~0.6 GiB beside the sets that the H200 measured).
+
+A Python name left bound to a tensor (a loop variable after its loop, a local of a long function) keeps its
+whole input set alive: the harness drops sets in functions that return before the next set is drawn. Each
+phase's peak (load, check, compile warm-up, timing, profile) is in the result's log
+(:meth:`DeviceMemoryMeter.end_phase`); ``benchmarks/memory_probe.py`` lists every live block at the peak with
+the frames that allocated it (:mod:`cudagym.judge.harness.memhistory`).
 
 The float64 precision probe is the one exception: a float64 reference needs about twice R. It runs only
 where the device has twice the evaluation's peak so far free (``room_for``) and is skipped with a note
