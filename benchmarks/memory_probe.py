@@ -22,8 +22,10 @@ import dataclasses
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -128,11 +130,82 @@ def in_workdir(job: Job, fn: Any) -> Any:
         os.chdir(here)
 
 
+class DeviceSampler:
+    """The device's used memory (every process's) at its most, and each process's (``nvidia-smi``) at its most.
+
+    What the processes hold beyond their allocators' peaks (CUDA contexts, loaded modules, the arenas) is the
+    difference between these and the tables.
+    """
+
+    def __init__(self) -> None:
+        self.used_before = 0
+        self.used_peak = 0
+        self.per_pid: dict[int, int] = {}
+        self._done = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def __enter__(self) -> DeviceSampler:
+        free, total = torch.cuda.mem_get_info()
+        self.used_before = self.used_peak = total - free
+        self._threads = [threading.Thread(target=self._device, daemon=True),
+                         threading.Thread(target=self._processes, daemon=True)]
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        for thread in self._threads:
+            thread.join(10)
+
+    def _device(self) -> None:
+        while not self._done.is_set():
+            free, total = torch.cuda.mem_get_info()
+            self.used_peak = max(self.used_peak, total - free)
+            time.sleep(0.002)
+
+    def _processes(self) -> None:
+        query = ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
+        while not self._done.is_set():
+            try:
+                text = subprocess.run(query, capture_output=True, text=True, timeout=10).stdout
+            except (OSError, subprocess.SubprocessError):
+                return  # no nvidia-smi: the device totals only
+            for line in text.splitlines():
+                pid, _, mib = line.partition(",")
+                if pid.strip().isdigit() and mib.strip().isdigit():
+                    self.per_pid[int(pid)] = max(self.per_pid.get(int(pid), 0), int(mib) << 20)
+            time.sleep(0.2)
+
+    def describe(self, names: dict[int, str]) -> str:
+        """The device's growth and each process's most, for the table."""
+        lines = [f"device: used {self.used_before / GIB:.2f} GiB before, {self.used_peak / GIB:.2f} GiB at most "
+                 f"(grew {(self.used_peak - self.used_before) / GIB:.2f} GiB; every process's memory, CUDA contexts "
+                 "included)"]
+        for pid, nbytes in sorted(self.per_pid.items()):
+            who = names.get(pid, "another process: in the split the runner, if nothing else uses this GPU")
+            lines.append(f"  nvidia-smi: pid {pid} ({who}) held {nbytes / GIB:.2f} GiB at most")
+        if not self.per_pid:
+            lines.append("  nvidia-smi: no per-process figures (not installed, or no process visible)")
+        return "\n".join(lines)
+
+
 def one_process(job: Job, out: Path, device: str | None) -> tuple[EvalResult, str]:
     """The whole evaluation in this process (``device``: None for the current GPU, ``"cpu"``)."""
     from cudagym.judge.harness.runner import evaluate
 
-    return recorded(out, "one_process", lambda: in_workdir(job, lambda: evaluate(job, device)))
+    return sampled(out, "one_process", lambda: in_workdir(job, lambda: evaluate(job, device)), device)
+
+
+def sampled(out: Path, name: str, run: Any, device: str | None) -> tuple[EvalResult, str]:
+    """:func:`recorded`, with the device's and each process's use sampled beside it on the GPU."""
+    if device == "cpu":
+        return recorded(out, name, run)
+    with DeviceSampler() as sampler:
+        result, table = recorded(out, name, run)
+    table += sampler.describe({os.getpid(): "this process"}) + "\n"
+    (out / f"{name}.txt").write_text(table)
+    return result, table
 
 
 def split(job: Job, out: Path, gpu: str, device: str | None) -> tuple[EvalResult, list[str]]:
@@ -156,7 +229,7 @@ def split(job: Job, out: Path, gpu: str, device: str | None) -> tuple[EvalResult
             finally:
                 link.end()  # the runner returns from its job and exits: its history is written at exit
 
-        result, table = recorded(out, "split_trusted", lambda: in_workdir(job, judged))
+        result, table = sampled(out, "split_trusted", lambda: in_workdir(job, judged), device)
         tables.append(table)
         tables.extend(_runner_tables(runner, out))
     finally:
