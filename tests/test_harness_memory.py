@@ -455,7 +455,7 @@ def frames(*names: str) -> list[dict]:
 
 
 def test_the_probe_replay_finds_both_peaks_and_what_pins_a_partly_used_segment():
-    from cudagym.judge.harness.memhistory import replay, report
+    from cudagym.judge.harness.memhistory import replay, report, where
 
     g = 2048 * MIB
     trace = [
@@ -493,6 +493,11 @@ def test_the_probe_replay_finds_both_peaks_and_what_pins_a_partly_used_segment()
         in text
     assert "2,048.0 MiB  make_inputs (cudagym/judge/harness/make_inputs.py:1) < _correctness" in text
     assert "live blocks >= 64 MiB: 3 (4,160 MiB); smaller blocks: 1 MiB" in text
+    outermost_first = tuple(reversed([("/repo/benchmarks/memory_probe.py", 9, "<module>"),
+                                      ("/repo/cudagym/judge/harness/runner.py", 5, "_timing"),
+                                      ("/site-packages/torch/_tensor.py", 2, "clone")]))
+    assert where(outermost_first[::-1]) == where(outermost_first) == \
+        "clone (torch/_tensor.py:2) < _timing (cudagym/judge/harness/runner.py:5)"
 
 
 def test_the_probe_runs_an_evaluation_in_one_process_and_in_the_split_on_the_cpu(tmp_path):

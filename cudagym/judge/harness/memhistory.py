@@ -229,24 +229,30 @@ def replay(snapshot: dict[str, Any], device: int = 0) -> Peaks:
     return Peaks(moments["allocated"], moments["reserved"], len(trace))
 
 
-def where(frames: tuple[Frame, ...], depth: int = 5) -> str:
+ENTRY_POINTS = ("<module>", "_run_module_as_main", "_run_code", "_bootstrap", "_bootstrap_inner")
+
+
+def where(frames: tuple[Frame, ...], depth: int = 8) -> str:
     """The allocation site and the judge's frames above it: ``fn (file:line) < ...``, innermost first.
 
     The first two frames say what allocated (torch's own code included); after them only frames of cudagym,
     the task or the candidate, so the phase of the harness that asked shows within ``depth`` frames.
     """
+    if frames and frames[0][2] in ENTRY_POINTS:  # outermost first: turn it around
+        frames = tuple(reversed(frames))
     picked = list(frames[:2]) + [f for f in frames[2:] if _ours(f[0])]
     return " < ".join(f"{name} ({_short(file)}:{line})" for file, line, name in picked[:depth]) or "(no frames)"
 
 
 def _ours(file: str) -> bool:
-    return "cudagym" in file or "model_new" in file or file.startswith("<")
+    """A frame of the judge, the task or the candidate (not torch's, wherever torch is installed)."""
+    return "/torch/" not in file and ("cudagym" in file or "model_new" in file or file.startswith("<"))
 
 
 def _short(file: str) -> str:
-    for marker in ("cudagym/", "site-packages/", "torch/"):
+    for marker in ("/torch/", "/cudagym/"):
         if marker in file:
-            return file[file.index(marker):]
+            return file[file.rindex(marker) + 1:]
     return Path(file).name
 
 
