@@ -166,8 +166,10 @@ def test_at_most_one_input_set_and_its_outputs_beyond_the_references_own(tmp_pat
     cached = KnownBaselines(eager=memory_free_stats(), compiled=memory_free_stats())
     rows, result = counted(tmp_path, mode=mode, baselines=cached if mode is EvalMode.PROFILE else KnownBaselines(),
                            guards=["input_mutation", "result_cache", "hard_coding", "degenerate_output",
-                                   "stale_memory", "lazy_output"], num_inputs=3)
+                                   "stale_memory", "lazy_output"], num_inputs=3, scaled_inputs=(4.0,),
+                           atol_scale=0.01, flat_reference_note=True)  # as cudagym-v2, the default
     assert result.status is EvalStatus.OK, result.message
+    assert any(c.index >= 500 for c in result.checks)  # the scaled set was checked
     who = {r[0] for r in rows}
     assert who == {"reference", "candidate"}
     # when any forward starts: its own input set and one more; at most one other call's outputs
@@ -385,7 +387,8 @@ def test_in_the_split_the_trusted_side_holds_one_input_set_and_the_arenas_the_ca
         'count("reference")', 'count("candidate")')
     protocol = CUDAGYM_V0.with_changes(id="test-split-memory", num_inputs=3, warmup_runs=1, warmup_ms=0.0,
                                        min_runs=5, max_runs=5, target_ci_pct=0.0,
-                                       guards=("input_mutation", "result_cache", "hard_coding", "stale_memory"))
+                                       guards=("input_mutation", "result_cache", "hard_coding", "stale_memory"),
+                                       scaled_inputs=(4.0,), atol_scale=0.01, flat_reference_note=True)
     job = Job("split-memory", make_task(SPLIT_COUNTING_TASK, id="test/split_memory", suite="test", level=1,
                                         name="split_memory", origin="test"),
               Solution("inline", {"model_new.py": candidate}), BuildResult(BuildStatus.OK, "inline"),
@@ -396,6 +399,7 @@ def test_in_the_split_the_trusted_side_holds_one_input_set_and_the_arenas_the_ca
     trusted = [r for r in rows if r[0] == "reference"]
     runner = [r for r in rows if r[0] == "candidate"]
     assert len(trusted) > 10 and len(runner) > 10, rows  # checks, guards and timed rounds on both sides
+    assert any(c.index >= 500 for c in result.checks)  # the scaled set was checked
     # the trusted process: the reference's own input set and at most the candidate's outputs (its copy)
     assert max(r[1] for r in trusted) == 1 and max(r[2] for r in trusted) <= 1, trusted
     # the runner: the candidate reads its inputs from the arena; it holds at most its own last outputs
@@ -439,3 +443,90 @@ def test_the_link_keeps_the_runners_largest_reported_peak_and_the_arenas_most_by
     assert link.runner_peak_bytes == 5 << 20
     thread.join(10)
     link.close()
+
+
+# ------------------------------------------------------------------------------------- the probe's replay
+
+MIB = 1 << 20
+
+
+def frames(*names: str) -> list[dict]:
+    return [{"filename": f"/repo/cudagym/judge/harness/{n}.py", "line": i + 1, "name": n} for i, n in enumerate(names)]
+
+
+def test_the_probe_replay_finds_both_peaks_and_what_pins_a_partly_used_segment():
+    from cudagym.judge.harness.memhistory import replay, report, where
+
+    g = 2048 * MIB
+    trace = [
+        {"action": "free_completed", "addr": 9000, "size": 4 * MIB},  # allocated before recording began
+        {"action": "segment_alloc", "addr": 0, "size": g},
+        {"action": "alloc", "addr": 0, "size": g, "frames": frames("make_inputs", "_correctness")},
+        {"action": "segment_alloc", "addr": 10 * g, "size": g},
+        {"action": "alloc", "addr": 10 * g, "size": 64 * MIB, "frames": frames("flat_chunks", "moments")},
+        {"action": "segment_alloc", "addr": 20 * g, "size": g},  # the 64 MiB block pins the second segment
+        {"action": "alloc", "addr": 20 * g, "size": g, "frames": frames("run_reference", "verify_seed")},
+        {"action": "free_requested", "addr": 0, "size": g},
+        {"action": "free_completed", "addr": 0, "size": g},
+        {"action": "alloc", "addr": 10 * g + 64 * MIB, "size": 128 * MIB, "frames": frames("compare")},
+    ]
+    snapshot = {"device_traces": [trace], "segments": [
+        {"device": 0, "address": 10 * g, "total_size": g, "blocks": [
+            {"address": 10 * g, "size": 64 * MIB, "state": "active_allocated"},
+            {"address": 10 * g + 64 * MIB, "size": 128 * MIB, "state": "active_allocated"},
+            {"address": 10 * g + 192 * MIB, "size": g - 192 * MIB, "state": "inactive"}]},
+        {"device": 0, "address": 20 * g, "total_size": g, "blocks": [
+            {"address": 20 * g, "size": g, "state": "active_allocated"}]},
+        {"device": 0, "address": 0, "total_size": g, "blocks": [{"address": 0, "size": g, "state": "inactive"}]},
+        {"device": 0, "address": 50 * g, "total_size": 2 * MIB, "blocks": [  # held from before recording
+            {"address": 50 * g, "size": 1 * MIB, "state": "active_allocated"}]}]}
+    peaks = replay(snapshot)
+    assert peaks.entries == len(trace)
+    # the 1 MiB block from before recording, alive at the end, counts; the 4 MiB one was freed at entry 0
+    assert peaks.allocated.index == 6 and peaks.allocated.allocated == 2 * g + 64 * MIB + 1 * MIB
+    assert peaks.reserved.index == 6 and peaks.reserved.reserved == 3 * g + 2 * MIB  # the fullest of 5 and 6
+    pinned = next(s for s in peaks.reserved.segments if s.addr == 10 * g)
+    assert [b.size for b in peaks.reserved.used_in(pinned)] == [64 * MIB]
+    text = report(snapshot, {"max_memory_reserved": 3 * g, "max_memory_allocated": 2 * g})
+    assert "caching-allocator slack at the peaks 2,048 MiB" in text  # from torch's counters
+    assert "64.0 / 2,048.0 MiB" in text and "holds 64.0 MiB: flat_chunks (cudagym/judge/harness/flat_chunks.py:1)" \
+        in text
+    assert "2,048.0 MiB  make_inputs (cudagym/judge/harness/make_inputs.py:1) < _correctness" in text
+    assert "live blocks >= 64 MiB: 3 (4,160 MiB); smaller blocks: 1 MiB" in text
+    outermost_first = tuple(reversed([("/repo/benchmarks/memory_probe.py", 9, "<module>"),
+                                      ("/repo/cudagym/judge/harness/runner.py", 5, "_timing"),
+                                      ("/site-packages/torch/_tensor.py", 2, "clone")]))
+    assert where(outermost_first[::-1]) == where(outermost_first) == \
+        "clone (torch/_tensor.py:2) < _timing (cudagym/judge/harness/runner.py:5)"
+
+
+def test_the_probe_runs_an_evaluation_in_one_process_and_in_the_split_on_the_cpu(tmp_path):
+    import importlib.util
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "memory_probe.py"
+    spec = importlib.util.spec_from_file_location("memory_probe", script)
+    assert spec is not None and spec.loader is not None
+    probe = importlib.util.module_from_spec(spec)
+    sys.modules["memory_probe"] = probe
+    spec.loader.exec_module(probe)
+    assert probe.main(["--cpu", "--gib", "0.0001", "--out", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["one_process"]["status"] == summary["split"]["status"] == "ok"
+    assert summary["split"]["cost"]["arena_bytes"] > 0  # the split really ran: its arenas were made
+    assert (tmp_path / "split_runner_output.txt").exists()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.complex64])
+def test_the_chunked_passes_leave_float64_and_every_other_output_untouched(tiny_chunks, dtype):
+    ref = torch.linspace(-3.0, 5.0, 90).reshape(9, 10).to(dtype)
+    out = ref.clone()
+    out[4, 4] = out[4, 4] * 1.5 + 1
+    keep_ref, keep_out = ref.clone(), out.clone()
+    check = compare_outputs(ref, out, Tolerance(1e-4, 1e-4, atol_scale=0.01))
+    assert not check.passed and check.mismatch_count == 1 and check.first_mismatch_index == (4, 4)
+    assert check.max_abs_error > 0 and check.max_rel_error > 0
+    if not dtype.is_complex:
+        moments(ref)
+        rms_difference(ref, out)
+    assert torch.equal(ref, keep_ref) and torch.equal(out, keep_out)  # the in-place steps work on copies

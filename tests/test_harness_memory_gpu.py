@@ -86,7 +86,14 @@ def run(tmp_path: Path, source: str, name: str, protocol=DEFAULT_PROTOCOL, monke
     return judge(job, monkeypatch)
 
 
-def describe(cost: EvalCost) -> str:
+def describe(result: EvalResult) -> str:
+    """The cost line, and the per-phase peaks the harness logs (which phase holds the peak)."""
+    phases = [n for n in result.notes if n.startswith("device memory by phase")]
+    assert phases, result.log[-2000:]  # every GPU evaluation logs them
+    return f"{cost_line(result.cost)}\n{phases[-1]}"
+
+
+def cost_line(cost: EvalCost) -> str:
     return (f"peak {cost.peak_device_memory_bytes / GIB:.2f} GiB (arenas {cost.arena_bytes / GIB:.2f} GiB), runner "
             f"{cost.runner_peak_device_memory_bytes / GIB:.2f} GiB, reference alone "
             f"{cost.reference_peak_bytes / GIB:.2f} GiB; phases load {cost.load_s:.2f} s, check {cost.check_s:.2f} s, "
@@ -99,7 +106,7 @@ def test_a_2_gib_task_stays_within_the_bound_in_one_process(tmp_path, monkeypatc
     assert result.status is EvalStatus.OK, result.message
     assert result.eager.measured and result.compiled.measured and result.candidate.measured
     cost = result.cost
-    print(describe(cost))
+    print(describe(result))
     assert cost.input_set_bytes == cost.output_set_bytes == 2 * GIB
     assert cost.reference_peak_bytes >= 4 * GIB  # its input, and its output or its intermediate
     assert cost.arena_bytes == cost.runner_peak_device_memory_bytes == 0  # no split here
@@ -171,7 +178,7 @@ def test_a_2_gib_task_stays_within_the_bound_in_the_split_both_processes_and_the
     cost = result.cost
     r, s, o = cost.reference_peak_bytes, cost.input_set_bytes, cost.output_set_bytes
     grown = device_peak[0] - used_before
-    print(describe(cost))
+    print(describe(result))
     print(f"one CUDA context {context / MIB:.0f} MiB; the device held {grown / GIB:.2f} GiB more than before the "
           f"judge started (trusted bound {(r + s + 2 * o) / GIB:.2f} GiB, runner bound {(r + o) / GIB:.2f} GiB)")
     assert s == o == 2 * GIB and r >= 4 * GIB

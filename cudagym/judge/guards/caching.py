@@ -60,8 +60,7 @@ class ResultCache(Guard):
         if [t.shape for t in tensors_in(first)] != [t.shape for t in tensors_in(second)]:
             return  # inputs of varying shapes: nothing to reuse
         if ctx.remote is None:  # the candidate's buffers are this process's tensors: new contents, same addresses
-            for buffer, value in zip(tensors_in(first), tensors_in(second), strict=True):
-                buffer.copy_(value)
+            _refill(first, second)
             outputs = ctx.run_candidate(first, "result_cache")
             del first  # before the reference runs on the pristine set: one input set beside it, not two
         else:  # the split: the buffers are the runner's input arena, which the next call refills in place
@@ -78,6 +77,18 @@ class ResultCache(Guard):
         if ctx.spot_failures:
             ctx.flag(self.name, f"{len(ctx.spot_failures)} spot check(s) of timed calls failed; first: "
                      f"{ctx.spot_failures[0]}")
+
+
+def _refill(buffers: list[Any], values: list[Any]) -> None:
+    """Copy the tensors of ``values`` into those of ``buffers``.
+
+    A function of its own: no loop variable outlives it holding a tensor of ``buffers``, which kept that whole
+    input set alive beside the reference's run (one input set more than the bound).
+    """
+    from cudagym.judge.harness.inputs import tensors_in
+
+    for buffer, value in zip(tensors_in(buffers), tensors_in(values), strict=True):
+        buffer.copy_(value)
 
 
 def _lead(tensor: Any) -> Any:

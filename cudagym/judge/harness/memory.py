@@ -28,9 +28,13 @@ check (T)              the set (the reference's input), the candidate's outputs 
 check (N)              the candidate's run on the arena's views; the side_stream    N: O (guard only)
                        guard's snapshot of its outputs
 extra checks (T)       scaled sets and hard_coding, as a check (a scaled set is     T: S + 2 O
-                       first probed with the reference alone, then dropped)
+                       first probed with the reference alone, in a function of
+                       its own so the probe dies before the check; before: a
+                       loop variable kept one of its tensors, + S, the 2 GiB
+                       GPU test's whole excess in both processes)
 result_cache (T)       the second set and the candidate's outputs; the first set    T: S + 2 O
-                       is dropped before the reference runs (before: + S)
+                       is dropped before the reference runs (before: + S; then a
+                       refill loop's variable kept it, + S, in one process)
 float64 probe (T)      a float64 copy of the reference, its inputs, outputs and     about 2 R more: gated
                        intermediates, beside a check's tensors                      (below)
 compile warm-up (T)    a fresh set and the compiled reference's run                 T: S (the arenas)
@@ -49,7 +53,15 @@ profile (N)            the runner's own draw of a set and the candidate's runs  
 Without the split the candidate's copy is a clone in the one process (S) and its outputs are its own (O):
 R + S + O. Every other input set is generated when it is used and freed after; reference outputs never
 outlive their comparison; comparisons, bitwise equality, poison counts and reductions walk tensors in chunks
-of :data:`CHUNK_ELEMENTS`, so their temporaries are a few hundred MB whatever the output's size.
+of :data:`CHUNK_ELEMENTS`, so their temporaries are a few hundred MB whatever the output's size (a comparison:
+about three 64 MB pieces and a mask at once; before in-place steps and boolean-mask-free maxima, eight, with
+int64 indices twice a piece: the ~0.6 GiB beside the sets that the H200 measured).
+
+A Python name left bound to a tensor (a loop variable after its loop, a local of a long function) keeps its
+whole input set alive: the harness drops sets in functions that return before the next set is drawn. Each
+phase's peak (load, check, compile warm-up, timing, profile) is in the result's log
+(:meth:`DeviceMemoryMeter.end_phase`); ``benchmarks/memory_probe.py`` lists every live block at the peak with
+the frames that allocated it (:mod:`cudagym.judge.harness.memhistory`).
 
 The float64 precision probe is the one exception: a float64 reference needs about twice R. It runs only
 where the device has twice the evaluation's peak so far free (``room_for``) and is skipped with a note
@@ -67,6 +79,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
+
+from cudagym.judge.harness.memhistory import record_from_env
 
 # Elements per chunk of an elementwise pass: 16M elements, 64 MB of fp32 per temporary.
 CHUNK_ELEMENTS = 1 << 24
@@ -128,6 +142,11 @@ def chunked_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return all(bool(torch.equal(x, y)) for _, (x, y) in flat_chunks(a, b))
 
 
+def float64_copy(piece: torch.Tensor) -> torch.Tensor:
+    """A float64 copy of ``piece`` (always a copy: a float64 piece's ``.double()`` is itself), to work on in place."""
+    return piece.to(torch.float64, copy=True)
+
+
 @dataclass(frozen=True)
 class Moments:
     """Mean and standard deviation (unbiased) of a tensor, and its largest magnitude, in float64."""
@@ -146,7 +165,7 @@ def moments(tensor: torch.Tensor) -> Moments:
         total += float(x.sum().item())
         peak = max(peak, float(x.abs().max().item()))
     mean = total / n if n else 0.0
-    squares = sum(float((piece.double() - mean).pow(2).sum().item()) for _, (piece,) in flat_chunks(tensor))
+    squares = sum(float(float64_copy(piece).sub_(mean).pow_(2).sum().item()) for _, (piece,) in flat_chunks(tensor))
     return Moments(mean, (squares / (n - 1)) ** 0.5 if n > 1 else 0.0, peak)
 
 
@@ -155,7 +174,7 @@ def rms_difference(a: torch.Tensor, b: torch.Tensor) -> float:
     n = a.numel()
     if n == 0:
         return 0.0
-    squares = sum(float((x.double() - y.double()).pow(2).sum().item()) for _, (x, y) in flat_chunks(a, b))
+    squares = sum(float(float64_copy(x).sub_(y).pow_(2).sum().item()) for _, (x, y) in flat_chunks(a, b))
     return (squares / n) ** 0.5
 
 
@@ -172,6 +191,8 @@ class DeviceMemoryMeter:
     device: torch.device
     total_bytes: int = 0
     outside: Callable[[], int] | None = None
+    phase_peaks: dict[str, int] = field(default_factory=dict)  # torch's reserved peak per ended phase
+    _ended_peak: int = 0  # the largest of those: torch's own counter restarts at each phase's end
 
     @classmethod
     def start(cls, device: torch.device, outside: Callable[[], int] | None = None) -> DeviceMemoryMeter:
@@ -191,7 +212,32 @@ class DeviceMemoryMeter:
             reserved = int(torch.cuda.max_memory_reserved(self.device))
         except Exception:  # a poisoned context cannot answer; the verdict must still come back
             reserved = 0
-        return reserved + (self.outside() if self.outside is not None else 0)
+        return max(reserved, self._ended_peak) + (self.outside() if self.outside is not None else 0)
+
+    def end_phase(self, name: str, min_cached_bytes: int = 1 << 30) -> None:
+        """Phase ``name`` is over: keep its peak, give cached blocks back (:meth:`release`), restart the count.
+
+        Each phase's peak is torch's reserved bytes at their most during it (the arenas, outside torch, are
+        the same in every phase); :meth:`peak_bytes` stays the evaluation's.
+        """
+        if self.device.type != "cuda":
+            return
+        try:
+            peak = int(torch.cuda.max_memory_reserved(self.device))
+            self.release(min_cached_bytes)
+            torch.cuda.reset_peak_memory_stats(self.device)  # the next phase's peak starts from what is held now
+        except Exception:  # a poisoned context: the verdict must still come back
+            return
+        self.phase_peaks[name] = max(self.phase_peaks.get(name, 0), peak)
+        self._ended_peak = max(self._ended_peak, peak)
+
+    def describe_phases(self) -> str:
+        """``device memory by phase ...: load X GiB, check Y GiB, ...`` for the log (``""`` when none ended)."""
+        if not self.phase_peaks:
+            return ""
+        beside = f"; arenas {self.outside() / GIB:.2f} GiB beside" if self.outside is not None else ""
+        return (f"device memory by phase (peak reserved by this process's torch allocator{beside}): "
+                + ", ".join(f"{name} {peak / GIB:.2f} GiB" for name, peak in self.phase_peaks.items()))
 
     def room_for(self, nbytes: int) -> bool:
         """Whether ``nbytes`` more could be allocated now: free device memory plus the cache's free blocks."""
@@ -235,3 +281,8 @@ class PhaseClock:
     def get(self, name: str) -> float:
         """Seconds spent in ``name`` (0.0 when it never ran)."""
         return self.seconds.get(name, 0.0)
+
+
+# Probe mode only (benchmarks/memory_probe.py): a process started with CUDAGYM_MEMORY_HISTORY set records its
+# CUDA allocations from the harness's import on (a runner: after it entered its sandbox). Unset: nothing.
+record_from_env()

@@ -153,16 +153,17 @@ def _pipeline(ctx: EvalContext, stack: ExitStack) -> tuple[EvalStatus, str]:
         _load(ctx, stack)
         for guard in ctx.guards:
             guard.after_load(ctx)
+    ctx.meter.end_phase("load")  # each phase's peak is in the log; cached blocks go back between phases
     if ctx.violations:
         return _violation(ctx)
     with ctx.clock.phase("check"):
         verdict = _checked(ctx)
-    ctx.meter.release()  # between phases: the checks' cached blocks are not the timing loop's sizes
+    ctx.meter.end_phase("check")  # the checks' cached blocks are not the timing loop's sizes
     if verdict is not None or ctx.job.mode is EvalMode.VERIFY:
         return verdict or (EvalStatus.OK, f"correct on all {len(ctx.checks)} inputs")
     with ctx.clock.phase("timing"):
         _timing(ctx)
-    ctx.meter.release()
+    ctx.meter.end_phase("timing")
     with ctx.clock.phase("profile"):
         _post_timing_check(ctx)
         ctx.forget_kernel_events()  # profile what the candidate does after many calls, not what it did first
@@ -175,6 +176,7 @@ def _pipeline(ctx: EvalContext, stack: ExitStack) -> tuple[EvalStatus, str]:
             remote: Any = ctx.cand_model
             remote.hook("after_timing")
         _profile(ctx)
+    ctx.meter.end_phase("profile")
     if ctx.violations:
         return _violation(ctx)
     if ctx.spot_failures:
@@ -338,29 +340,42 @@ SCALED_INDEX = 500  # the scaled input sets' indices in the result start here
 
 def _scaled_checks(ctx: EvalContext) -> None:
     """The protocol's extra input sets at other scales (unpublished seeds), where the task leaves room."""
-    from cudagym.judge.harness.context import signed_float_tensors
-    from cudagym.judge.harness.correctness import nonfinite_count
-
     for k, factor in enumerate(ctx.protocol.scaled_inputs):
         seed = secrets.randbelow(2**31 - 1)
-        probe = ctx.inputs_at(seed)
-        if not signed_float_tensors(probe):
+        usable = _scaled_reference_finite(ctx, seed, factor)
+        if usable is None:
             ctx.note(f"scaled inputs x{factor:g}: skipped (no signed floating-point input: scaling would change the "
                      "problem)")
             return
-        for tensor in signed_float_tensors(probe):
-            tensor.mul_(factor)
-        reference = ctx.run_reference(probe)
-        finite = nonfinite_count(reference) == 0
-        ctx.poison_results(reference)
-        del probe, reference
-        if not finite:
+        if not usable:
             ctx.note(f"scaled inputs x{factor:g}: skipped (the reference is not finite there)")
             continue
         check = ctx.verify_seed(seed, SCALED_INDEX + k, "scaled_inputs", scale=factor)
         if not check.passed:
             check = dataclasses.replace(check, message=f"inputs scaled x{factor:g}: {check.message}")
         ctx.checks.append(check)
+
+
+def _scaled_reference_finite(ctx: EvalContext, seed: int, factor: float) -> bool | None:
+    """Whether the reference is finite on the set of ``seed`` scaled by ``factor`` (None: nothing to scale).
+
+    A function of its own so that the probe set dies with it: a loop variable left holding one of its tensors
+    kept a whole input set alive through the check that follows (the 2 GiB GPU test's extra set).
+    """
+    from cudagym.judge.harness.context import signed_float_tensors
+    from cudagym.judge.harness.correctness import nonfinite_count
+
+    probe = ctx.inputs_at(seed)
+    signed = signed_float_tensors(probe)
+    if not signed:
+        return None
+    for tensor in signed:
+        tensor.mul_(factor)
+    del signed, tensor
+    reference = ctx.run_reference(probe)
+    finite = nonfinite_count(reference) == 0
+    ctx.poison_results(reference)
+    return finite
 
 
 def _timing(ctx: EvalContext) -> None:
@@ -582,6 +597,7 @@ def _baseline_contenders(ctx: EvalContext) -> list[Contender]:
         with warnings.catch_warnings(), ctx.clock.phase("compile"):  # fp32 baselines: the protocol's choice
             warnings.filterwarnings("ignore", message="TensorFloat32 tensor cores", category=UserWarning)
             compiled(*ctx.make_inputs(secrets.randbelow(2**30)))
+        ctx.meter.end_phase("compile")  # its own peak (with the L2 flush buffer); its blocks go back
     except Exception as exc:
         if is_cuda_error(exc):
             raise
@@ -723,6 +739,8 @@ def _cleanup(ctx: EvalContext, poisoned: bool) -> None:
 
 
 def _result(ctx: EvalContext, status: EvalStatus, message: str, wall_s: float, poisoned: bool = False) -> EvalResult:
+    if ctx.meter.phase_peaks:
+        ctx.note(ctx.meter.describe_phases())
     try:
         hardware = describe(ctx.device)
     except Exception:  # a broken context cannot describe itself; the verdict must still come back
