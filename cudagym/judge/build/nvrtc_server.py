@@ -1,9 +1,10 @@
 """A long-lived NVRTC child process: raw-format compiles without paying process start and library load.
 
-Spawning a process and loading ``libnvrtc`` costs more than compiling a small kernel, so one child per
-library stays up and compiles requests one at a time (see :func:`cudagym.judge.build.nvrtc._serve`). The
-build's limits still hold: a request past its deadline kills the child's process group (a new child
-starts with the next request), and the child caps each log at the output limit.
+Spawning a process, importing CuPy's NVRTC binding and loading ``libnvrtc`` cost more than compiling a small
+kernel, so one child per library stays up and compiles requests one at a time (see
+:func:`cudagym.judge.build.nvrtc._serve`). The build's limits still hold: a request past its deadline kills
+the child's process group (a new child starts with the next request), and the child caps each log at the
+output limit.
 
 The child is confined like every compiler (:mod:`cudagym.judge.confine`): it sees the system, Python, the
 CUDA toolkit and one private exchange folder, nothing else. Each request's sources are copied into a fresh
@@ -110,8 +111,9 @@ class NvrtcServer:
         if self._proc is None or self._proc.poll() is not None:
             self.close()
             self._exchange = tempfile.mkdtemp(prefix="cudagym-nvrtc-")
-            # -I -S: the child is stdlib-only, so skip site-packages and the user's environment hooks
-            child = [sys.executable, "-I", "-S", nvrtc.__file__, self.lib]
+            # -I: the child imports only the stdlib and CuPy's NVRTC binding (site-packages), never the user's
+            # environment hooks, user site or the script's folder
+            child = [sys.executable, "-I", nvrtc.__file__, self.lib]
             command = confine.wrap(limited_command(child, {"as": COMPILER_MEMORY_BYTES, "core": 0}),
                                    confine.view_for(reads=(os.path.dirname(self.lib),), writes=(self._exchange,),
                                                     chdir=self._exchange))
