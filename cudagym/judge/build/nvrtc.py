@@ -9,9 +9,9 @@ CuPy finds ``libnvrtc`` itself (through ``cuda.pathfinder``: an ``nvidia-cuda-nv
 site-packages, conda, the system loader, then ``CUDA_PATH`` / ``CUDA_HOME``); ``CUDAGYM_NVRTC_LIB`` names a
 file to use instead (loaded first, CuPy then takes the library already loaded). A compile runs in a child
 process so that the build's deadline and output cap can kill it: a compile bomb inside NVRTC would otherwise
-hang the builder itself. The child runs this file as a script (stdlib and CuPy only), loads the library the
-parent found, and stays up between compiles (:mod:`cudagym.judge.build.nvrtc_server` drives it), so a compile
-costs NVRTC's time and nothing more.
+hang the builder itself. The child runs this file as a script (stdlib and CuPy only; ``python -I FILE LIB
+ROOTS``), loads the library the parent found, and stays up between compiles
+(:mod:`cudagym.judge.build.nvrtc_server` drives it), so a compile costs NVRTC's time and nothing more.
 """
 
 from __future__ import annotations
@@ -133,4 +133,7 @@ def _serve(lib: str) -> int:
 
 
 if __name__ == "__main__":
+    # run with -I (no environment hooks, no script folder on the path): the parent's import roots come after the
+    # child's own, so CuPy imports from wherever the parent found it (PYTHONPATH, a user site) and shadows nothing
+    sys.path += [root for root in json.loads(sys.argv[2]) if root not in sys.path]
     sys.exit(_serve(sys.argv[1]))

@@ -111,9 +111,10 @@ class NvrtcServer:
         if self._proc is None or self._proc.poll() is not None:
             self.close()
             self._exchange = tempfile.mkdtemp(prefix="cudagym-nvrtc-")
-            # -I: the child imports only the stdlib and CuPy's NVRTC binding (site-packages), never the user's
-            # environment hooks, user site or the script's folder
-            child = [sys.executable, "-I", nvrtc.__file__, self.lib]
+            # -I: the child imports only the stdlib and CuPy's NVRTC binding, from its own site-packages or this
+            # process's import roots (passed last), never through environment hooks or from the script's folder
+            roots = json.dumps([p for p in sys.path if p and os.path.isdir(p)])
+            child = [sys.executable, "-I", nvrtc.__file__, self.lib, roots]
             command = confine.wrap(limited_command(child, {"as": COMPILER_MEMORY_BYTES, "core": 0}),
                                    confine.view_for(reads=(os.path.dirname(self.lib),), writes=(self._exchange,),
                                                     chdir=self._exchange))
