@@ -1,4 +1,4 @@
-"""Launch ``raw``-format CUDA kernels from model_new.py with torch tensors, on torch's current stream.
+"""Launch ``raw``-format CUDA kernels from model_new.py with torch tensors, on torch's current stream (CuPy).
 
 Worked example (``cudagym/templates/examples/relu/raw/``)::
 
@@ -21,6 +21,13 @@ becomes exactly the parameter's width (an ``int`` parameter gets 4 bytes, range-
 error name. ``shared_mem`` above 48 KiB is opted into automatically; ``stream`` defaults to
 ``torch.cuda.current_stream()``.
 
+Launches go through CuPy: each cubin is a ``cupy.RawModule(path=...)`` (one per device), each kernel its
+``RawKernel``, called inside ``cupy.cuda.ExternalStream(<torch's stream handle>)`` with every checked
+argument as a NumPy scalar of the parameter's exact C type (CuPy would pass a bare Python ``int`` as 8
+bytes). CuPy and torch share the runtime API's primary context of the current device. CuPy
+(``cupy-cuda13x``) is a core dependency; it is imported at the first load (or :func:`use_manifest`), never
+at import, and importing this module imports neither CuPy nor torch.
+
 Where cubins come from:
 
 - In the judge, the build stage compiled every ``kernels/*.cu`` (NVRTC or nvcc) and the GPU worker
@@ -29,15 +36,10 @@ Where cubins come from:
 - Standalone (no manifest), :func:`load` compiles the source itself (NVRTC if available, else nvcc)
   for the current GPU's arch, cached under the cudagym cache directory, and raises
   :class:`KernelCompileError` with the compiler's messages when it does not compile.
-
-The CUDA driver (``libcuda.so.1``) is used through ctypes; CuPy is not needed. Importing this module
-does not import torch. ``CUDAGYM_RAW_RUNTIME=cupy`` launches the same cubins through CuPy instead
-(:mod:`cudagym.runtime_cupy`, same API and checks; ``driver``, the default, is this module's ctypes layer).
 """
 
 from __future__ import annotations
 
-import ctypes
 import inspect
 import json
 import operator
@@ -48,22 +50,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from cudagym.judge.build.kernel_signature import KernelSignature, Param, parse_kernels
 
 MANIFEST_ENV = "CUDAGYM_RAW_MANIFEST"
-RUNTIME_ENV = "CUDAGYM_RAW_RUNTIME"
-RUNTIMES = ("driver", "cupy")
 _DEFAULT_SMEM_LIMIT = 48 * 1024
-_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 _INT_RANGES = {
     "i8": (-(2**7), 2**7 - 1), "u8": (0, 2**8 - 1), "i16": (-(2**15), 2**15 - 1), "u16": (0, 2**16 - 1),
     "i32": (-(2**31), 2**31 - 1), "u32": (0, 2**32 - 1), "i64": (-(2**63), 2**63 - 1), "u64": (0, 2**64 - 1),
 }
-_CTYPES: dict[str, Any] = {
-    "ptr": ctypes.c_uint64, "bool": ctypes.c_bool, "i8": ctypes.c_int8, "u8": ctypes.c_uint8,
-    "i16": ctypes.c_int16, "u16": ctypes.c_uint16, "i32": ctypes.c_int32, "u32": ctypes.c_uint32,
-    "i64": ctypes.c_int64, "u64": ctypes.c_uint64, "f32": ctypes.c_float, "f64": ctypes.c_double,
+_SCALARS: dict[str, type[np.generic]] = {  # parameter kind -> the NumPy scalar CuPy passes at that width
+    "ptr": np.uint64, "bool": np.bool_, "i8": np.int8, "u8": np.uint8, "i16": np.int16, "u16": np.uint16,
+    "i32": np.int32, "u32": np.uint32, "i64": np.int64, "u64": np.uint64, "f32": np.float32, "f64": np.float64,
 }
+_NULL = np.uint64(0)
 _manifest_override: str | None = None
 
 
@@ -76,23 +77,21 @@ def use_manifest(path: str | os.PathLike[str] | None) -> None:
     global _manifest_override
     _manifest_override = os.fspath(path) if path is not None else None
     if path is not None:
-        _module_class()  # the chosen backend (and CuPy) loads now, before the candidate's code runs
+        _cupy()  # CuPy loads now, before the candidate's code runs (and its import time is not the candidate's)
 
 
-def _module_class() -> type[KernelModule]:
-    """The :class:`KernelModule` class of the backend ``CUDAGYM_RAW_RUNTIME`` names (default ``driver``).
+def _cupy() -> Any:
+    """The ``cupy`` module, imported on first use.
 
     Raises:
-        ValueError: An unknown backend name.
+        RuntimeError: CuPy is not installed (how to install it).
     """
-    choice = os.environ.get(RUNTIME_ENV, "") or "driver"
-    if choice == "driver":
-        return KernelModule
-    if choice == "cupy":
-        from cudagym.runtime_cupy import CupyKernelModule
-
-        return CupyKernelModule
-    raise ValueError(f"expected {RUNTIME_ENV} to be one of {', '.join(RUNTIMES)}, got {choice!r}")
+    try:
+        import cupy
+    except ImportError as exc:
+        raise RuntimeError("cudagym.runtime launches raw kernels through CuPy for CUDA 13, which is not "
+                           f"installed: pip install cupy-cuda13x (a dependency of cudagym) ({exc})") from None
+    return cupy
 
 
 def load(source: str | os.PathLike[str]) -> KernelModule:
@@ -104,7 +103,7 @@ def load(source: str | os.PathLike[str]) -> KernelModule:
 
     Raises:
         FileNotFoundError: No manifest entry and no such file.
-        RuntimeError: The file changed since the judge built it, or the manifest lacks it.
+        RuntimeError: The file changed since the judge built it, the manifest lacks it, or CuPy is missing.
         KernelCompileError: Standalone compile failed.
     """
     rel = Path(os.fspath(source)).as_posix().removeprefix("./")
@@ -126,6 +125,7 @@ def load_image(path: str | os.PathLike[str], declarations: str) -> KernelModule:
 
     Raises:
         ValueError: ``declarations`` declares no kernel.
+        RuntimeError: CuPy is missing.
     """
     path = Path(path)
     signatures = parse_kernels(declarations)
@@ -141,14 +141,15 @@ class _Cubin:
 
 
 class KernelModule:
-    """The kernels of one cubin: ``module.relu(...)`` or ``module["relu"](...)``."""
+    """The kernels of one cubin: ``module.relu(...)`` or ``module["relu"](...)`` (one ``cupy.RawModule`` per device)."""
 
     def __init__(self, source: str, cubin: _Cubin) -> None:
         self.source = source
+        self.cupy = _cupy()
         self._cubin = cubin
-        self._kernels = {sig.name: self._make_kernel(sig) for sig in cubin.signatures}
-        self._handles: dict[int, int] = {}  # CUcontext -> CUmodule
+        self._raw: dict[int, Any] = {}  # device index -> cupy.RawModule
         self._lock = threading.Lock()
+        self._kernels = {sig.name: Kernel(sig, self) for sig in cubin.signatures}
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -170,16 +171,22 @@ class KernelModule:
     def __repr__(self) -> str:
         return f"<cudagym.runtime.KernelModule {self.source}: {', '.join(self._kernels)}>"
 
-    def _make_kernel(self, signature: KernelSignature) -> Kernel:
-        return Kernel(signature, self)
+    def raw_function(self, device: int, name: str) -> Any:
+        """The ``cupy.RawKernel`` of ``name`` on ``device`` (the image loads into that device on first use).
 
-    def _module_handle(self, ctx: int) -> int:
+        Raises:
+            RuntimeError: The driver refused the image or has no such function (the CUDA error named).
+        """
+        cupy = self.cupy
         with self._lock:
-            handle = self._handles.get(ctx)
-            if handle is None:
-                handle = _driver().load_module(self._cubin.path.read_bytes())
-                self._handles[ctx] = handle
-            return handle
+            raw = self._raw.get(device)
+            if raw is None:
+                raw = self._raw[device] = cupy.RawModule(path=str(self._cubin.path))
+        try:
+            with cupy.cuda.Device(device):  # setDevice makes the primary context current on a fresh thread
+                return raw.get_function(name)
+        except cupy.cuda.driver.CUDADriverError as exc:
+            raise RuntimeError(f"kernel {name}: loading {self._cubin.path.name} failed: {exc}") from None
 
 
 class Kernel:
@@ -189,8 +196,9 @@ class Kernel:
         self.signature = signature
         self.name = signature.name
         self._module = module
-        self._functions: dict[int, int] = {}
-        self._smem_opt_in: dict[int, int] = {}
+        self._raw: dict[int, Any] = {}  # device index -> cupy.RawKernel
+        self._smem_opt_in: dict[int, int] = {}  # device index -> opted-in dynamic shared memory bytes
+        self._streams: dict[tuple[int, int], Any] = {}  # (CUstream, device) -> cupy.cuda.ExternalStream
 
     def __repr__(self) -> str:
         params = ", ".join(f"{p.ctype} {p.name}" for p in self.signature.params)
@@ -200,43 +208,50 @@ class Kernel:
                  shared_mem: int = 0, stream: Any = None) -> None:
         """Launch asynchronously on ``stream`` (default: torch's current stream)."""
         values, grid3, block3 = self._checked(grid, block, args, shared_mem)
-        drv = _driver()
-        ctx = drv.current_context()
-        fn = self._function(drv, ctx)
-        if shared_mem > _DEFAULT_SMEM_LIMIT and self._smem_opt_in.get(ctx, 0) < shared_mem:
-            drv.check(drv.lib.cuFuncSetAttribute(ctypes.c_void_p(fn), _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                 ctypes.c_int(shared_mem)), f"kernel {self.name}: shared_mem opt-in")
-            self._smem_opt_in[ctx] = shared_mem
-        pointers = (ctypes.c_void_p * max(len(values), 1))(*[ctypes.addressof(v) for v in values])
-        status = drv.lib.cuLaunchKernel(ctypes.c_void_p(fn), *grid3, *block3, ctypes.c_uint(shared_mem),
-                                        ctypes.c_void_p(_stream_handle(stream)), pointers, None)
-        drv.check(status, f"kernel {self.name}: launch")
+        cupy = self._module.cupy
+        device = _current_device(cupy)  # torch's current device: both set it through the runtime API
+        fn = self._raw.get(device)
+        if fn is None:
+            fn = self._raw[device] = self._module.raw_function(device, self.name)
+        try:
+            if shared_mem > _DEFAULT_SMEM_LIMIT and self._smem_opt_in.get(device, 0) < shared_mem:
+                fn.max_dynamic_shared_size_bytes = shared_mem
+                self._smem_opt_in[device] = shared_mem
+            with self._external_stream(_stream_handle(stream), device):
+                fn(grid3, block3, values, shared_mem=shared_mem)
+        except cupy.cuda.driver.CUDADriverError as exc:
+            raise RuntimeError(f"kernel {self.name}: launch failed: {exc}") from None
 
     def _checked(self, grid: int | Sequence[int], block: int | Sequence[int], args: Sequence[Any],
-                 shared_mem: int) -> tuple[list[Any], tuple[ctypes.c_uint, ...], tuple[ctypes.c_uint, ...]]:
-        """The arguments as ctypes values of the parameters' exact types, and the launch shape (checked)."""
+                 shared_mem: int) -> tuple[tuple[np.generic, ...], tuple[int, ...], tuple[int, ...]]:
+        """The arguments as NumPy scalars of the parameters' exact types, and the launch shape (checked)."""
         params = self.signature.params
         if len(args) != len(params):
             listing = ", ".join(f"{p.ctype} {p.name}" for p in params)
             raise TypeError(f"kernel {self.name}({listing}) takes {len(params)} argument(s), got {len(args)}")
-        values = [_marshal(self.name, p, a) for p, a in zip(params, args, strict=True)]
+        values = tuple(_marshal(self.name, p, a) for p, a in zip(params, args, strict=True))
         grid3, block3 = _dims(self.name, "grid", grid), _dims(self.name, "block", block)
         if shared_mem < 0:
             raise ValueError(f"kernel {self.name}: expected shared_mem >= 0 bytes, got {shared_mem}")
         return values, grid3, block3
 
-    def _function(self, drv: _Driver, ctx: int) -> int:
-        fn = self._functions.get(ctx)
-        if fn is None:
-            handle = ctypes.c_void_p()
-            mod = self._module._module_handle(ctx)
-            drv.check(drv.lib.cuModuleGetFunction(ctypes.byref(handle), ctypes.c_void_p(mod), self.name.encode()),
-                      f"kernel {self.name}: cuModuleGetFunction")
-            fn = self._functions[ctx] = int(handle.value or 0)
-        return fn
+    def _external_stream(self, handle: int, device: int) -> Any:
+        found = self._streams.get((handle, device))
+        if found is None:
+            found = self._streams[(handle, device)] = self._module.cupy.cuda.ExternalStream(handle, device)
+        return found
 
 
-def _marshal(kernel: str, p: Param, arg: Any) -> Any:
+def _current_device(cupy: Any) -> int:
+    """The current CUDA device, or a ``RuntimeError`` saying why there is none (no GPU or driver here)."""
+    try:
+        return int(cupy.cuda.runtime.getDevice())
+    except cupy.cuda.runtime.CUDARuntimeError as exc:
+        raise RuntimeError(f"cudagym.runtime needs an NVIDIA GPU and its driver (libcuda.so.1) to launch "
+                           f"kernels; CUDA says: {exc}") from None
+
+
+def _marshal(kernel: str, p: Param, arg: Any) -> np.generic:
     where = f"kernel {kernel}: parameter {p.name} ({p.ctype})"
     if p.kind == "unsupported":
         raise TypeError(f"{where}: this type cannot be passed by cudagym.runtime; use pointers, integers, "
@@ -244,20 +259,21 @@ def _marshal(kernel: str, p: Param, arg: Any) -> Any:
     is_tensor = hasattr(arg, "data_ptr") and hasattr(arg, "is_cuda")
     if p.kind == "ptr":
         if arg is None:
-            return ctypes.c_uint64(0)
+            return _NULL
         if not is_tensor:
             raise TypeError(f"{where}: expected a CUDA torch.Tensor (or None), got {type(arg).__name__}")
-        return ctypes.c_uint64(_tensor_pointer(where, p, arg))
+        return np.uint64(_tensor_pointer(where, p, arg))
     if is_tensor:
         raise TypeError(f"{where}: expected a Python scalar, got a tensor; pass .item() or a pointer parameter")
     if p.kind in ("f32", "f64"):
         if isinstance(arg, (str, bytes)) or not hasattr(arg, "__float__"):
             raise TypeError(f"{where}: expected a float, got {type(arg).__name__}")
-        return _CTYPES[p.kind](float(arg))
+        with np.errstate(over="ignore"):  # a double beyond float's range becomes inf, as a C cast makes it
+            return _SCALARS[p.kind](float(arg))
     if p.kind == "bool":
         if not isinstance(arg, (bool, int)):
             raise TypeError(f"{where}: expected a bool, got {type(arg).__name__}")
-        return ctypes.c_bool(bool(arg))
+        return np.bool_(bool(arg))
     try:
         value = operator.index(arg)
     except TypeError:
@@ -265,7 +281,7 @@ def _marshal(kernel: str, p: Param, arg: Any) -> Any:
     low, high = _INT_RANGES[p.kind]
     if not low <= value <= high:
         raise TypeError(f"{where}: {value} does not fit ({low}..{high}); use a wider parameter type")
-    return _CTYPES[p.kind](value)
+    return _SCALARS[p.kind](value)
 
 
 def _tensor_pointer(where: str, p: Param, t: Any) -> int:
@@ -283,7 +299,7 @@ def _tensor_pointer(where: str, p: Param, t: Any) -> int:
     return int(t.data_ptr())
 
 
-def _dims(kernel: str, what: str, value: int | Sequence[int]) -> tuple[ctypes.c_uint, ...]:
+def _dims(kernel: str, what: str, value: int | Sequence[int]) -> tuple[int, ...]:
     dims = [value] if isinstance(value, int) else list(value)
     if not 1 <= len(dims) <= 3:
         raise TypeError(f"kernel {kernel}: expected {what} as an int or 1-3 ints, got {value!r}")
@@ -293,7 +309,7 @@ def _dims(kernel: str, what: str, value: int | Sequence[int]) -> tuple[ctypes.c_
         raise TypeError(f"kernel {kernel}: expected {what} of ints, got {value!r}") from None
     if any(d < 1 for d in ints):
         raise ValueError(f"kernel {kernel}: expected every {what} dimension >= 1, got {value!r}")
-    return tuple(ctypes.c_uint(d) for d in ints + [1] * (3 - len(ints)))
+    return tuple(ints + [1] * (3 - len(ints)))
 
 
 def _stream_handle(stream: Any) -> int:
@@ -304,59 +320,6 @@ def _stream_handle(stream: Any) -> int:
     if isinstance(stream, int):
         return stream
     return int(stream.cuda_stream)
-
-
-class _Driver:
-    """The CUDA driver API, loaded once per process."""
-
-    def __init__(self) -> None:
-        try:
-            self.lib = ctypes.CDLL("libcuda.so.1")
-        except OSError:
-            raise RuntimeError("cudagym.runtime needs the CUDA driver (libcuda.so.1), which this machine "
-                               "lacks; launch raw kernels on a host with an NVIDIA GPU") from None
-        self.check(self.lib.cuInit(0), "cuInit")
-
-    def check(self, status: int, what: str) -> None:
-        """Raise ``RuntimeError`` with the CUDA error name when ``status`` is not CUDA_SUCCESS."""
-        if status == 0:
-            return
-        name, text = ctypes.c_char_p(), ctypes.c_char_p()
-        self.lib.cuGetErrorName(status, ctypes.byref(name))
-        self.lib.cuGetErrorString(status, ctypes.byref(text))
-        label = (name.value or b"CUDA_ERROR_%d" % status).decode()
-        raise RuntimeError(f"{what} failed: {label} ({(text.value or b'').decode()})")
-
-    def current_context(self) -> int:
-        """The calling thread's CUDA context: torch's primary context of its current device."""
-        import torch
-
-        torch.cuda.init()
-        ctx = ctypes.c_void_p()
-        self.check(self.lib.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
-        if not ctx.value:  # a thread torch has not used yet: make the primary context current
-            device = torch.cuda.current_device()
-            self.check(self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), device), "cuDevicePrimaryCtxRetain")
-            self.check(self.lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
-        return int(ctx.value or 0)
-
-    def load_module(self, image: bytes) -> int:
-        """Load a cubin into the current context."""
-        handle = ctypes.c_void_p()
-        self.check(self.lib.cuModuleLoadData(ctypes.byref(handle), ctypes.c_char_p(image)), "cuModuleLoadData")
-        return int(handle.value or 0)
-
-
-_driver_instance: _Driver | None = None
-_driver_lock = threading.Lock()
-
-
-def _driver() -> _Driver:
-    global _driver_instance
-    with _driver_lock:
-        if _driver_instance is None:
-            _driver_instance = _Driver()
-        return _driver_instance
 
 
 def _find_file(rel: str, caller: str) -> Path | None:
@@ -381,7 +344,7 @@ def _from_manifest(manifest: Path, rel: str, on_disk: Path | None) -> KernelModu
     if on_disk is not None and source_sha256(on_disk.read_text(encoding="utf-8")) != unit["source_sha256"]:
         raise RuntimeError(f"{rel} changed since the judge built it; rebuild before running")
     sigs = tuple(KernelSignature.from_dict(k) for k in unit["kernels"])
-    return _module_class()(rel, _Cubin(manifest.parent / unit["cubin"], sigs))
+    return KernelModule(rel, _Cubin(manifest.parent / unit["cubin"], sigs))
 
 
 def _compile_standalone(path: Path, rel: str) -> KernelModule:
@@ -405,4 +368,4 @@ def _compile_standalone(path: Path, rel: str) -> KernelModule:
         output = PathMap(prefixes=(str(stage),)).scrub(result.output)
     if result.path is None:
         raise KernelCompileError(f"{rel} did not compile ({unit.tool}):\n{output}")
-    return _module_class()(rel, _Cubin(result.path, parse_kernels(text)))
+    return KernelModule(rel, _Cubin(result.path, parse_kernels(text)))

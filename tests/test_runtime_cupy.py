@@ -1,8 +1,8 @@
-"""The CuPy backend of the raw runtime (CUDAGYM_RAW_RUNTIME=cupy): selection and checks (CPU), launches (GPU)."""
+"""The raw runtime sits on CuPy: CuPy loads lazily and its absence is a clear error (CPU); CuPy objects do the
+launches on torch's streams, and the judge's PTX loads through them (GPU)."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -10,20 +10,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_runtime import TYPES_CU
+from test_runtime import HAS_COMPILER, TYPES_CU
 
 from cudagym import runtime
-from cudagym.judge.build import BuildCache, build, nvrtc
+from cudagym.judge.build import BuildCache, build
 from cudagym.judge.records import BuildStatus
 from cudagym.solution import Solution, get_format
 from cudagym.templates import example_task
 
-HAS_COMPILER = shutil.which("nvcc") is not None or Path("/usr/local/cuda/bin/nvcc").exists() \
-    or bool(nvrtc.find_nvrtc())
 needs_compiler = pytest.mark.skipif(not HAS_COMPILER, reason="neither nvcc nor libnvrtc is installed")
-gpu = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
-
-KERNELS_CU = TYPES_CU  # the driver backend's kernels: the same launches on both backends
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 @pytest.fixture(autouse=True)
@@ -35,134 +31,99 @@ def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathF
     runtime.use_manifest(None)
 
 
-def load_as(backend: str, root: Path, monkeypatch: pytest.MonkeyPatch) -> runtime.KernelModule:
-    monkeypatch.setenv(runtime.RUNTIME_ENV, backend)
-    source = root / "kernels.cu"
-    if not source.exists():
-        source.write_text(KERNELS_CU)
-    return runtime.load(str(source))
-
-
 @pytest.fixture
-def cupy_kernels(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> runtime.KernelModule:
-    pytest.importorskip("cupy")
+def kernels(tmp_path_factory: pytest.TempPathFactory) -> runtime.KernelModule:
     if not HAS_COMPILER:
         pytest.skip("neither nvcc nor libnvrtc is installed")
-    return load_as("cupy", tmp_path_factory.getbasetemp(), monkeypatch)
-
-
-@needs_compiler
-def test_the_environment_picks_the_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    driver = load_as("driver", tmp_path, monkeypatch)
-    assert type(driver) is runtime.KernelModule and type(driver.echo) is runtime.Kernel
-    monkeypatch.delenv(runtime.RUNTIME_ENV)
-    assert type(runtime.load(str(tmp_path / "kernels.cu"))) is runtime.KernelModule  # the default
-    with pytest.raises(ValueError, match="CUDAGYM_RAW_RUNTIME to be one of driver, cupy, got 'cuda'"):
-        load_as("cuda", tmp_path, monkeypatch)
-    pytest.importorskip("cupy")
-    from cudagym.runtime_cupy import CupyKernel, CupyKernelModule
-
-    kernels = load_as("cupy", tmp_path, monkeypatch)
-    assert isinstance(kernels, CupyKernelModule) and isinstance(kernels.echo, CupyKernel)
-    assert set(kernels.names) == {"echo", "big_smem", "column"} and "long long* out" in repr(kernels.echo)
-    with pytest.raises(AttributeError, match="has no extern"):
-        kernels.gelu  # noqa: B018
-
-
-def test_cupy_backend_checks_arguments_as_the_driver_does(cupy_kernels: runtime.KernelModule) -> None:
-    echo = cupy_kernels.echo
-    with pytest.raises(TypeError, match=r"kernel echo\(.*\) takes 10 argument\(s\), got 2"):
-        echo(grid=1, block=1, args=(None, 1))
-    good: list[object] = [None, 1, 2, 3, 1.5, 2.5, True, 4, 5, 6]
-    cases = {1: (2**31, "does not fit"), 8: (300, "does not fit"), 3: (1.5, "expected an int"),
-             4: ("x", "expected a float"), 6: (None, "expected a bool"), 0: (5, "expected a CUDA torch.Tensor")}
-    for index, (value, message) in cases.items():
-        args = list(good)
-        args[index] = value
-        with pytest.raises(TypeError, match=f"parameter {echo.signature.params[index].name}.*{message}"):
-            echo(grid=1, block=1, args=args)
-    with pytest.raises(TypeError, match="expected a CUDA tensor"):
-        echo(grid=1, block=1, args=[torch.zeros(9, dtype=torch.int64), *good[1:]])
-    with pytest.raises(ValueError, match="grid dimension >= 1"):
-        echo(grid=(0,), block=1, args=good)
+    source = tmp_path_factory.getbasetemp() / "kernels.cu"
+    if not source.exists():
+        source.write_text(TYPES_CU)
+    return runtime.load(str(source))
 
 
 @needs_compiler
 def test_a_missing_cupy_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "kernels.cu").write_text(TYPES_CU)
     monkeypatch.setitem(sys.modules, "cupy", None)  # what an environment without CuPy imports
-    with pytest.raises(RuntimeError, match=r"needs CuPy for CUDA 13: pip install 'cudagym\[cupy\]'"):
-        load_as("cupy", tmp_path, monkeypatch)
+    with pytest.raises(RuntimeError, match="CuPy for CUDA 13, which is not installed: pip install cupy-cuda13x"):
+        runtime.load(str(tmp_path / "kernels.cu"))
+    with pytest.raises(RuntimeError, match="pip install cupy-cuda13x"):
+        runtime.use_manifest(tmp_path / "manifest.json")
 
 
-def test_importing_the_backend_imports_neither_cupy_nor_torch() -> None:
-    code = "import sys, cudagym.runtime_cupy; print('cupy' in sys.modules, 'torch' in sys.modules)"
+def test_importing_the_runtime_imports_neither_cupy_nor_torch() -> None:
+    code = "import sys, cudagym.runtime; print('cupy' in sys.modules, 'torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
 
 
 @needs_compiler
-def test_pointing_at_a_manifest_loads_the_chosen_backend_first(tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("cupy")
+def test_pointing_at_a_manifest_imports_cupy_before_the_candidate_runs(tmp_path: Path) -> None:
     cache = BuildCache(tmp_path / "cache")
     result = build(example_task("test"), Solution("raw", get_format("raw").example_files()), None, cache)
     assert result.status is BuildStatus.OK, result.message
-    monkeypatch.setenv(runtime.RUNTIME_ENV, "cupy")
-    monkeypatch.delitem(sys.modules, "cudagym.runtime_cupy", raising=False)
-    runtime.use_manifest(result.artifact_path)  # the GPU worker does this before the candidate's code runs
-    assert "cudagym.runtime_cupy" in sys.modules and "cupy" in sys.modules
+    code = ("import sys; from cudagym import runtime; runtime.use_manifest(sys.argv[1]); "
+            "print('cupy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, result.artifact_path], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "True"
 
 
-# --- GPU: the same launches on both backends -----------------------------------------------------------------
+def test_one_backend_only(kernels: runtime.KernelModule) -> None:
+    assert not hasattr(runtime, "RUNTIME_ENV") and not hasattr(runtime, "_driver")
+    assert type(kernels) is runtime.KernelModule and type(kernels.echo) is runtime.Kernel
+    assert kernels.cupy is sys.modules["cupy"]
 
-@pytest.mark.parametrize("backend", ["driver", "cupy"])
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_gpu_example_model_gives_the_same_output_on_both(backend: str, tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    if backend == "cupy":
-        pytest.importorskip("cupy")
-    monkeypatch.setenv(runtime.RUNTIME_ENV, backend)
-    example = get_format("raw").example_files()
-    result = build(example_task("test"), Solution("raw", example), None, BuildCache(tmp_path / "cache"))
-    assert result.status is BuildStatus.OK, result.message
-    for rel, text in example.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(text)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    runtime.use_manifest(result.artifact_path)
-    sys.modules.pop("model_new", None)
-    try:
-        import model_new
 
-        assert type(model_new.kernels).__name__ == ("CupyKernelModule" if backend == "cupy" else "KernelModule")
-        x = torch.randn(1_000_003, device="cuda")
-        y = model_new.ModelNew()(x)
-        torch.cuda.synchronize()
-        assert torch.equal(y, torch.relu(x))
-    finally:
-        sys.modules.pop("model_new", None)
-
+# --- GPU: CuPy's objects on torch's streams --------------------------------------------------------------------
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_gpu_cupy_scalar_widths_smem_strided_stream_and_errors(cupy_kernels: runtime.KernelModule) -> None:
+@needs_gpu
+def test_gpu_launches_are_cupy_raw_kernels_on_torchs_current_stream(kernels: runtime.KernelModule) -> None:
+    import cupy
+
+    matrix = torch.randn(4096, 8, device="cuda")
+    y = torch.empty(4096, device="cuda")
+    kernels.column(grid=16, block=256, args=(matrix[:, 5:], y, 4096, 8))  # the module loads here, untimed
+    torch.cuda.synchronize()
+    assert isinstance(kernels.column._raw[torch.cuda.current_device()], cupy.RawKernel)
+    y.zero_()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)  # the launch below queues behind this on the side stream, not on CuPy's
+        kernels.column(grid=16, block=256, args=(matrix[:, 5:], y, 4096, 8))
+        done = torch.cuda.Event()
+        done.record()
+    assert not done.query()  # still behind the sleep: launched on the side stream, asynchronously
+    done.synchronize()
+    assert torch.equal(y, matrix[:, 5])
+    assert cupy.cuda.get_current_stream().ptr != side.cuda_stream  # CuPy's current stream is left as it was
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_gpu_the_launch_cover_ptx_loads_and_spins() -> None:
+    from cudagym.judge.harness.cover import DECLARATION, KERNEL, PTX_FILE
+
+    spin = runtime.load_image(PTX_FILE, DECLARATION)[KERNEL]
+    spin(grid=1, block=32, args=(1000,))  # the driver compiles the PTX here
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    spin(grid=1, block=32, args=(2_000_000,))  # two million cycles: about a millisecond at H200 clocks
+    end.record()
+    end.synchronize()
+    assert start.elapsed_time(end) > 0.2
+    with pytest.raises(TypeError, match="cycles.*does not fit"):
+        spin(grid=1, block=32, args=(2**63,))
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_gpu_repeated_launches_reuse_one_external_stream(kernels: runtime.KernelModule) -> None:
     out = torch.zeros(9, dtype=torch.int64, device="cuda")
-    cupy_kernels.echo(grid=1, block=1, args=(out, -7, 2**32 - 1, -(2**40), 1.5, 2.25, True, -3, 255, 2**40))
+    for i in range(100):
+        kernels.echo(grid=1, block=1, args=(out, i, 2, 3, 0.5, 0.25, False, 4, 5, 6))
     torch.cuda.synchronize()
-    assert out.tolist() == [-7, 2**32 - 1, -(2**40), 1500, 2250, 1, -3, 255, 2**40]
-    threads = 1024
-    smem = torch.empty(threads, device="cuda")
-    cupy_kernels.big_smem(grid=1, block=threads, args=(smem,), shared_mem=64 * 1024)  # opted in above 48 KiB
-    torch.cuda.synchronize()
-    assert smem.tolist() == [float(threads - 1 - i) for i in range(threads)]
-    matrix = torch.randn(64, 8, device="cuda")
-    y = torch.empty(64, device="cuda")
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):  # launched on torch's current stream, not CuPy's
-        cupy_kernels.column(grid=1, block=64, args=(matrix[:, 3:], y, 64, 8))
-    stream.synchronize()
-    assert torch.equal(y, matrix[:, 3])
-    with pytest.raises(RuntimeError, match="kernel big_smem: launch failed: CUDA_ERROR_INVALID_VALUE"):
-        cupy_kernels.big_smem(grid=1, block=4096, args=(smem,))  # more than 1024 threads per block
+    assert out.tolist() == [99, 2, 3, 500, 250, 0, 4, 5, 6]
+    assert list(kernels.echo._streams) == [(torch.cuda.current_stream().cuda_stream, torch.cuda.current_device())]

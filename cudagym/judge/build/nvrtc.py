@@ -1,28 +1,31 @@
-"""NVRTC through ctypes: CUDA source to cubin in a fraction of nvcc's time, no CuPy needed.
+"""NVRTC through CuPy's binding (``cupy_backends.cuda.libs.nvrtc``): CUDA source to cubin, no GPU needed.
 
-``libnvrtc`` is looked up in ``CUDAGYM_NVRTC_LIB`` (a file), the CUDA toolkit's ``lib64``, the
-``nvidia-cuda-nvrtc`` pip package's directories, then ``ctypes.util.find_library``. A compile runs in a
-child process (``python -m cudagym.judge.build.nvrtc REQUEST.json``) so that the build's deadline and
-output cap can kill it: a compile bomb inside NVRTC would otherwise hang the builder itself. The child
-runs this file as a script (stdlib only) and stays up between compiles with the library loaded
+The binding compiles on a host without a GPU or driver (the build stage's case): only NVRTC's own calls
+run, and the arch is always given (``--gpu-architecture=sm_90``). CuPy's higher-level
+``cupy.cuda.compiler`` / ``RawModule(code=...)`` are not used: they query the device for its arch and fail
+without one.
+
+CuPy finds ``libnvrtc`` itself (through ``cuda.pathfinder``: an ``nvidia-cuda-nvrtc`` wheel in
+site-packages, conda, the system loader, then ``CUDA_PATH`` / ``CUDA_HOME``); ``CUDAGYM_NVRTC_LIB`` names a
+file to use instead (loaded first, CuPy then takes the library already loaded). A compile runs in a child
+process so that the build's deadline and output cap can kill it: a compile bomb inside NVRTC would otherwise
+hang the builder itself. The child runs this file as a script (stdlib and CuPy only; ``python -I FILE LIB
+ROOTS``), loads the library the parent found, and stays up between compiles
 (:mod:`cudagym.judge.build.nvrtc_server` drives it), so a compile costs NVRTC's time and nothing more.
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import functools
 import glob
 import json
 import os
-import site
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 NVRTC_LIB_ENV = "CUDAGYM_NVRTC_LIB"
-_SONAMES = ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so")
 
 
 @dataclass(frozen=True)
@@ -40,79 +43,69 @@ class NvrtcOutput:
     cubin: bytes
 
 
-def find_nvrtc(cuda_home: str = "") -> str:
-    """Path of a loadable libnvrtc, or ``""`` when there is none."""
-    for path in _candidates(cuda_home):
-        try:
-            _lib(path)
-        except OSError:
-            continue
-        return path
-    return ""
+def find_nvrtc() -> str:
+    """Path of the libnvrtc CuPy compiles with (loading it into this process), or ``""`` when there is none.
+
+    ``""`` also when CuPy is not installed, or ``CUDAGYM_NVRTC_LIB`` names a file that does not load.
+    """
+    override = os.environ.get(NVRTC_LIB_ENV, "")
+    try:
+        if override:
+            preload(override)
+        binding = _binding()
+        binding.getVersion()  # CuPy looks the library up and loads it, or raises
+        from cuda.pathfinder import load_nvidia_dynamic_lib  # CuPy's own lookup, cached: the same answer
+
+        return str(load_nvidia_dynamic_lib("nvrtc").abs_path)
+    except (ImportError, OSError, RuntimeError):  # pathfinder's not-found error is a RuntimeError
+        return ""
 
 
-def _candidates(cuda_home: str) -> list[str]:
-    out = [os.environ.get(NVRTC_LIB_ENV, "")]
-    homes = [cuda_home, os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"]
-    for home in filter(None, homes):
-        for sub in ("lib64", "lib"):
-            out += [str(Path(home) / sub / name) for name in _SONAMES]
-    roots = list(site.getsitepackages()) + [site.getusersitepackages()] + sys.path
-    for root in filter(None, roots):
-        for pattern in ("nvidia/cu13/lib/libnvrtc.so*", "nvidia/cuda_nvrtc/lib/libnvrtc.so*"):
-            out += sorted(p for p in glob.glob(os.path.join(root, pattern)) if "builtins" not in p)
-    found = ctypes.util.find_library("nvrtc")
-    if found:
-        out.append(found)
-    return [p for p in dict.fromkeys(out) if p and (os.path.isabs(p) and os.path.exists(p) or p == found)]
+def preload(path: str) -> None:
+    """Load the libnvrtc at ``path`` (and its ``libnvrtc-builtins`` sibling) so that CuPy uses that one.
 
-
-@functools.lru_cache(maxsize=4)
-def _lib(path: str) -> ctypes.CDLL:
+    Raises:
+        OSError: ``path`` does not load.
+    """
     # libnvrtc dlopens libnvrtc-builtins by soname; outside the toolkit (pip wheels) nothing puts its
     # directory on the search path, so load the sibling first (the loader then matches it by soname)
     for builtins in sorted(glob.glob(os.path.join(os.path.dirname(path), "libnvrtc-builtins.so.*"))):
         if ".alt." not in builtins:
             ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)
-    lib = ctypes.CDLL(path)
-    lib.nvrtcGetErrorString.restype = ctypes.c_char_p
-    return lib
+    ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
 
 
-def nvrtc_version(path: str) -> str:
-    """``major.minor`` of the NVRTC at ``path``."""
-    major, minor = ctypes.c_int(), ctypes.c_int()
-    _lib(path).nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
-    return f"{major.value}.{minor.value}"
+def _binding() -> Any:
+    from cupy_backends.cuda.libs import nvrtc as binding
+
+    return binding
 
 
-def compile_source(path: str, source: str, name: str, options: list[str]) -> NvrtcOutput:
-    """Compile one CUDA source to cubin with the NVRTC library at ``path`` (in this process)."""
-    lib = _lib(path)
-    prog = ctypes.c_void_p()
-    _check(lib, lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None))
+def nvrtc_version() -> str:
+    """``major.minor`` of the NVRTC CuPy loaded (call :func:`find_nvrtc` first)."""
+    major, minor = _binding().getVersion()
+    return f"{major}.{minor}"
+
+
+def compile_source(source: str, name: str, options: list[str]) -> NvrtcOutput:
+    """Compile one CUDA source to cubin with NVRTC, in this process (options must name a real ``sm_`` arch)."""
+    binding = _binding()
+    prog = binding.createProgram(source, name, [], [])
     try:
-        opts = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
-        status = lib.nvrtcCompileProgram(prog, len(options), opts)
-        size = ctypes.c_size_t()
-        _check(lib, lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size)))
-        buf = ctypes.create_string_buffer(size.value)
-        _check(lib, lib.nvrtcGetProgramLog(prog, buf))
-        log = buf.value.decode("utf-8", errors="replace")
-        if status != 0:
-            message = lib.nvrtcGetErrorString(status).decode()
-            return NvrtcOutput(False, log or message, b"")
-        _check(lib, lib.nvrtcGetCUBINSize(prog, ctypes.byref(size)))
-        cubin = ctypes.create_string_buffer(size.value)
-        _check(lib, lib.nvrtcGetCUBIN(prog, cubin))
-        return NvrtcOutput(True, log, cubin.raw)
+        try:
+            binding.compileProgram(prog, options)
+        except binding.NVRTCError as exc:
+            log = _log(binding, prog)
+            return NvrtcOutput(False, log or str(exc), b"")
+        return NvrtcOutput(True, _log(binding, prog), bytes(binding.getCUBIN(prog)))
     finally:
-        lib.nvrtcDestroyProgram(ctypes.byref(prog))
+        binding.destroyProgram(prog)
 
 
-def _check(lib: ctypes.CDLL, status: int) -> None:
-    if status != 0:
-        raise RuntimeError(f"NVRTC call failed: {lib.nvrtcGetErrorString(status).decode()}")
+def _log(binding: Any, prog: Any) -> str:
+    log = binding.getProgramLog(prog)
+    text = log.decode("utf-8", errors="replace") if isinstance(log, bytes) else str(log)
+    return text.rstrip("\x00")  # the binding keeps the C string's terminator
 
 
 def _serve(lib: str) -> int:
@@ -122,12 +115,13 @@ def _serve(lib: str) -> int:
     be relative to ``cwd``, as include options are). Reply: ``{"ok", "log", "overflow"}``; the cubin is
     written to ``out`` only when ``ok``. The library is loaded once, so a compile costs only NVRTC.
     """
-    _lib(lib)
+    preload(lib)
+    _binding().getVersion()
     for line in sys.stdin:
         request = json.loads(line)
         os.chdir(request["cwd"])
         text = Path(request["source"]).read_text(encoding="utf-8", errors="replace")
-        out = compile_source(lib, text, request["name"], request["options"])
+        out = compile_source(text, request["name"], request["options"])
         cap = int(request["max_output_bytes"])
         overflow = len(out.log.encode("utf-8", errors="replace")) > cap
         if out.ok and not overflow:
@@ -139,4 +133,7 @@ def _serve(lib: str) -> int:
 
 
 if __name__ == "__main__":
+    # run with -I (no environment hooks, no script folder on the path): the parent's import roots come after the
+    # child's own, so CuPy imports from wherever the parent found it (PYTHONPATH, a user site) and shadows nothing
+    sys.path += [root for root in json.loads(sys.argv[2]) if root not in sys.path]
     sys.exit(_serve(sys.argv[1]))

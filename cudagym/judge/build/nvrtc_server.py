@@ -1,9 +1,10 @@
 """A long-lived NVRTC child process: raw-format compiles without paying process start and library load.
 
-Spawning a process and loading ``libnvrtc`` costs more than compiling a small kernel, so one child per
-library stays up and compiles requests one at a time (see :func:`cudagym.judge.build.nvrtc._serve`). The
-build's limits still hold: a request past its deadline kills the child's process group (a new child
-starts with the next request), and the child caps each log at the output limit.
+Spawning a process, importing CuPy's NVRTC binding and loading ``libnvrtc`` cost more than compiling a small
+kernel, so one child per library stays up and compiles requests one at a time (see
+:func:`cudagym.judge.build.nvrtc._serve`). The build's limits still hold: a request past its deadline kills
+the child's process group (a new child starts with the next request), and the child caps each log at the
+output limit.
 
 The child is confined like every compiler (:mod:`cudagym.judge.confine`): it sees the system, Python, the
 CUDA toolkit and one private exchange folder, nothing else. Each request's sources are copied into a fresh
@@ -52,6 +53,7 @@ class NvrtcServer:
         self._lock = threading.Lock()
         self._exchange = ""
         self._requests = itertools.count()
+        self._memory_bytes = COMPILER_MEMORY_BYTES
 
     def compile(self, *, cwd: Path, source: str, out: Path, options: Sequence[str], deadline: Deadline,
                 limits: BuildLimits) -> ToolRun:
@@ -60,7 +62,7 @@ class NvrtcServer:
         with self._lock:
             start = time.monotonic()
             try:
-                proc = self._ensure()
+                proc = self._ensure(limits.compiler_memory_bytes)
             except (OSError, SandboxUnavailableError) as exc:
                 return ToolRun(argv, RunOutcome.NOT_FOUND, -1, f"the NVRTC child could not be started: {exc}", 0.0)
             request_dir = Path(self._exchange) / f"r{next(self._requests)}"
@@ -106,13 +108,17 @@ class NvrtcServer:
             if stream is not None:
                 stream.close()
 
-    def _ensure(self) -> subprocess.Popen[bytes]:
-        if self._proc is None or self._proc.poll() is not None:
+    def _ensure(self, memory_bytes: int) -> subprocess.Popen[bytes]:
+        # the child's address-space cap is the build's (a protocol may lower it): another cap, another child
+        if self._proc is None or self._proc.poll() is not None or memory_bytes != self._memory_bytes:
             self.close()
+            self._memory_bytes = memory_bytes
             self._exchange = tempfile.mkdtemp(prefix="cudagym-nvrtc-")
-            # -I -S: the child is stdlib-only, so skip site-packages and the user's environment hooks
-            child = [sys.executable, "-I", "-S", nvrtc.__file__, self.lib]
-            command = confine.wrap(limited_command(child, {"as": COMPILER_MEMORY_BYTES, "core": 0}),
+            # -I: the child imports only the stdlib and CuPy's NVRTC binding, from its own site-packages or this
+            # process's import roots (passed last), never through environment hooks or from the script's folder
+            roots = json.dumps([p for p in sys.path if p and os.path.isdir(p)])
+            child = [sys.executable, "-I", nvrtc.__file__, self.lib, roots]
+            command = confine.wrap(limited_command(child, {"as": memory_bytes, "core": 0}),
                                    confine.view_for(reads=(os.path.dirname(self.lib),), writes=(self._exchange,),
                                                     chdir=self._exchange))
             env = scrub_env(os.environ, home=f"{self._exchange}/home", tmpdir=f"{self._exchange}/tmp",

@@ -1,7 +1,8 @@
 """The ``raw`` format's builder: ``extern "C" __global__`` kernels in ``kernels/*.cu`` to cubins.
 
-Each ``.cu`` becomes one cubin for the target arch, by NVRTC when ``libnvrtc`` can be loaded (tens of
-milliseconds) or by ``nvcc -cubin`` otherwise (about half a second); the backend is recorded. Set
+Each ``.cu`` becomes one cubin for the target arch, by NVRTC through CuPy's binding when CuPy can load a
+``libnvrtc`` (tens of milliseconds; :mod:`cudagym.judge.build.nvrtc`) or by ``nvcc -cubin`` otherwise (about
+half a second); the backend is recorded. Set
 ``CUDAGYM_RAW_BACKEND=nvcc`` or ``nvrtc`` to force one. Both run with ptxas ``-v``, so per-kernel
 registers, shared memory and spills are reported either way.
 
@@ -73,14 +74,15 @@ def pick_backend(preference: str = "") -> RawBackend:
         tools = None
     if want != "nvcc":
         home = tools.cuda_home if tools else os.environ.get("CUDA_HOME", "/usr/local/cuda")
-        lib = nvrtc.find_nvrtc(home)
+        lib = nvrtc.find_nvrtc()
         if lib:
             includes = (str(Path(home) / "include"),) if (Path(home) / "include").is_dir() else ()
             cxxfilt = tools.cxxfilt if tools else (shutil.which("c++filt") or "")
-            return RawBackend("nvrtc", nvrtc.nvrtc_version(lib), lib, includes, cxxfilt)
+            return RawBackend("nvrtc", nvrtc.nvrtc_version(), lib, includes, cxxfilt)
         if want == "nvrtc":
-            raise BuildToolError("expected libnvrtc (CUDA toolkit lib64, the nvidia-cuda-nvrtc wheel, or "
-                                 f"${nvrtc.NVRTC_LIB_ENV}), found none; install one or unset {BACKEND_ENV}")
+            raise BuildToolError("expected CuPy and a libnvrtc it can load (pip install nvidia-cuda-nvrtc, a CUDA "
+                                 f"toolkit on the loader's path, or ${nvrtc.NVRTC_LIB_ENV}), found none; install one "
+                                 f"or unset {BACKEND_ENV}")
     if tools is None:
         cuda_tools()  # raises the missing-nvcc message
         raise AssertionError("unreachable")

@@ -201,7 +201,7 @@ class DeviceArena(Arena):
     """
 
     def __init__(self, size: int, device: torch.device, fd: int | None = None) -> None:
-        from cudagym.runtime import _driver
+        from cudagym.cuda_driver import driver as _driver
 
         torch.cuda.init()
         index = device.index if device.index is not None else torch.cuda.current_device()

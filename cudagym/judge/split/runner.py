@@ -410,7 +410,7 @@ def reset_persisting_l2(on_gpu: bool) -> None:
     if not on_gpu:
         return
     try:
-        from cudagym.runtime import _driver
+        from cudagym.cuda_driver import driver as _driver
 
         drv = _driver()
         drv.current_context()
