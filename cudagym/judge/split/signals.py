@@ -24,48 +24,19 @@ writes are CUDA stream memory operations (``cuStreamWaitValue32`` with ``CU_STRE
 
 from __future__ import annotations
 
-import ctypes
-from typing import Any
-
 GO, DONE, ARMED = 0, 256, 512  # byte offsets of the three words (a line apart)
 SIGNAL_BYTES = 1024
-_CU_STREAM_WAIT_VALUE_GEQ = 0x0
-_CU_STREAM_WRITE_VALUE_DEFAULT = 0x0
-
-
-class SignalError(RuntimeError):
-    """The driver cannot do stream memory operations here."""
-
-
-def _lib() -> Any:
-    from cudagym.runtime import _driver
-
-    drv = _driver()
-    drv.current_context()
-    return drv
 
 
 def write_value(stream: int, address: int, value: int) -> None:
     """Queue ``*address = value`` (32 bits) on ``stream`` (a ``CUstream`` handle)."""
-    drv = _lib()
-    fn = getattr(drv.lib, "cuStreamWriteValue32_v2", None) or getattr(drv.lib, "cuStreamWriteValue32", None)
-    if fn is None:
-        raise SignalError("this CUDA driver has no cuStreamWriteValue32")
-    try:
-        drv.check(fn(ctypes.c_void_p(stream), ctypes.c_ulonglong(address), ctypes.c_uint32(value & 0xFFFFFFFF),
-                     ctypes.c_uint(_CU_STREAM_WRITE_VALUE_DEFAULT)), "cuStreamWriteValue32")
-    except RuntimeError as exc:
-        raise SignalError(str(exc)) from None
+    from cudagym.cuda_driver import stream_write_value32
+
+    stream_write_value32(stream, address, value & 0xFFFFFFFF)
 
 
 def wait_value(stream: int, address: int, value: int) -> None:
     """Queue a wait on ``stream`` until ``*address >= value`` (32 bits, compared cyclically)."""
-    drv = _lib()
-    fn = getattr(drv.lib, "cuStreamWaitValue32_v2", None) or getattr(drv.lib, "cuStreamWaitValue32", None)
-    if fn is None:
-        raise SignalError("this CUDA driver has no cuStreamWaitValue32")
-    try:
-        drv.check(fn(ctypes.c_void_p(stream), ctypes.c_ulonglong(address), ctypes.c_uint32(value & 0xFFFFFFFF),
-                     ctypes.c_uint(_CU_STREAM_WAIT_VALUE_GEQ)), "cuStreamWaitValue32")
-    except RuntimeError as exc:
-        raise SignalError(str(exc)) from None
+    from cudagym.cuda_driver import stream_wait_value32
+
+    stream_wait_value32(stream, address, value & 0xFFFFFFFF)
