@@ -113,6 +113,22 @@ def test_phase_clock_adds_up_repeated_phases():
 
 # ------------------------------------------------------------------------------------- the live set
 
+# What both counting tasks share: the model (it counts on every reference call) and its inputs.
+TASK_TAIL = '''
+class Model(nn.Module):
+    def forward(self, x):
+        count("reference")
+        return torch.cat([x, x[:, :1]], dim=1) * 2.0
+
+
+def get_inputs():
+    return [torch.randn(*INPUT_SHAPE)]
+
+
+def get_init_inputs():
+    return []
+'''
+
 COUNTING_TASK = '''
 import gc
 import json
@@ -137,20 +153,8 @@ def count(who):
     with open(LOG, "a") as fh:
         fh.write(json.dumps([who, live(INPUT_SHAPE), live(OUTPUT_SHAPE)]) + "\\n")
 
+''' + TASK_TAIL
 
-class Model(nn.Module):
-    def forward(self, x):
-        count("reference")
-        return torch.cat([x, x[:, :1]], dim=1) * 2.0
-
-
-def get_inputs():
-    return [torch.randn(*INPUT_SHAPE)]
-
-
-def get_init_inputs():
-    return []
-'''
 
 def counted(tmp_path: Path, **settings: object) -> tuple[list[list], object]:
     log = tmp_path / "live.jsonl"
@@ -351,20 +355,8 @@ def own(shape):
 def count(who):
     print("LIVE " + json.dumps([who, own(INPUT_SHAPE), own(OUTPUT_SHAPE)]), flush=True)
 
+''' + TASK_TAIL
 
-class Model(nn.Module):
-    def forward(self, x):
-        count("reference")
-        return torch.cat([x, x[:, :1]], dim=1) * 2.0
-
-
-def get_inputs():
-    return [torch.randn(*INPUT_SHAPE)]
-
-
-def get_init_inputs():
-    return []
-'''
 
 
 @pytest.fixture(scope="module")

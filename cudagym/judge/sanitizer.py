@@ -476,7 +476,7 @@ class _SanitizedRun:
     def wait(self, deadline: float, closing: threading.Event) -> GateRun:
         """Wait for the run to end (killing it at ``deadline``, on a watchdog limit or when the pool closes)."""
         from cudagym.judge import confine
-        from cudagym.judge.watchdog import kill_process_group
+        from cudagym.judge.watchdog import kill_and_reap
 
         timed_out, killed_for = False, ""
         while self.proc.poll() is None:
@@ -487,11 +487,8 @@ class _SanitizedRun:
                 timed_out = True
                 break
             time.sleep(0.05)
-        kill_process_group(self.proc.pid)
-        try:
-            code = self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            code = -9
+        reaped = kill_and_reap(self.proc)
+        code = -9 if reaped is None else reaped
         self.reader.join(timeout=5)
         killed_for = killed_for or self.watch.violation or self.overflow  # the watchdog may have been first
         text = read_report_file(self.report_file)
@@ -500,13 +497,9 @@ class _SanitizedRun:
 
     def close(self) -> None:
         """Kill what is left of the run and delete its folder (its report file only read, never followed)."""
-        from cudagym.judge.watchdog import kill_process_group, shared_watchdog
+        from cudagym.judge.watchdog import kill_and_reap, shared_watchdog
 
-        kill_process_group(self.proc.pid)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
+        kill_and_reap(self.proc)
         shared_watchdog().unwatch(self.watch)
         self.reader.join(timeout=5)
         if self.proc.stdout is not None:

@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import stat
+import subprocess
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -119,6 +120,15 @@ def kill_process_group(root_pid: int, *, wait_s: float = 30.0) -> None:
             log.error("%d processes of group %d survived SIGKILL for %.0f s", len(left), root_pid, wait_s)
             return
         time.sleep(0.02)
+
+
+def kill_and_reap(proc: subprocess.Popen[bytes], *, wait_s: float = 30.0) -> int | None:
+    """:func:`kill_process_group` on ``proc``, then wait for it: its exit status, or ``None`` if it lives on."""
+    kill_process_group(proc.pid)
+    try:
+        return proc.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 @dataclass(eq=False)

@@ -72,7 +72,7 @@ from cudagym.judge.sandbox import (
     scrub_env,
     set_cpu_budget,
 )
-from cudagym.judge.watchdog import Watch, kill_process_group, shared_watchdog
+from cudagym.judge.watchdog import Watch, kill_and_reap, kill_process_group, shared_watchdog
 
 log = logging.getLogger(__name__)
 
@@ -447,10 +447,7 @@ class _Worker:
 
     def kill(self) -> None:
         """Kill the worker's process group and wait for the worker."""
-        kill_process_group(self.pid)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
+        if kill_and_reap(self.proc) is None:
             log.error("worker %d for GPU %s did not die after SIGKILL", self.pid, self.device)
 
     def close(self) -> None:
@@ -529,10 +526,7 @@ class _Runner:
         """Kill the runner; the result with what it printed and, if it died, how."""
         exited = self.proc.poll()
         reason = self.watch.violation or self.violation
-        kill_process_group(self.proc.pid)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
+        if kill_and_reap(self.proc) is None:
             log.error("runner %d did not die after SIGKILL", self.proc.pid)
         captured = self.output.take(-2, 2.0).text()
         if captured.strip():
@@ -545,11 +539,7 @@ class _Runner:
 
     def close(self) -> None:
         """Kill the process and free its socket, threads and folder."""
-        kill_process_group(self.proc.pid)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
+        kill_and_reap(self.proc)
         shared_watchdog().unwatch(self.watch)
         self.output.stop()
         self.trusted_end.close()
