@@ -13,6 +13,7 @@ import importlib
 import logging
 import os
 import secrets
+import sys
 import time
 import traceback
 import warnings
@@ -228,8 +229,9 @@ def _load(ctx: EvalContext, stack: ExitStack) -> None:
 
 
 def _take_snapshot(ctx: EvalContext) -> None:
-    """Record the functions the judge relies on, after the format loader and before any candidate code."""
+    """Record the judge's functions and the loaded modules: after the format loader, before candidate code."""
     ctx.snapshot = AttributeSnapshot()
+    ctx.modules_before = dict(sys.modules)
 
 
 def _load_remote(ctx: EvalContext) -> None:
@@ -242,14 +244,16 @@ def _load_remote(ctx: EvalContext) -> None:
     marks = [time.perf_counter()]
     train = ctx.protocol.extra.get("module_mode", "eval") == "train"
     ctx.ref_model = build_reference(ctx.reference, ctx.device, ctx.protocol.seed, train)
+    if ctx.on_gpu and ctx.protocol.timing == "cuda_events":  # the GPU's clock, held by this process
+        ctx.remote.bracket = True
+        # allocated before any input set: carved out of a freed input-sized block, it left the H200's 2 GiB
+        # task one more set's worth reserved (memory_probe: 120 MiB used of a 2 GiB segment)
+        ctx.remote.flusher = L2Flusher(ctx.device, l2_cache_bytes(ctx.device), ctx.protocol.l2_flush)
     inputs = ctx.make_inputs(ctx.protocol.seed + PRIMING_SEED_OFFSET)
     prime = ctx.run_reference(inputs)
     _primed(ctx, inputs, prime)
     ctx.reference_aliases = reference_aliasing(prime, inputs, ctx.ref_model)
     model = RemoteModel(ctx.remote, prime)
-    if ctx.on_gpu and ctx.protocol.timing == "cuda_events":  # the GPU's clock, held by this process
-        ctx.remote.bracket = True
-        ctx.remote.flusher = L2Flusher(ctx.device, l2_cache_bytes(ctx.device), ctx.protocol.l2_flush)
     ctx.cand_model = model  # type: ignore[assignment]
     ctx.poison_results(prime)
     del prime
@@ -263,12 +267,12 @@ def _load_remote(ctx: EvalContext) -> None:
         model.calibrate(inputs, between=between)
     del inputs
     marks.append(time.perf_counter())
-    ctx.remote.start({"device": str(ctx.device), "output_dtype": str(ctx.output_dtype).removeprefix(
+    stages = ctx.remote.start({"device": str(ctx.device), "output_dtype": str(ctx.output_dtype).removeprefix(
         "torch."), "reference_aliases": ctx.reference_aliases})
     marks.append(time.perf_counter())
     spent = [b - a for a, b in zip(marks, marks[1:], strict=False)]
     ctx.note("load: reference built and primed {:.2f} s, runner ready {:.2f} s, calibration {:.2f} s, candidate "
-             "loaded in the runner {:.2f} s".format(*spent))
+             "loaded in the runner {:.2f} s".format(*spent) + (f" (the runner's account: {stages})" if stages else ""))
 
 
 def _retimes(ctx: EvalContext) -> bool:

@@ -132,12 +132,13 @@ class RunnerLink:
         return reply
 
     def bracketed(self, message: dict[str, Any], stage: Callable[[], None], out_slots: list[Slot],
-                  expect: str) -> tuple[dict[str, Any], float, list[torch.Tensor]]:
+                  expect: str, keep: bool = True) -> tuple[dict[str, Any], float, list[torch.Tensor]]:
         """One timed request that the trusted process brackets on the GPU (:mod:`cudagym.judge.split.signals`).
 
         ``stage`` queues the call's inputs into the arena (and poisons the outputs); the L2 flush follows
         it. Returns the reply, the bracket in microseconds, and the outputs as they were in the arena when
-        the bracket closed (copied out in stream order right after it: what the judge compares).
+        the bracket closed (copied out in stream order right after it: what the judge compares), or none
+        where ``keep`` is false (a calibration's: nothing compares them, and a copy is a whole output set).
         """
         from cudagym.judge.split.signals import ARMED, DONE, GO, wait_value, write_value
 
@@ -156,7 +157,7 @@ class RunnerLink:
         write_value(stream.cuda_stream, base + GO, n)
         wait_value(stream.cuda_stream, base + DONE, n)
         end.record(stream)
-        outputs = [v.clone() for v in views(self.arenas["outputs"].tensor, out_slots)]
+        outputs = [v.clone() for v in views(self.arenas["outputs"].tensor, out_slots)] if keep else []
         try:
             self.channel.send({**message, "round": n})
             if not self.channel.readable(ARM_WAIT_S):  # its call waits on its host (a sync inside forward)
@@ -180,9 +181,16 @@ class RunnerLink:
         except OSError as exc:
             raise RunnerLost(f"the runner's channel failed: {exc}") from None
 
-    def start(self, start: dict[str, Any]) -> None:
-        """Let the runner load the candidate; returns once it is loaded (or raises its failure)."""
-        self.request({"kind": "start", **start}, expect="loaded")
+    def start(self, start: dict[str, Any]) -> str:
+        """Let the runner load the candidate: once it is loaded (or raises its failure), its account of the time.
+
+        The account is the runner's own (``setup 0.01 s, ...``), for notes only.
+        """
+        reply = self.request({"kind": "start", **start}, expect="loaded")
+        stages = reply.get("stages_s")
+        if not isinstance(stages, dict):
+            return ""
+        return ", ".join(f"{str(k)[:30]} {_number(v):.2f} s" for k, v in list(stages.items())[:10])
 
     def ensure_arenas(self, input_bytes: int, output_bytes: int) -> None:
         """Arenas at least this large, shared with the runner (replaced when too small)."""
@@ -292,16 +300,18 @@ class RemoteModel:
         """Whether timed calls are bracketed on the GPU by this process (else: its host clock)."""
         return self.link.bracket and self.link.device.type == "cuda"
 
-    def _timed_request(self, kind: str, args: list[Any], expect: str) -> tuple[dict[str, Any], float, Any]:
+    def _timed_request(self, kind: str, args: list[Any], expect: str,
+                       keep: bool = True) -> tuple[dict[str, Any], float, Any]:
         """One timed request: its reply, the trusted clock around it, and the outputs.
 
-        The clock is the GPU bracket (the outputs then copied as it closed) or, on the host path, the wall
-        time (the outputs ``None``: read from the arena after the reply).
+        The clock is the GPU bracket (the outputs then copied as it closed, unless ``keep`` is false) or, on
+        the host path, the wall time (the outputs ``None``: read from the arena after the reply).
         """
         request = {"kind": kind, "outputs": [s.to_json() for s in self.out_slots], "container": self.container}
         if self.bracketed:
             spec, stage = self._staged(tuple(args))
-            reply, bracket, outs = self.link.bracketed({**request, "args": spec}, stage, self.out_slots, expect)
+            reply, bracket, outs = self.link.bracketed({**request, "args": spec}, stage, self.out_slots, expect,
+                                                       keep)
             return reply, bracket, outs
         spec = self._place(tuple(args))
         t0 = time.perf_counter()
@@ -375,13 +385,13 @@ class RemoteModel:
                 between()
                 if self.link.arenas and self.link.arenas["inputs"].tensor.is_cuda:
                     torch.cuda.synchronize(self.link.arenas["inputs"].tensor.device)
-            reply, wall, outs = self._timed_request("calibrate", args, "calibrated")
+            reply, wall, _ = self._timed_request("calibrate", args, "calibrated", keep=False)
             try:
                 claim = float(reply["time_us"])
             except (KeyError, TypeError, ValueError) as exc:
                 raise RunnerLost(f"the runner sent a malformed calibration ({exc})") from None
             if math.isfinite(claim) and 0 <= claim <= wall:
-                (self.link.calibration_gap_us if outs is not None else self.link.calibration_us).append(wall - claim)
+                (self.link.calibration_gap_us if self.bracketed else self.link.calibration_us).append(wall - claim)
                 self.link.handled_us["calibrate"].append(_number(reply.get("handled_us")))
                 self.link.phases_us["calibrate"].append(_numbers(reply.get("phases_us"), 3))
 
