@@ -7,6 +7,7 @@ the attack and the reward: the verdict is made in a process that never loaded th
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Iterator, Sequence
 
@@ -219,6 +220,9 @@ def test_honest_candidate_passes_and_is_timed_in_the_runner(pool: WorkerPool) ->
     assert result.candidate.runs == 5 and result.eager.runs == 5
     assert "made by the trusted process" in result.log
     assert "timing claims: median" in result.log
+    load = next(n for n in result.notes if n.startswith("load:"))  # where the runner's start went, stage by stage
+    assert re.search(r"the runner's account: setup [0-9.]+ s, source checks [0-9.]+ s, reference [0-9.]+ s, "
+                     r"candidate module [0-9.]+ s, models [0-9.]+ s, guards [0-9.]+ s\)$", load), load
 
 
 def test_a_patched_comparison_in_the_candidates_process_forges_nothing(pool: WorkerPool) -> None:

@@ -29,6 +29,9 @@ from cudagym.judge.guards import escape
 from cudagym.judge.sandbox import SandboxPolicy, enter_sandbox, set_cpu_budget
 from cudagym.judge.split.channel import Channel, RunnerLost
 
+# what the runner's start spends its time on, in order (reported to the trusted side, which notes it)
+LOAD_STAGES = ("setup", "source checks", "reference", "candidate module", "models", "guards")
+
 
 def main(argv: list[str] | None = None) -> int:
     """Enter the sandbox, get ready, serve one job, exit."""
@@ -145,6 +148,7 @@ class _Server:
         set_cpu_budget(self.policy.cpu_time_s)
         artifact = os.path.dirname(job.build.artifact_path) if job.build.artifact_path else ""
         escape.start_job(job.workdir, extra=[artifact] if artifact else [])
+        marks = [time.perf_counter()]
         try:
             ctx = EvalContext(job, device, sided(select_guards(job.protocol.guards), "runner"), Path(job.workdir))
             ctx.side = "runner"
@@ -158,20 +162,28 @@ class _Server:
             ctx.sources = dict(job.solution.files)
             if ctx.on_gpu and job.protocol.launch_cover_us > 0 and job.protocol.timing == "cuda_events":
                 ctx.setup_cover()
+            marks.append(time.perf_counter())
             ctx.output_dtype = getattr(torch, str(start.get("output_dtype", "float32")), torch.float32)
             for guard in ctx.guards:
                 guard.check_sources(ctx)
+            marks.append(time.perf_counter())
             torch.set_grad_enabled(False)
             ctx.reference = load_reference(job.task)
+            marks.append(time.perf_counter())
             ctx.module = self.stack.enter_context(candidate_module(job.build, ctx.workdir, lambda: _take_snapshot(ctx)))
+            marks.append(time.perf_counter())
             train = job.protocol.extra.get("module_mode", "eval") == "train"
             ctx.ref_model, ctx.cand_model = build_models(ctx.reference, ctx.module, device, job.protocol.seed, train)
+            marks.append(time.perf_counter())
             for guard in ctx.guards:
                 guard.after_load(ctx)
+            marks.append(time.perf_counter())
             ctx.ref_model = None  # the runner never runs the reference: its outputs are the trusted side's
         except Exception as exc:
             return {**_failure_reply(exc), "violations": self._new_violations()}
-        return {"kind": "loaded", "violations": self._new_violations()}
+        stages = [round(b - a, 4) for a, b in zip(marks, marks[1:], strict=False)]
+        return {"kind": "loaded", "violations": self._new_violations(), "stages_s": dict(zip(LOAD_STAGES, stages,
+                                                                                              strict=False))}
 
     def _follow_device(self, name: Any) -> None:
         """Judge on the CPU when the trusted side does (the CPU path on a host that has a GPU too)."""
