@@ -740,3 +740,33 @@ def test_13_in_submit_every_interleaved_round_is_compared(pool: WorkerPool) -> N
     result = judge(pool, TELLS_TIMED_FROM_AUDITED, mode=EvalMode.SUBMIT)
     assert_minus_one(result, EvalStatus.INCORRECT)
     assert "outputs during timing did not match" in result.message
+
+
+# (18) The reference imported at run time, out of the static scan's sight: model_new.py writes the task's source
+# to model.py in its own folder and loads it by a dotted name built from pieces (``pkgutil``, no ``import model``,
+# no ``Model`` name), then runs the reference's forward on its own weights. Only the loaded-module check of
+# ``reference_reuse`` (after the candidate is loaded: which modules it added, and whether one is that file) sees it.
+REFERENCE_IMPORTED_AT_RUN_TIME = (
+    "import os\nimport pkgutil\nimport sys\n\nimport torch.nn as nn\n\n"
+    f"SOURCE = {textwrap.dedent(TASK)!r}\n"
+    "with open(os.path.join(os.getcwd(), 'model.py'), 'w') as f:\n"
+    "    f.write(SOURCE)\n"
+    "sys.path.insert(0, os.getcwd())\n"
+    "_reference = pkgutil.resolve_name('mod' + 'el:Mod' + 'el')\n\n"
+    "class ModelNew(nn.Module):\n"
+    "    def __init__(self, n):\n"
+    "        super().__init__()\n"
+    "        self.lin = nn.Linear(n, n)\n\n"
+    "    def forward(self, x):\n"
+    "        return _reference.forward(self, x)\n"
+)
+
+
+def test_18_the_reference_imported_at_run_time_is_named(pool: WorkerPool) -> None:
+    from cudagym.judge.guards.reference import _findings
+    from cudagym.judge.guards.source_scan import parse_python
+
+    assert list(_findings(parse_python(REFERENCE_IMPORTED_AT_RUN_TIME))) == []  # the static scan sees nothing
+    result = judge(pool, REFERENCE_IMPORTED_AT_RUN_TIME, guards=("reference_reuse",))
+    assert_minus_one(result, EvalStatus.RULE_VIOLATION)
+    assert "the workspace's model.py was imported (as module 'model')" in result.message, result.message

@@ -14,6 +14,7 @@ be an instance of the reference class.
 from __future__ import annotations
 
 import ast
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,10 +63,13 @@ class ReferenceReuse(Guard):
             ctx.flag(self.name, "ModelNew inherits from the reference Model")
         if any(isinstance(sub, ref_cls) for sub in ctx.cand_model.modules()):
             ctx.flag(self.name, "ModelNew holds an instance of the reference Model")
-        model_py = (ctx.workdir / "model.py").resolve()
+        model_py = ctx.workdir / "model.py"
+        before = ctx.modules_before
         for name, module in list(sys.modules.items()):
+            if before.get(name) is module:  # loaded before the candidate's code ran: not its doing
+                continue
             file = getattr(module, "__file__", None)
-            if file and _same_file(file, model_py):
+            if isinstance(file, str) and _same_file(file, model_py):
                 ctx.flag(self.name, f"the workspace's model.py was imported (as module {name!r})")
 
 
@@ -105,7 +109,17 @@ def _callee_name(node: ast.Attribute, aliases: dict[str, str]) -> str:
 
 
 def _same_file(file: str, target: Path) -> bool:
+    """Whether ``file`` is ``target``: the same inode (a link under any name) or, once deleted, the same path.
+
+    Called only for the modules the candidate's code added or replaced: resolving the path of every loaded
+    module (about 2,300 with torch, dynamo and CuPy) took 0.4-0.6 s of each runner's start on the H200 host.
+    """
     try:
-        return Path(file).resolve() == target
-    except (OSError, RuntimeError):
+        found, wanted = os.stat(file), os.stat(target)
+        return (found.st_dev, found.st_ino) == (wanted.st_dev, wanted.st_ino)
+    except (OSError, ValueError):
+        pass
+    try:
+        return Path(file).resolve() == target.resolve()
+    except (OSError, RuntimeError, ValueError):
         return False

@@ -97,6 +97,7 @@ class EvalContext:
         self.ref_model: torch.nn.Module | None = None
         self.cand_model: torch.nn.Module | None = None
         self.snapshot: AttributeSnapshot | None = None
+        self.modules_before: dict[str, Any] = {}  # sys.modules as the candidate's code found it
         self.checks: list[InputCheck] = []
         self.violations: list[Violation] = []
         self.notes: list[str] = []
