@@ -189,9 +189,9 @@ def test_a_2_gib_task_stays_within_the_bound_in_the_split_both_processes_and_the
     # The whole device: both processes' bounds and the CUDA contexts of the processes alive (the worker, its
     # spare, the job's runner and the spare runners the pool starts for the next jobs), each as measured above;
     # SMALL leaves room for the kernels they load.
-    from cudagym.judge.worker import PoolOptions
+    from cudagym.judge.worker import default_spare_runners
 
-    contexts = (3 + PoolOptions().spare_runners) * context
+    contexts = (3 + default_spare_runners(1)) * context
     assert grown <= cost.peak_device_memory_bytes + cost.runner_peak_device_memory_bytes + contexts + SMALL
     assert grown <= (r + s + 2 * o) + (r + o) + contexts + 2 * SMALL
 

@@ -110,6 +110,19 @@ def test_pool_options_out_of_range_are_a_config_error(changes, named):
         WorkerPool(["0"], options=options(**changes))
 
 
+def test_spare_runners_left_open_are_half_the_cores_shared_among_the_gpus(monkeypatch):
+    from cudagym.judge import worker
+
+    for cores, gpus, expected in ((16, 1, 8), (2, 1, 2), (32, 2, 8), (128, 8, 8), (8, 4, 2), (12, 1, 6)):
+        monkeypatch.setattr(worker.os, "sched_getaffinity", lambda _pid, n=cores: set(range(n)))
+        assert worker.default_spare_runners(gpus) == expected, (cores, gpus)
+    monkeypatch.setattr(worker.os, "sched_getaffinity", lambda _pid: set(range(12)))
+    with WorkerPool(["0", "1"], options=options()) as pool:  # the pool's own GPUs share the cores
+        assert pool.options.spare_runners == 3
+    with WorkerPool(["0"], options=options(spare_runners=5)) as pool:  # a given count stands
+        assert pool.options.spare_runners == 5
+
+
 def test_workers_are_recycled_after_n_jobs():
     with WorkerPool(["0"], options=options(max_jobs_per_worker=2)) as pool:
         pids = [run(pool, PID).message for _ in range(5)]

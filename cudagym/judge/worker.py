@@ -124,7 +124,8 @@ class PoolOptions:
             default job function, off for any other (which then gets no runner).
         spare_runners: Runners per GPU kept started (torch imported, CUDA up) ahead of the jobs. A runner
             takes seconds to start and serves one job, so back-to-back jobs wait for one unless several
-            start at once; each idle one holds a CUDA context (about half a GiB of device memory).
+            start at once; each idle one holds a CUDA context (about half a GiB of device memory) and an
+            interpreter with torch imported (host memory). ``None``: :func:`default_spare_runners`.
     """
 
     job_fn: str = DEFAULT_JOB_FN
@@ -137,7 +138,7 @@ class PoolOptions:
     pythonpath: tuple[str, ...] = ()
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     runner: bool | None = None
-    spare_runners: int = 3
+    spare_runners: int | None = None
 
     @property
     def uses_runner(self) -> bool:
@@ -604,7 +605,7 @@ class _Lane:
         return runner
 
     def _top_up_runners(self) -> None:
-        while (self.options.uses_runner and len(self.runners) < max(1, self.options.spare_runners)
+        while (self.options.uses_runner and len(self.runners) < max(1, self.options.spare_runners or 1)
                and not self.closing.is_set()):
             self.runners.append(_Runner(self.device, self.options, self.root))
 
@@ -686,6 +687,20 @@ class _Lane:
         return WorkerInfo(self.device, w.pid, self.generation, w.jobs_done, w.info, w.isolation)
 
 
+def default_spare_runners(gpus: int) -> int:
+    """Spare runners per GPU where :class:`PoolOptions` leaves it open: half the host's cores per GPU, 2 to 8.
+
+    A runner starts in about 5 s of one core (importing torch, ``torch._dynamo`` and CuPy; CUDA up) and
+    serves one job of about a second, so a GPU kept busy back to back needs several starting at once (the
+    H200 host, 16 cores: 8; with three, two of eight back-to-back evaluations waited 5-6 s for one).
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 2
+    return max(2, min(8, cores // (2 * max(1, gpus))))
+
+
 class WorkerPool:
     """One sandboxed worker process per GPU, fed by per-GPU queues; thread-safe.
 
@@ -713,6 +728,8 @@ class WorkerPool:
             options = dataclasses.replace(options, job_fn=job_fn)
         from cudagym.errors import ConfigError
 
+        if options.spare_runners is None:
+            options = dataclasses.replace(options, spare_runners=default_spare_runners(len(device_ids)))
         if not 1 <= options.spare_runners <= 16:
             raise ConfigError(f"expected 1 <= spare_runners <= 16, got {options.spare_runners}")
         if options.max_jobs_per_worker < 1 or not 0 <= options.spare_workers <= 16:
