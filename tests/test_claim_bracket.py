@@ -53,3 +53,19 @@ def test_a_claim_beyond_its_bracket_is_unverifiable() -> None:
 def test_without_a_calibration_nothing_can_be_confirmed() -> None:
     claims, brackets = _calls(139.0, 671.4)
     assert "could not be calibrated" in judge_bracketed_claims(claims, brackets, [])[1]
+
+
+def test_a_bracket_closed_before_the_calls_own_path_is_unverifiable() -> None:
+    claims, brackets = _calls(1.0, 252.5)  # H200: "done" written from a side stream ahead of the work
+    assert "signalled done ahead of its call's work" in judge_bracketed_claims(claims, brackets, CALIBRATION)[1]
+
+
+def test_early_done_on_a_few_calls_is_enough_and_honest_noise_is_not() -> None:
+    claims, brackets = _calls(139.0, 671.4)
+    for i in (4, 9, 14):  # calls the attacker guesses are not compared
+        brackets[i] -= 400.0
+    assert "3 of 30 timed call(s)" in judge_bracketed_claims(claims, brackets, CALIBRATION)[1]
+    claims, brackets = _calls(139.0, 671.4)
+    for i in range(0, 30, 3):  # honest calls a few microseconds under the empty call's cost
+        brackets[i] -= 7.0
+    assert judge_bracketed_claims(claims, brackets, CALIBRATION)[1] == ""

@@ -571,6 +571,12 @@ def judge_bracketed_claims(claims: list[float], brackets: list[float], calibrati
     timed before any candidate code was in the runner; a timed call's gap beyond them is work the claim
     leaves out. What a runner could still hide is what it can skip of the calibrated path: writing its
     outputs straight into the arena instead of copying them there.
+
+    A gap short of the empty call's by more than twice the allowance is the other way round: the bracket
+    closed before the runner's own delivery path could have run, so the runner signalled "done" ahead of
+    its call's work (whose outputs then missed the copy-out). Another context's time slice only lengthens a
+    bracket, so one such call is enough; on the H200 honest gaps stayed within -6.0 to +3.1 us of the
+    empty call's, an early "done" was 421 us short.
     """
     over = [(c, b) for c, b in zip(claims, brackets, strict=True) if c > b]
     if over:
@@ -589,6 +595,11 @@ def judge_bracketed_claims(claims: list[float], brackets: list[float], calibrati
         return note, (f"the runner timed the candidate at {claim:.1f} us per call, but the judge's GPU clock saw "
                       f"{gap - base:.1f} us more per call than the claim and an empty call's cost (allowed "
                       f"{allowed:.1f} us): work ran outside the timed region")
+    short = [g for g in gaps if base - g > 2 * allowed]
+    if short:
+        return note, (f"the judge's GPU clock closed {len(short)} of {len(gaps)} timed call(s) up to "
+                      f"{base - min(short):.1f} us before an empty call's cost (allowed {2 * allowed:.1f} us): the "
+                      "runner signalled done ahead of its call's work")
     return note, ""
 
 
