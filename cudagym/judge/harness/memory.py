@@ -19,8 +19,11 @@ phase                  alive at the peak                                        
 priming (T)            models, the priming set, the reference's intermediates and   T: S (a fresh draw:
                        outputs; then a fresh draw of the set (does the reference    the reference's own
                        write its inputs?)                                           writes, found once)
-calibration (T, N)     T: the arenas (S + O); N: zeros of the outputs' shapes,      T: S + O; N: O
-                       released before the candidate loads
+calibration (T, N)     T: the arenas (S + O), no copy of the empty calls' outputs   T: S + O; N: O
+                       (before: one per call, two alive at once across the loop,
+                       the split's whole excess on the H200 with the L2 flush
+                       buffer below); N: zeros of the outputs' shapes, released
+                       before the candidate loads
 check (T)              the set (the reference's input), the candidate's outputs     T: S + 2 O
                        copied out of the output arena (O), the reference's run,
                        the arenas. No trusted copy of the inputs: the input arena
@@ -42,8 +45,9 @@ timed round (T)        the round's set (the baselines' input: they share it when
                        the reference does not write its inputs; before: a copy
                        each), the candidate's outputs, one baseline's run, the
                        arenas; the L2 flush buffer, allocated on an emptied cache
-                       before the loop (before: carved out of a free input-sized
-                       block, which then held one more set's worth reserved)
+                       before the loop, in the split before the first input set
+                       (before: carved out of a free input-sized block, which
+                       then held one more set's worth reserved)
 timed round (N)        the candidate's run on the arena's views, the L2 flush       N: ε
 spot check (T)         the round's set (the reference runs on it where it leaves    T: S + 2 O
                        its inputs alone), the candidate's outputs, the reference
