@@ -8,8 +8,10 @@ one tested. The GPU-only guards (side streams, kernel mix, the allocator scrub) 
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 import time
+import types
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -622,9 +624,27 @@ def test_reference_reuse_at_run_time_sees_subclassing_and_instances(tmp_path):
 
     for cand, words in ((ModelNew(), "inherits"), (Holder(), "holds an instance")):
         ctx = _Ctx(violations=[], reference=SimpleNamespace(model_cls=Model), module=object(), cand_model=cand,
-                   workdir=tmp_path)
+                   workdir=tmp_path, modules_before=dict(sys.modules))
         guard.after_load(ctx)
         assert any(words in m for _, m in ctx.violations)
+
+
+def test_reference_reuse_names_a_module_loaded_from_model_py_under_any_name(tmp_path, monkeypatch):
+    (guard,) = select_guards(["reference_reuse"])
+    (tmp_path / "model.py").write_text("X = 1\n")
+    (tmp_path / "helper.py").symlink_to(tmp_path / "model.py")
+    before = dict(sys.modules)
+    loaded = types.ModuleType("helper")
+    loaded.__file__ = str(tmp_path / "helper.py")  # what importing the link gives
+    monkeypatch.setitem(sys.modules, "helper", loaded)
+    ctx = _Ctx(violations=[], reference=SimpleNamespace(model_cls=torch.nn.Identity), module=object(),
+               cand_model=torch.nn.ReLU(), workdir=tmp_path, modules_before=before)
+    guard.after_load(ctx)
+    assert [m for _, m in ctx.violations] == ["the workspace's model.py was imported (as module 'helper')"]
+    ctx = _Ctx(violations=[], reference=SimpleNamespace(model_cls=torch.nn.Identity), module=object(),
+               cand_model=torch.nn.ReLU(), workdir=tmp_path, modules_before=dict(sys.modules))
+    guard.after_load(ctx)  # loaded before the candidate's code ran: not its doing
+    assert ctx.violations == []
 
 
 def test_a_cuda_error_marks_the_context_poisoned():
