@@ -5,7 +5,7 @@
 #   bash benchmarks/gpu_session.sh [SECONDS_PER_STEP [TOTAL_SECONDS [STEP ...]]]    (repository root, GPU host)
 # Steps: prebuild (prebuild1: bundled only) build formats local sandbox split whitebox templates env hacks judge
 # bundled bench_bld bench_eval soak, and the later issues' runs: cupy sb3 ppo ray bench_gpu chat tuning bench
-# bench_rs (the bench resumed from $BENCH_DIR, carried) raw_rt raw_full (its full evaluation alone) vec memory sanit (default: the first list but soak). A step may carry its own limit: NAME:SECONDS.
+# bench_rs (the bench resumed from $BENCH_DIR, carried) raw_rt raw_full (its full evaluation alone) vec scaling (two GPUs) memory sanit (default: the first list but soak). A step may carry its own limit: NAME:SECONDS.
 # Wheels the host lacks (gymnasium) are installed from .whl/ when it exists (../shared/tools/stage-wheels.sh);
 # bubblewrap from .debs/ (carry both).
 # The caches live in /tmp/cudagym-cache (outside the synced tree), so a later call on a still-warm host reuses them.
@@ -77,6 +77,8 @@ for s in $steps; do
                 mkdir -p "$out/bench-scripted" && cp -r "$bdir/." "$out/bench-scripted/" ;;  # resumable across calls
     raw_rt)     run_step raw_rt     $base benchmarks/bench_raw_runtime.py --benchmark-only \
                                       --benchmark-json "$out/bench_raw_runtime.json" ;;
+    scaling)    run_step scaling    env CUDAGYM_BENCH_GPU=1 $base benchmarks/bench_scaling.py \
+                                      --benchmark-json "$out/bench_scaling.json" ;;  # issue 16: two GPUs
     raw_full)   run_step raw_full   $base benchmarks/bench_raw_runtime.py --benchmark-only -k full_evaluation \
                                       --benchmark-json "$out/bench_raw_full.json" ;;  # 8 rounds, 6 s apart
     vec)        run_step vec        env CUDAGYM_BENCH_GPU=1 CUDAGYM_BENCH_SECONDS=60 $base benchmarks/bench_vec.py -k gpu \
