@@ -547,6 +547,7 @@ def verify_claims(ctx: EvalContext) -> None:
 BRACKET_QUANTILE = 0.2  # of the timed calls' gaps: a busy GPU (another context's time slice) only adds to one
 BRACKET_SLACK = 0.05  # the claim may fall this fraction short of the bracket less the calibrated gap ...
 BRACKET_SLACK_US = 10.0  # ... and this many microseconds more (``protocol.extra["bracket_slack_us"]`` overrides)
+SHORT_BRACKETS = 2  # calls whose bracket closed before an empty call's cost that make a violation
 
 
 def _verify_bracketed_claims(ctx: EvalContext) -> None:
@@ -575,8 +576,8 @@ def judge_bracketed_claims(claims: list[float], brackets: list[float], calibrati
     A gap short of the empty call's by more than twice the allowance is the other way round: the bracket
     closed before the runner's own delivery path could have run, so the runner signalled "done" ahead of
     its call's work (whose outputs then missed the copy-out). Another context's time slice only lengthens a
-    bracket, so one such call is enough; on the H200 honest gaps stayed within -6.0 to +3.1 us of the
-    empty call's, an early "done" was 421 us short.
+    bracket, so two such calls are enough (one alone moves no median, and is let pass as a glitch); on the
+    H200 honest gaps stayed within -6.0 to +3.1 us of the empty call's, an early "done" was 421 us short.
     """
     over = [(c, b) for c, b in zip(claims, brackets, strict=True) if c > b]
     if over:
@@ -596,7 +597,7 @@ def judge_bracketed_claims(claims: list[float], brackets: list[float], calibrati
                       f"{gap - base:.1f} us more per call than the claim and an empty call's cost (allowed "
                       f"{allowed:.1f} us): work ran outside the timed region")
     short = [g for g in gaps if base - g > 2 * allowed]
-    if short:
+    if len(short) >= SHORT_BRACKETS:
         return note, (f"the judge's GPU clock closed {len(short)} of {len(gaps)} timed call(s) up to "
                       f"{base - min(short):.1f} us before an empty call's cost (allowed {2 * allowed:.1f} us): the "
                       "runner signalled done ahead of its call's work")
