@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
-
-PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "perf_table.py"
+from script_module import load_script
 
 
 @pytest.fixture(scope="module")
 def perf():
-    spec = importlib.util.spec_from_file_location("perf_table", PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["perf_table"] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules["perf_table"]
-    return module
+    return load_script("benchmarks/perf_table.py", "perf_table")
 
 
 def _run(tmp_path: Path) -> Path:

@@ -4,16 +4,15 @@ cache; the GPU sampler with and without ``nvidia-smi``."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import stat
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 from judge_stubs import StubBuilds, StubGpus
+from script_module import load_script
 
 from cudagym.judge.baselines import BaselineCache
 from cudagym.judge.pipeline import Pipeline, PipelineJudge
@@ -21,7 +20,6 @@ from cudagym.judge.records import EvalResult
 from cudagym.solution import Solution
 from cudagym.task import make_task
 
-PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_scaling.py"
 JOB_S = 0.04
 
 TASK = '''
@@ -42,14 +40,7 @@ def get_init_inputs():
 
 @pytest.fixture(scope="module")
 def scaling():
-    spec = importlib.util.spec_from_file_location("bench_scaling", PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_scaling"] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules["bench_scaling"]
-    return module
+    return load_script("benchmarks/bench_scaling.py", "bench_scaling")
 
 
 class LaneGpus(StubGpus):

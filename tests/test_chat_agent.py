@@ -17,6 +17,7 @@ from cudagym.baselines.chat import ChatAgent, ChatConfig
 from cudagym.baselines.random_agent import RandomAgent
 from cudagym.baselines.standin import ChatStandIn, Reply, completion, solution_replies, text_message
 from fakes import FakeJudge
+from script_module import load_script
 
 from cudagym.env import CudaKernelEnv
 from cudagym.errors import ConfigError
@@ -243,18 +244,9 @@ def test_random_agent_sends_valid_calls_and_is_seeded(bundled: Path) -> None:
 
 def test_the_chat_episode_example_runs_through_the_stand_in(tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    import importlib.util
-    import sys
 
     root = write_bundled_tree(tmp_path / "bundled")
-    path = Path(__file__).parent.parent / "examples" / "chat_episode.py"
-    spec = importlib.util.spec_from_file_location("chat_episode", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["chat_episode"] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules["chat_episode"]
+    module = load_script("examples/chat_episode.py", "chat_episode")
     record = module.main(["--task", TASK, "--out", str(tmp_path / "out"), "--bundled-root", str(root),
                           "--tokenizer", TOKENIZER], judge=FakeJudge())
     out = capsys.readouterr().out

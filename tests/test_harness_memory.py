@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from script_module import load_script
 from test_harness_cpu import HONEST, LINEAR_TASK, one_thread, run  # noqa: F401 - one_thread is autouse
 
 from cudagym.judge.harness import memory
@@ -493,15 +494,8 @@ def test_the_probe_replay_finds_both_peaks_and_what_pins_a_partly_used_segment()
 
 
 def test_the_probe_runs_an_evaluation_in_one_process_and_in_the_split_on_the_cpu(tmp_path):
-    import importlib.util
-    import sys
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "memory_probe.py"
-    spec = importlib.util.spec_from_file_location("memory_probe", script)
-    assert spec is not None and spec.loader is not None
-    probe = importlib.util.module_from_spec(spec)
-    sys.modules["memory_probe"] = probe
-    spec.loader.exec_module(probe)
+    probe = load_script("benchmarks/memory_probe.py", "memory_probe")
     assert probe.main(["--cpu", "--gib", "0.0001", "--out", str(tmp_path)]) == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["one_process"]["status"] == summary["split"]["status"] == "ok"

@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
+from script_module import load_script
 
 from cudagym.judge.task_check import TaskRow, to_csv
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "kernelbench_compare.py"
 
 
 @pytest.fixture(scope="module")
 def kbc():
     pytest.importorskip("scipy")
-    spec = importlib.util.spec_from_file_location("kernelbench_compare", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["kernelbench_compare"] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/kernelbench_compare.py", "kernelbench_compare")
 
 
 # (file name, published eager ms, published compile ms, measured eager us, measured compile us) for level 1:

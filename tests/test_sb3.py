@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from conftest_env import TOKENIZER
 from fakes import FakeJudge, incorrect_result
+from script_module import load_script
 
 from cudagym.errors import ConfigError
 from cudagym.integrations import kernel_families
@@ -210,20 +211,10 @@ def test_check_env_with_the_real_judge_builds_on_cpu() -> None:
 
 
 def test_the_example_compares_ppo_with_random_search(tmp_path, capsys) -> None:
-    import importlib.util
     import json
     import re
-    import sys
-    from pathlib import Path
 
-    path = Path(__file__).parent.parent / "examples" / "sb3_launch_tuning.py"
-    spec = importlib.util.spec_from_file_location("sb3_launch_tuning", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["sb3_launch_tuning"] = module  # dataclasses look their module up there
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules["sb3_launch_tuning"]
+    module = load_script("examples/sb3_launch_tuning.py", "sb3_launch_tuning")
 
     def timed_by_block(task, solution, mode):  # bigger blocks are faster: a landscape with one best corner
         from fakes import timed_result
@@ -244,18 +235,8 @@ def test_the_example_compares_ppo_with_random_search(tmp_path, capsys) -> None:
 
 
 def test_the_example_tunes_a_tile_family(tmp_path, capsys) -> None:
-    import importlib.util
-    import sys
-    from pathlib import Path
 
-    path = Path(__file__).parent.parent / "examples" / "sb3_launch_tuning.py"
-    spec = importlib.util.spec_from_file_location("sb3_launch_tuning_tiles", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["sb3_launch_tuning_tiles"] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules["sb3_launch_tuning_tiles"]
+    module = load_script("examples/sb3_launch_tuning.py", "sb3_launch_tuning_tiles")
 
     def timed_by_tile(task, solution, mode):  # taller tiles are faster
         from fakes import timed_result
