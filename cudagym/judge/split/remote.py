@@ -365,7 +365,7 @@ class RemoteModel:
             raise RunnerLost(f"the runner sent a malformed timing ({exc})") from None
         if not (math.isfinite(claim) and claim > 0):
             raise RunnerLost(f"the runner claimed an impossible time ({claim!r} us)")
-        (self.link.bracket_us if outs is not None else self.link.wall_us).append(wall)
+        (self.link.bracket_us if self.bracketed else self.link.wall_us).append(wall)
         self.link.claimed_us.append(claim)
         self.link.handled_us["timed"].append(_number(reply.get("handled_us")))
         self.link.phases_us["timed"].append(_numbers(reply.get("phases_us"), 3))

@@ -242,7 +242,17 @@ class _Server:
         return args
 
     def _deliver(self, request: dict[str, Any], outputs: Any) -> str:
-        """Copy the candidate's outputs into the output arena; ``""`` or why their structure is wrong."""
+        """Copy the candidate's outputs into the output arena and wait; ``""`` or why their structure is wrong."""
+        problem = self._queue_outputs(request, outputs)
+        if not problem and self.device.type == "cuda":
+            import torch
+
+            torch.cuda.synchronize(self.device)
+        return problem
+
+    def _queue_outputs(self, request: dict[str, Any], outputs: Any) -> str:
+        """Queue the outputs' copy into the output arena on the current stream; ``""`` or why it cannot be made."""
+        from cudagym.judge.harness.inputs import tensors_in
         from cudagym.judge.split.arena import Slot, views
         from cudagym.judge.split.remote import structure_problem
 
@@ -250,14 +260,8 @@ class _Server:
         problem = structure_problem(outputs, expected, request.get("container", "tensor"))
         if problem:
             return problem
-        from cudagym.judge.harness.inputs import tensors_in
-
         for view, tensor in zip(views(self.arenas["outputs"].tensor, expected), tensors_in(outputs), strict=True):
             view.copy_(tensor)
-        if self.device.type == "cuda":
-            import torch
-
-            torch.cuda.synchronize(self.device)
         return ""
 
     def _forward(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -383,20 +387,12 @@ class _RunnerBracket:
 
     def close(self, outputs: Any, stream: Any) -> None:
         """Outputs into the arena, then done on the call's stream; armed at once on the side stream."""
-        from cudagym.judge.harness.inputs import tensors_in
-        from cudagym.judge.split.arena import Slot, views
-        from cudagym.judge.split.remote import structure_problem
+        import torch
+
         from cudagym.judge.split.signals import ARMED, DONE, write_value
 
-        expected = [Slot.from_json(s) for s in self.request["outputs"]]
-        self.problem = structure_problem(outputs, expected, self.request.get("container", "tensor"))
-        if not self.problem:
-            import torch
-
-            with torch.cuda.stream(stream):  # the call's stream, whatever the candidate made current
-                for view, tensor in zip(views(self.server.arenas["outputs"].tensor, expected), tensors_in(outputs),
-                                        strict=True):
-                    view.copy_(tensor)
+        with torch.cuda.stream(stream):  # the call's stream, whatever the candidate made current
+            self.problem = self.server._queue_outputs(self.request, outputs)
         write_value(stream.cuda_stream, self.base + DONE, self.round)
         write_value(self.server.side.cuda_stream, self.base + ARMED, self.round)
 
