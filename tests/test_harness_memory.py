@@ -52,6 +52,58 @@ def test_flat_chunks_cover_a_tensor_in_row_major_order_at_their_offsets(tiny_chu
     assert list(flat_chunks(torch.empty(0, 3))) == []
 
 
+@pytest.fixture
+def tiny_digest_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five elements per digest piece, so a small tensor's digest is summed over many pieces."""
+    from cudagym.judge.harness import inputs
+
+    monkeypatch.setattr(inputs, "DIGEST_CHUNK_ELEMENTS", 5)
+
+
+@pytest.mark.parametrize("make", [lambda: torch.linspace(-3.0, 3.0, 77).reshape(7, 11),
+                                  lambda: torch.linspace(-3.0, 3.0, 77).reshape(11, 7).t(),  # not contiguous
+                                  lambda: torch.arange(60, dtype=torch.float64).reshape(3, 4, 5),
+                                  lambda: torch.arange(-30, 30, dtype=torch.int8),
+                                  lambda: torch.linspace(0, 1, 33, dtype=torch.float16),
+                                  lambda: torch.linspace(0, 1, 33, dtype=torch.bfloat16),
+                                  lambda: torch.arange(12) % 3 == 0,
+                                  lambda: torch.randn(9, dtype=torch.complex64),
+                                  lambda: torch.tensor(2.5)])
+def test_a_digest_is_the_same_for_the_same_bits_and_changes_with_any_one_element(tiny_digest_chunks, make):
+    from cudagym.judge.harness.inputs import bits_digest, tree_digest
+
+    tensor = make()
+    assert bits_digest(tensor) == bits_digest(tensor.clone()) == bits_digest(tensor.contiguous())
+    flat = tensor.reshape(-1)
+    for index in {0, flat.numel() // 2, flat.numel() - 1}:  # first, middle and last piece
+        changed = tensor.clone()
+        view = changed.view(-1) if changed.is_contiguous() else changed.t().reshape(-1)
+        if tensor.dtype == torch.bool:
+            view[index] = ~view[index]
+        else:
+            view[index] = view[index] + 1
+        assert not torch.equal(changed, tensor)
+        assert bits_digest(changed) != bits_digest(tensor), index
+    tree = [tensor, {"n": 3}, (tensor.clone(),)]
+    assert tree_digest(tree) == tree_digest([tensor.clone(), {"n": 3}, (tensor,)])
+    assert tree_digest(tree) != tree_digest([tensor, {"n": 4}, (tensor,)])
+
+
+def test_a_digest_tells_swapped_elements_signed_zeros_nan_payloads_dtypes_and_shapes_apart(tiny_digest_chunks):
+    from cudagym.judge.harness.inputs import bits_digest
+
+    x = torch.arange(20.0)
+    swapped = x.clone()
+    swapped[[3, 17]] = swapped[[17, 3]]
+    assert bits_digest(swapped) != bits_digest(x)  # the plain sum is kept; the position-weighted one is not
+    assert bits_digest(torch.tensor([0.0])) != bits_digest(torch.tensor([-0.0]))
+    quiet = torch.tensor([float("nan")])
+    other = quiet.view(torch.int32).add(1).view(torch.float32)  # another NaN: equal to nothing, bits differ
+    assert bits_digest(quiet) != bits_digest(other) and bits_digest(quiet) == bits_digest(quiet.clone())
+    assert bits_digest(torch.zeros(4)) != bits_digest(torch.zeros(4, dtype=torch.int32))  # same bits, dtype
+    assert bits_digest(torch.zeros(4)) != bits_digest(torch.zeros(2, 2))
+
+
 @pytest.mark.parametrize("transpose", [False, True])
 def test_chunked_comparison_reports_what_a_whole_tensor_comparison_would(monkeypatch, transpose):
     ref = torch.linspace(-2.0, 3.0, 143).reshape(11, 13)
@@ -401,6 +453,40 @@ def test_in_the_split_the_trusted_side_holds_one_input_set_and_the_arenas_the_ca
     one_input, one_output = layout([torch.empty(37, 53)])[1], layout([torch.empty(37, 54)])[1]
     assert result.cost.arena_bytes == one_input + one_output
     assert result.cost.peak_device_memory_bytes == result.cost.runner_peak_device_memory_bytes == 0  # no device
+
+
+DRAWING = ("def get_inputs():\n    return [torch.randn(*INPUT_SHAPE)]",
+           "def get_inputs():\n    print('DRAW ' + json.dumps([torch.initial_seed(), own(INPUT_SHAPE)]), flush=True)\n"
+           "    return [torch.randn(*INPUT_SHAPE)]")
+
+
+@pytest.mark.parametrize("writes", [False, True])
+def test_the_priming_run_draws_one_input_set_and_still_finds_a_reference_that_writes_it(split_pool, writes):
+    """Whether the reference writes its inputs is found from the set's digest: no second set is ever drawn
+    beside it (the H200 sweep: 15 KernelBench L1 tasks one input set over the bound in the load phase)."""
+    from cudagym.judge.job import Job
+    from cudagym.judge.records import BuildResult, BuildStatus
+    from cudagym.solution import Solution
+    from cudagym.task import make_task
+
+    task = SPLIT_COUNTING_TASK.replace(*DRAWING)
+    if writes:  # the last element only: one chunk of many in a digest's pass would change
+        task = task.replace('        count("reference")\n', '        count("reference")\n        x[-1, -1] += 1.0\n')
+    candidate = task.replace("class Model(", "class ModelNew(").replace('count("reference")', 'count("candidate")')
+    protocol = CUDAGYM_V0.with_changes(id="test-split-priming", num_inputs=2, warmup_runs=1, warmup_ms=0.0,
+                                       min_runs=3, max_runs=3, target_ci_pct=0.0, guards=("input_mutation",))
+    job = Job(f"split-priming-{writes}", make_task(task, id="test/split_priming", suite="test", level=1,
+                                                   name="split_priming", origin="test"),
+              Solution("inline", {"model_new.py": candidate}), BuildResult(BuildStatus.OK, "inline"),
+              EvalMode.SUBMIT, protocol, KnownBaselines())
+    result = split_pool.submit(job).result(timeout=300)
+    assert result.status is EvalStatus.OK, result.message + result.log[-3000:]
+    draws = [json.loads(line[len("DRAW "):]) for line in result.log.splitlines() if line.startswith("DRAW ")]
+    priming = protocol.seed - 1
+    assert [seed for seed, _ in draws].count(priming) == 1, draws
+    assert max(live for _, live in draws) <= 1, draws  # a set is drawn with at most one other alive
+    exempt = "the reference itself writes to its inputs; input_mutation not enforced"
+    assert (exempt in result.log) is writes
 
 
 def test_the_link_keeps_the_runners_largest_reported_peak_and_the_arenas_most_bytes_at_once():

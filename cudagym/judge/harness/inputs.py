@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from cudagym.judge.harness.memory import chunked_equal, count_equal
+from cudagym.judge.harness.memory import chunked_equal, count_equal, flat_chunks
 
 # Bit patterns written into freed result memory, per element size; floats get a signalling-NaN payload.
 _POISON_VIEW: dict[torch.dtype, tuple[torch.dtype, int]] = {
@@ -118,6 +118,46 @@ def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     if view is not None:
         return chunked_equal(a.view(view), b.view(view))
     return chunked_equal(a, b)
+
+
+# A digest's pass: int64 temporaries of 32 MB per piece (the value, its weights, their product).
+DIGEST_CHUNK_ELEMENTS = 1 << 22
+_INT_OF_WIDTH: dict[int, torch.dtype] = {1: torch.uint8, 2: torch.int16}
+
+
+def bits_digest(tensor: torch.Tensor) -> tuple[str, tuple[int, ...], int, int]:
+    """A fingerprint of a tensor's dtype, shape and bits, made chunk by chunk (no full-size temporary).
+
+    Two sums over its raw bits read as integers, modulo 2**64: plain and weighted by position. Bit-identical
+    tensors share it; a write that keeps both sums (more than one element changed, in a way made to balance
+    them) is the only one it misses, so it tells whether task code wrote a tensor, not whether an adversary did.
+    """
+    flat = tensor.detach()
+    if flat.dtype == torch.bool:
+        flat = flat.view(torch.uint8)
+    plain = torch.zeros((), dtype=torch.int64, device=tensor.device)
+    weighted = torch.zeros((), dtype=torch.int64, device=tensor.device)
+    position = 0  # in units of the integer view's elements
+    for _, (piece,) in flat_chunks(flat, chunk=DIGEST_CHUNK_ELEMENTS):
+        width = piece.element_size()
+        ints = piece.view(_INT_OF_WIDTH.get(width, torch.int32)).to(torch.int64)
+        weights = torch.arange(position + 1, position + 1 + ints.numel(), dtype=torch.int64, device=ints.device)
+        plain += ints.sum()
+        weighted += (ints * (weights % _DIGEST_MODULUS)).sum()
+        position += ints.numel()
+    return str(tensor.dtype), tuple(tensor.shape), int(plain.item()), int(weighted.item())
+
+
+_DIGEST_MODULUS = (1 << 31) - 1  # position weights below 2**31: a weight times a 32-bit value fits in int64
+
+
+def tree_digest(tree: Any) -> Any:
+    """The tree with each tensor replaced by its :func:`bits_digest` (a new structure; other leaves kept).
+
+    Two digests compare equal (``==``) when the trees had the same structure, the same bits in every tensor
+    and equal other leaves; one digest taken before a call and one after tell whether the call wrote the tree.
+    """
+    return map_tensors(tree, bits_digest)
 
 
 def trees_bitwise_equal(a: Any, b: Any) -> bool:

@@ -16,9 +16,10 @@ Device allocations alive at once, at each phase's peak, in the split (T the trus
 =====================  ===========================================================  =====================
 phase                  alive at the peak                                            beyond R (T) / C (N)
 =====================  ===========================================================  =====================
-priming (T)            models, the priming set, the reference's intermediates and   T: S (a fresh draw:
-                       outputs; then a fresh draw of the set (does the reference    the reference's own
-                       write its inputs?)                                           writes, found once)
+priming (T)            models, the priming set, the reference's intermediates and   T: none (the set's
+                       outputs; the set's digest before and after the run tells    digest, chunked;
+                       whether the reference writes its inputs (before: a fresh     before: + S, 15
+                       draw compared with it, a second set beside R)                KernelBench L1 tasks)
 calibration (T, N)     T: the arenas (S + O), no copy of the empty calls' outputs   T: S + O; N: O
                        (before: one per call, two alive at once across the loop,
                        the split's whole excess on the H200 with the L2 flush

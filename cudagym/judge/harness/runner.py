@@ -38,7 +38,7 @@ from cudagym.judge.harness.failures import (
     is_out_of_memory,
 )
 from cudagym.judge.harness.hardware import describe, l2_cache_bytes
-from cudagym.judge.harness.inputs import clone_tree, nbytes, trees_bitwise_equal
+from cudagym.judge.harness.inputs import clone_tree, nbytes, tree_digest, trees_bitwise_equal
 from cudagym.judge.harness.integrity import AttributeSnapshot, TorchFlags
 from cudagym.judge.harness.loading import build_models, candidate_module, load_reference, unload_reference
 from cudagym.judge.harness.memory import DeviceMemoryMeter
@@ -249,9 +249,7 @@ def _load_remote(ctx: EvalContext) -> None:
         # allocated before any input set: carved out of a freed input-sized block, it left the H200's 2 GiB
         # task one more set's worth reserved (memory_probe: 120 MiB used of a 2 GiB segment)
         ctx.remote.flusher = L2Flusher(ctx.device, l2_cache_bytes(ctx.device), ctx.protocol.l2_flush)
-    inputs = ctx.make_inputs(ctx.protocol.seed + PRIMING_SEED_OFFSET)
-    prime = ctx.run_reference(inputs)
-    _primed(ctx, inputs, prime)
+    inputs, prime = _prime(ctx)
     ctx.reference_aliases = reference_aliasing(prime, inputs, ctx.ref_model)
     model = RemoteModel(ctx.remote, prime)
     ctx.cand_model = model  # type: ignore[assignment]
@@ -295,13 +293,23 @@ def _baseline_round(ctx: EvalContext, inputs: list[Any]) -> Callable[[], None]:
     return turn
 
 
-def _primed(ctx: EvalContext, inputs: list[Any], prime: Any) -> None:
+def _prime(ctx: EvalContext) -> tuple[list[Any], Any]:
+    """The priming reference run on a seed no check uses: its input set and outputs, the task's facts noted."""
+    inputs = ctx.make_inputs(ctx.protocol.seed + PRIMING_SEED_OFFSET)
+    # Does the reference write to its inputs? Found once, here, by the inputs' digest before and after the run
+    # (no check then needs a third copy to tell the candidate's writes from the task's own). A fresh draw to
+    # compare with held a second input set beside R: on the H200 15 KernelBench L1 tasks peaked one input set
+    # (up to 16 GiB) over the split's bound in this phase alone.
+    before = tree_digest(inputs)
+    prime = ctx.run_reference(inputs)
+    _primed(ctx, inputs, prime, written=tree_digest(inputs) != before)
+    return inputs, prime
+
+
+def _primed(ctx: EvalContext, inputs: list[Any], prime: Any, written: bool) -> None:
     ctx.io_bytes = (nbytes(inputs), nbytes(prime))
     ctx.reference_peak_bytes = ctx.meter.peak_bytes()  # the models and one reference run: what the task needs
-    # Does the reference write to its inputs? Found once, here, against a fresh draw (R + one input set), so
-    # no check needs a third copy to tell the candidate's writes from the task's own.
-    ctx.reference_writes_inputs = not trees_bitwise_equal(inputs, ctx.make_inputs(ctx.protocol.seed +
-                                                                                  PRIMING_SEED_OFFSET))
+    ctx.reference_writes_inputs = written
     ctx.output_dtype = ctx.first_output_dtype(prime)
     ctx.primed = True
     if ctx.protocol.flat_reference_note:
@@ -327,9 +335,7 @@ def _correctness(ctx: EvalContext) -> None:
     # Priming: one reference run on a seed no check uses, its outputs poisoned and freed, so even the
     # first candidate call finds poison (not answers) in recycled memory.
     if not ctx.primed:
-        inputs = ctx.make_inputs(ctx.protocol.seed + PRIMING_SEED_OFFSET)
-        prime = ctx.run_reference(inputs)
-        _primed(ctx, inputs, prime)
+        inputs, prime = _prime(ctx)
         del inputs
         ctx.poison_results(prime)
         del prime
