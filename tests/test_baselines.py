@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import io
 import json
@@ -241,6 +242,10 @@ def test_a_row_says_what_a_failed_task_lacks():
     timed = row_of(task, EvalResult(EvalStatus.OK, "correct", eager=stats(10.0), compiled=stats(4.0), cost=cost))
     assert passed(timed) and timed.eager_over_compile == 2.5
     assert (timed.reference_peak_gib, timed.input_output_gib, timed.over_bound_gib) == (5.0, 3.0, 1.0)
+    assert timed.bound_gib == 8.0  # one process: R + S + O
+    split = dataclasses.replace(cost, arena_bytes=3 << 30)  # the split's trusted process: R + S + 2 O, arenas in
+    in_split = row_of(task, EvalResult(EvalStatus.OK, "correct", eager=stats(10.0), compiled=stats(4.0), cost=split))
+    assert (in_split.bound_gib, in_split.over_bound_gib) == (9.0, 0.0)
     assert row.over_bound_gib == 0.0  # no reference peak was measured: no excess is claimed
     text = to_markdown([row, timed], "t")
     assert "2 tasks: 1 ok, 1 task_too_large; 1 loaded, checked and timed." in text

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from cudagym.judge.protocol import Protocol
-from cudagym.judge.records import EvalResult, EvalStatus
+from cudagym.judge.records import EvalCost, EvalResult, EvalStatus
 from cudagym.task import Task
 
 GIB = float(1 << 30)
@@ -49,7 +49,8 @@ class TaskRow:
     peak_memory_gib: float = 0.0
     reference_peak_gib: float = 0.0  # after the models were built and the reference ran once: the task's own need
     input_output_gib: float = 0.0  # one input set and its outputs
-    over_bound_gib: float = 0.0  # peak - (reference peak + one input set and its outputs); <= 0 within the bound
+    bound_gib: float = 0.0  # the bound that applies (:func:`memory_bound_bytes`); 0 when no reference peak was measured
+    over_bound_gib: float = 0.0  # peak - bound; <= 0 within the bound
     device_memory_gib: float = 0.0
     load_s: float = 0.0
     check_s: float = 0.0
@@ -59,18 +60,30 @@ class TaskRow:
     message: str = ""
 
 
+def memory_bound_bytes(cost: EvalCost) -> int:
+    """The README's device-memory bound for the process ``cost`` measured, small buffers aside.
+
+    With R the reference's own peak, S one input set and O one output set: R + S + O in one process; in the
+    split's trusted process, whose peak includes its arenas (the candidate's copy of the inputs and its
+    outputs), R + S + 2 O.
+    """
+    outputs = cost.output_set_bytes * (2 if cost.arena_bytes > 0 else 1)
+    return cost.reference_peak_bytes + cost.input_set_bytes + outputs
+
+
 def row_of(task: Task, result: EvalResult) -> TaskRow:
     """The table row of ``task``'s reference-as-candidate result."""
     eager, compiled, cost = result.eager.median_us, result.compiled.median_us, result.cost
     io_bytes = cost.input_set_bytes + cost.output_set_bytes
     measured = cost.reference_peak_bytes > 0 and cost.peak_device_memory_bytes > 0
+    bound = memory_bound_bytes(cost) * measured
     message = " ".join(result.message.split())
     return TaskRow(
         task_id=task.id, level=task.level, status=result.status.value, eager_us=eager, compile_us=compiled,
         candidate_us=result.candidate.median_us, eager_over_compile=eager / compiled if compiled > 0 else 0.0,
         compile_s=cost.compile_s, peak_memory_gib=cost.peak_device_memory_bytes / GIB,
-        reference_peak_gib=cost.reference_peak_bytes / GIB, input_output_gib=io_bytes / GIB,
-        over_bound_gib=(cost.peak_device_memory_bytes - cost.reference_peak_bytes - io_bytes) / GIB * measured,
+        reference_peak_gib=cost.reference_peak_bytes / GIB, input_output_gib=io_bytes / GIB, bound_gib=bound / GIB,
+        over_bound_gib=(cost.peak_device_memory_bytes - bound) / GIB * measured,
         device_memory_gib=cost.device_memory_total_bytes / GIB, load_s=cost.load_s, check_s=cost.check_s,
         timing_s=cost.timing_s, profile_s=cost.profile_s, wall_s=result.wall_time_s,
         message=message[:MAX_MESSAGE_CHARS],
@@ -112,13 +125,15 @@ def to_markdown(rows: Sequence[TaskRow], title: str, facts: RunFacts | None = No
              "and timed.", ""]
     lines += _phase_summary([r for r in rows if passed(r)], facts)
     lines += ["| task | status | eager us | compile us | ref-as-candidate us | eager/compile | compile s | peak GiB "
-              "| ref peak GiB | in+out GiB | over bound GiB | load s | check s | timing s | profile s | message |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+              "| ref peak GiB | in+out GiB | bound GiB | over bound GiB | load s | check s | timing s | profile s "
+              "| message |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         note = "" if passed(r) else r.message.replace("|", "/")
         lines.append(f"| {r.task_id} | {r.status} | {r.eager_us:.1f} | {r.compile_us:.1f} | {r.candidate_us:.1f} | "
                      f"{r.eager_over_compile:.3f} | {r.compile_s:.1f} | {r.peak_memory_gib:.2f} | "
-                     f"{r.reference_peak_gib:.2f} | {r.input_output_gib:.2f} | {r.over_bound_gib:.2f} | "
+                     f"{r.reference_peak_gib:.2f} | {r.input_output_gib:.2f} | {r.bound_gib:.2f} | "
+                     f"{r.over_bound_gib:.2f} | "
                      f"{r.load_s:.2f} | {r.check_s:.2f} | {r.timing_s:.2f} | {r.profile_s:.2f} | {note} |")
     return "\n".join(lines) + "\n"
 

@@ -728,10 +728,10 @@ class WorkerPool:
             options = dataclasses.replace(options, job_fn=job_fn)
         from cudagym.errors import ConfigError
 
-        if options.spare_runners is None:
-            options = dataclasses.replace(options, spare_runners=default_spare_runners(len(device_ids)))
-        if not 1 <= options.spare_runners <= 16:
-            raise ConfigError(f"expected 1 <= spare_runners <= 16, got {options.spare_runners}")
+        spare = default_spare_runners(len(device_ids)) if options.spare_runners is None else options.spare_runners
+        options = dataclasses.replace(options, spare_runners=spare)
+        if not 1 <= spare <= 16:
+            raise ConfigError(f"expected 1 <= spare_runners <= 16, got {spare}")
         if options.max_jobs_per_worker < 1 or not 0 <= options.spare_workers <= 16:
             raise ConfigError(f"expected max_jobs_per_worker >= 1 and 0 <= spare_workers <= 16, got "
                               f"{options.max_jobs_per_worker} and {options.spare_workers}")
