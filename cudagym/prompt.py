@@ -162,9 +162,11 @@ def _judging(protocol: Protocol, hardware: Hardware, reward: RewardConfig) -> st
     if protocol.timing == "cuda_events" and protocol.launch_cover_max_us:
         timer += (f" behind a launch cover: the GPU is kept busy before the start event, so launch latency is not "
                   f"timed. Eager and torch.compile get a cover as long as their host code takes (up to "
-                  f"{protocol.launch_cover_max_us:g} us), so they are timed at their device work. Yours is "
-                  f"{protocol.launch_cover_us:g} us: host time in your forward() beyond that leaves the GPU idle "
-                  f"and is timed, so work done on the host, host waits and heavy Python count")
+                  f"{protocol.launch_cover_max_us:g} us), so they are timed at their device work. Your forward() "
+                  f"runs in a process of its own and is queued whole before the clock starts, so it is timed at its "
+                  f"device work too, except where it waits for the GPU (a synchronize, .item(), a copy to the host): "
+                  f"that wait and the host work after it are timed. (A judge run without that split gives yours a "
+                  f"{protocol.launch_cover_us:g} us cover: host time beyond it is timed.)")
     elif protocol.timing == "cuda_events" and protocol.launch_cover_us:
         timer += (f" (the GPU is kept busy {protocol.launch_cover_us:g} us before the start event, so the host's "
                   f"latency in launching your first kernel is not timed; host work beyond that and every gap "

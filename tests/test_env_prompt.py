@@ -59,7 +59,8 @@ def test_gpu_protocol_and_precision_are_stated() -> None:
     tf32 = prompt(protocol=get_protocol(None).with_changes(id="tf32", baseline_precision="tf32"))
     assert "TF32 is allowed" in tf32 and "TF32 off" not in tf32
     assert "timed at their device work" in text and "(up to 2000 us)" in text
-    assert "Yours is 100 us: host time in your forward() beyond that leaves the GPU idle and is timed" in text
+    assert "is queued whole before the clock starts, so it is timed at its device work too" in text
+    assert "that wait and the host work after it are timed" in text and "gives yours a 100 us cover" in text
     assert "kept busy" not in prompt(protocol=get_protocol("cudagym-v0"))
     fixed = prompt(protocol=get_protocol("cudagym-v0").with_changes(id="covered", launch_cover_us=100.0))
     assert "the GPU is kept busy 100 us before the start event" in fixed

@@ -42,8 +42,13 @@ def test_presets_run_under_their_sources_precision_and_the_default_stays_strict_
     # the superseded ids are kept, with their old (strict fp32) precision and everything else equal
     old_kb, old_ca = get_protocol("kernelbench-v0.2"), get_protocol("cuda-agent-v0")
     assert (old_kb.matmul_tf32, old_kb.cudnn_tf32, old_ca.cudnn_tf32) == (False, False, False)
-    assert old_kb.with_changes(id=KERNELBENCH.id, description=KERNELBENCH.description,
-                               baseline_precision="torch_default") == KERNELBENCH
+    v03 = get_protocol("kernelbench-v0.3")
+    assert old_kb.with_changes(id=v03.id, description=v03.description, baseline_precision="torch_default") == v03
+    # v0.4: v0.3 with every contender timed at its device work (baselines behind covers sized to their host
+    # enqueue), as the trust split times the candidate; v0.3's eager carried its launch latency
+    assert v03.with_changes(id=KERNELBENCH.id, description=KERNELBENCH.description, launch_cover_us=100.0,
+                            launch_cover_max_us=10_000.0) == KERNELBENCH
+    assert v03.launch_cover_us == v03.launch_cover_max_us == 0 and v03.timing_key != KERNELBENCH.timing_key
     assert old_ca.with_changes(id=CUDA_AGENT.id, description=CUDA_AGENT.description,
                                baseline_precision="torch_default") == CUDA_AGENT
     assert old_kb.timing_key != KERNELBENCH.timing_key  # baselines timed under v0.2 are never reused by v0.3
@@ -57,8 +62,8 @@ def test_get_protocol_resolves_names_and_rejects_unknown():
     assert get_protocol(None) is CUDAGYM_V2 and get_protocol("cudagym") is CUDAGYM_V2
     assert get_protocol("cudagym-v1") is CUDAGYM_V1
     assert get_protocol("cudagym-v0") is CUDAGYM_V0  # old results stay reproducible by id
-    assert get_protocol("cuda-agent") is CUDA_AGENT and get_protocol("kernelbench-v0.3") is KERNELBENCH
-    assert get_protocol("kernelbench").id == "kernelbench-v0.3" and get_protocol("cuda-agent").id == "cuda-agent-v1"
+    assert get_protocol("cuda-agent") is CUDA_AGENT and get_protocol("kernelbench-v0.4") is KERNELBENCH
+    assert get_protocol("kernelbench").id == "kernelbench-v0.4" and get_protocol("cuda-agent").id == "cuda-agent-v1"
     assert get_protocol(CUDA_AGENT) is CUDA_AGENT
     with pytest.raises(ConfigError, match="expected one of"):
         get_protocol("fastest")
@@ -110,9 +115,10 @@ def test_unmeasured_values_are_zero_with_a_flag_not_none():
     assert not math.isnan(result.speedup_vs_compile)
 
 
-def test_only_the_default_covers_host_launch_overhead():
-    assert CUDAGYM_V0.launch_cover_us == KERNELBENCH.launch_cover_us == CUDA_AGENT.launch_cover_us == 0.0
-    assert CUDAGYM_V0.launch_cover_max_us == KERNELBENCH.launch_cover_max_us == CUDA_AGENT.launch_cover_max_us == 0
+def test_the_event_timed_presets_cover_host_launch_overhead():
+    assert CUDAGYM_V0.launch_cover_us == CUDA_AGENT.launch_cover_us == 0.0  # v0: superseded; profiler: no host time
+    assert CUDAGYM_V0.launch_cover_max_us == CUDA_AGENT.launch_cover_max_us == 0
+    assert (KERNELBENCH.launch_cover_us, KERNELBENCH.launch_cover_max_us) == (100.0, 10_000.0)
     assert (CUDAGYM_V1.launch_cover_us, CUDAGYM_V1.launch_cover_max_us) == (100.0, 2000.0)
     # v1 is v0 plus the sized cover: every other field, correctness and guards included, is the same
     assert CUDAGYM_V1.with_changes(id=CUDAGYM_V0.id, description=CUDAGYM_V0.description, launch_cover_us=0.0,
