@@ -13,6 +13,10 @@ https://pytorch.org/memory_viz) and a table (``<name>.txt``, also printed): at t
 allocated bytes, every live block of 64 MiB and up with the frames that allocated it, every segment with how
 much of it was in use (what a partly used one holds), and ``max_memory_reserved`` against
 ``max_memory_allocated``. ``summary.json`` has each evaluation's status and ``EvalResult.cost``.
+
+``--task ID`` probes any suite's task instead (a KernelBench one with ``CUDAGYM_KERNELBENCH_DIR`` set, e.g. the
+depthwise convolutions whose timing phase peaked over the bound in session 11's sweep), ``--protocol`` under
+that protocol's precision and guards.
 """
 
 from __future__ import annotations
@@ -32,10 +36,11 @@ from typing import Any
 
 import torch
 
+from cudagym.errors import CudaGymError
 from cudagym.judge.harness import memhistory
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import Job, KnownBaselines
-from cudagym.judge.protocol import DEFAULT_PROTOCOL, Protocol
+from cudagym.judge.protocol import Protocol, get_protocol
 from cudagym.judge.records import BuildResult, BuildStatus, EvalResult
 from cudagym.solution import Solution
 from cudagym.task import Task, make_task
@@ -68,6 +73,13 @@ def rmsnorm_task(gib: float) -> Task:
     columns = max(1, int(gib * GIB) // (4 * 4096))
     return make_task(TASK.format(columns=columns), id=f"probe/rmsnorm_{gib:g}gib", suite="probe", level=1,
                      name=f"rmsnorm_{gib:g}gib", origin="probe")
+
+
+def _task(task_id: str) -> Task:
+    """The task ``task_id`` names, from the suite that owns ids of its form."""
+    from cudagym.suites import load_tasks, suite_of
+
+    return load_tasks(suite_of(task_id).name, ids=[task_id])[0]
 
 
 def make_job(task: Task, protocol: Protocol, work: Path, on_gpu: bool = True) -> Job:
@@ -290,13 +302,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gib", type=float, default=2.0, help="input (and output) size in GiB")
     parser.add_argument("--mode", choices=("both", "one", "split"), default="both")
     parser.add_argument("--cpu", action="store_true", help="judge on the CPU, nothing recorded (a smoke test)")
+    parser.add_argument("--task", default="", help="a task id of any suite (e.g. a KernelBench task, with "
+                        "CUDAGYM_KERNELBENCH_DIR set) instead of the RMS-norm task; --gib is then unused")
+    parser.add_argument("--protocol", default="", help="the protocol whose precision and guards apply (default: "
+                        "the default protocol); the timing loop is always the short one")
     args = parser.parse_args(argv)
     if not args.cpu and not torch.cuda.is_available():
         print("memory_probe: no CUDA device here (--cpu runs the evaluations without recording)", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    task = rmsnorm_task(args.gib)
-    protocol = DEFAULT_PROTOCOL.with_changes(id="memory-probe", **QUICK)
+    try:
+        task = _task(args.task) if args.task else rmsnorm_task(args.gib)
+        base = get_protocol(args.protocol or None)
+    except CudaGymError as exc:
+        print(f"memory_probe: {exc}", file=sys.stderr)
+        return 2
+    protocol = base.with_changes(id=f"memory-probe-{base.id}", **QUICK)
     summary: dict[str, Any] = {"task": task.id, "protocol": protocol.id, "torch": torch.__version__}
     device = "cpu" if args.cpu else None
     with tempfile.TemporaryDirectory(prefix="memory-probe-") as work:

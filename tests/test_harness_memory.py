@@ -589,6 +589,19 @@ def test_the_probe_runs_an_evaluation_in_one_process_and_in_the_split_on_the_cpu
     assert (tmp_path / "split_runner_output.txt").exists()
 
 
+def test_the_probe_takes_any_suites_task_and_protocol_and_refuses_unknown_ones_plainly(tmp_path, capsys):
+    probe = load_script("benchmarks/memory_probe.py", "memory_probe")
+    assert probe.main(["--cpu", "--task", "bundled/L1/01_Swish", "--protocol", "kernelbench", "--mode", "one",
+                       "--out", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["task"] == "bundled/L1/01_Swish" and summary["protocol"] == "memory-probe-kernelbench-v0.4"
+    assert summary["one_process"]["status"] == "ok"
+    assert probe.main(["--cpu", "--task", "L9/nope", "--out", str(tmp_path)]) == 2
+    assert probe.main(["--cpu", "--protocol", "fastest", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "memory_probe: cannot tell the suite of task id 'L9/nope'" in err and "expected one of" in err
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.complex64])
 def test_the_chunked_passes_leave_float64_and_every_other_output_untouched(tiny_chunks, dtype):
     ref = torch.linspace(-3.0, 5.0, 90).reshape(9, 10).to(dtype)
