@@ -113,6 +113,8 @@ def test_cover_sizing_takes_a_high_quantile_of_warm_up_after_the_first_call():
     assert sizing.size(calls) == pytest.approx(1.5 * 108.0)
     assert sizing.size([1.0, 5_000.0, 5_000.0]) == 2000.0  # capped
     assert sizing.size([300.0]) == 450.0  # one call: it is all there is
+    assert not sizing.outlasted([1.0, 1_900.0, 1_900.0])  # capped at 2000, but the host still finishes in time
+    assert sizing.outlasted([1.0, 2_500.0, 2_500.0]) and sizing.settled_enqueue_us([1.0, 2_500.0]) == 2_500.0
 
 
 def _loop(gpu: FakeGpu, host: dict[str, float], sized: bool) -> timing.TimingRun:
@@ -141,6 +143,13 @@ def test_sized_covers_take_the_baselines_host_overhead_out_of_their_samples(gpu)
     for name in host:
         assert sized.samples[name].time_us == pytest.approx([60.0] * 5), name
         assert sized.samples[name].enqueue_us == pytest.approx([host[name]] * 5), name
+
+
+def test_a_baseline_whose_host_outlasts_the_longest_cover_is_named_with_its_host_time_in_its_samples(gpu):
+    run = _loop(gpu, {"candidate": 10.0, "eager": 40.0, "compiled": 3_000.0}, sized=True)
+    assert run.cover_us["compiled"] == 2000.0 and run.outlasted_us == pytest.approx({"compiled": 3_000.0})
+    assert run.samples["compiled"].time_us == pytest.approx([1_060.0] * 5)  # 1 ms of host time beyond the cover
+    assert run.samples["eager"].time_us == pytest.approx([60.0] * 5)
 
 
 @pytest.mark.parametrize("host_us, expected", [(50.0, 60.0), (150.0, 110.0), (1_000.0, 960.0)])

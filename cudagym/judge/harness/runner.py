@@ -422,6 +422,9 @@ def _timing(ctx: EvalContext) -> None:
     if sized:
         covers = "".join(f", {name} {us:.0f} us" for name, us in ctx.timing.cover_us.items())
         ctx.note(f"{COVER_NOTE}: candidate {protocol.launch_cover_us:g} us{covers}")
+        for name, us in ctx.timing.outlasted_us.items():
+            ctx.note(f"{OUTLASTED_NOTE}: {name}'s host takes {us:.0f} us to queue a call, longer than the "
+                     f"{protocol.launch_cover_max_us:g} us cover: its times include host time")
     ctx.timed = {name: summarize(s.time_us) for name, s in ctx.timing.samples.items()}
     if not retime:
         ctx.timed["eager"], ctx.timed["compiled"] = job.baselines.eager, job.baselines.compiled
@@ -442,6 +445,7 @@ def _timing(ctx: EvalContext) -> None:
 
 PAIRED_NOTE = "paired speedup vs eager"
 COVER_NOTE = "launch covers (baselines' sized to their host enqueue time)"
+OUTLASTED_NOTE = "cover outlasted"  # a baseline timed with host time in it, which the split's candidate never is
 
 
 def paired_speedup(samples: dict[str, Samples], baseline: str) -> tuple[float, int] | None:

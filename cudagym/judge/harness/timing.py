@@ -273,12 +273,15 @@ class TimingRun:
         rounds: Timed rounds.
         stop_reason: Why timing stopped.
         cover_us: The baselines' sized launch covers.
+        outlasted_us: The baselines whose host enqueue (its settled quantile, here) outlasted the longest
+            cover, so their samples include host time.
     """
 
     samples: dict[str, Samples]
     rounds: int = 0
     stop_reason: str = ""
     cover_us: dict[str, float] = field(default_factory=dict)
+    outlasted_us: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -299,13 +302,22 @@ class CoverSizing:
     factor: float = 1.5
     quantile: float = 0.9
 
-    def size(self, enqueue_us: list[float]) -> float:
-        """The cover for a contender whose warm-up calls took these host times to return."""
+    def settled_enqueue_us(self, enqueue_us: list[float]) -> float:
+        """The ``quantile`` of the warm-up calls' host times after the first (0 without any)."""
         settled = sorted(enqueue_us[1:] or enqueue_us)
         if not settled:
+            return 0.0
+        return settled[min(len(settled) - 1, max(0, math.ceil(self.quantile * len(settled)) - 1))]
+
+    def size(self, enqueue_us: list[float]) -> float:
+        """The cover for a contender whose warm-up calls took these host times to return."""
+        if not enqueue_us:
             return self.min_us
-        at = settled[min(len(settled) - 1, max(0, math.ceil(self.quantile * len(settled)) - 1))]
-        return min(self.max_us, max(self.min_us, self.factor * at))
+        return min(self.max_us, max(self.min_us, self.factor * self.settled_enqueue_us(enqueue_us)))
+
+    def outlasted(self, enqueue_us: list[float]) -> bool:
+        """Whether the contender's host takes longer than the longest cover: host time then enters its samples."""
+        return self.settled_enqueue_us(enqueue_us) > self.max_us
 
 
 class RoundHook(Protocol):
@@ -383,7 +395,10 @@ class TimingLoop:
             if self.cover_sizing is not None:
                 for c in group:
                     if c.baseline:
-                        run.cover_us[c.name] = self.cover_sizing.size(warmup.samples[c.name].enqueue_us)
+                        enqueue = warmup.samples[c.name].enqueue_us
+                        run.cover_us[c.name] = self.cover_sizing.size(enqueue)
+                        if self.cover_sizing.outlasted(enqueue):
+                            run.outlasted_us[c.name] = self.cover_sizing.settled_enqueue_us(enqueue)
             round_index = 0
             while True:
                 self._round(group, round_index, run, timed=True)
