@@ -246,6 +246,15 @@ def test_a_row_says_what_a_failed_task_lacks():
     split = dataclasses.replace(cost, arena_bytes=3 << 30)  # the split's trusted process: R + S + 2 O, arenas in
     in_split = row_of(task, EvalResult(EvalStatus.OK, "correct", eager=stats(10.0), compiled=stats(4.0), cost=split))
     assert (in_split.bound_gib, in_split.over_bound_gib) == (9.0, 0.0)
+    from cudagym.judge.harness.runner import OUTLASTED_NOTE
+
+    log = f"timing: ...\n{OUTLASTED_NOTE}: compiled's host takes 3100 us to queue a call, longer than the 2000 us cover"
+    hosted = row_of(task, EvalResult(EvalStatus.OK, "correct", eager=stats(10.0), compiled=stats(4.0),
+                                     candidate=stats(9.0), cost=cost, log=log))
+    assert hosted.host_in_baselines == "compiled" and timed.host_in_baselines == ""
+    summary = to_markdown([timed, hosted], "t")
+    assert "Reference as candidate / eager (the same code, two clocks): median 0.900, range 0.900-0.900; 1 task(s) " \
+           "with a baseline whose host outlasted its cover." in summary
     assert row.over_bound_gib == 0.0  # no reference peak was measured: no excess is claimed
     text = to_markdown([row, timed], "t")
     assert "2 tasks: 1 ok, 1 task_too_large; 1 loaded, checked and timed." in text

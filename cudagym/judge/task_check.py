@@ -52,6 +52,7 @@ class TaskRow:
     bound_gib: float = 0.0  # the bound that applies (:func:`memory_bound_bytes`); 0 when no reference peak was measured
     over_bound_gib: float = 0.0  # peak - bound; <= 0 within the bound
     device_memory_gib: float = 0.0
+    host_in_baselines: str = ""  # baselines whose host enqueue outlasted the longest cover (host time timed)
     load_s: float = 0.0
     check_s: float = 0.0
     timing_s: float = 0.0
@@ -84,10 +85,19 @@ def row_of(task: Task, result: EvalResult) -> TaskRow:
         compile_s=cost.compile_s, peak_memory_gib=cost.peak_device_memory_bytes / GIB,
         reference_peak_gib=cost.reference_peak_bytes / GIB, input_output_gib=io_bytes / GIB, bound_gib=bound / GIB,
         over_bound_gib=(cost.peak_device_memory_bytes - bound) / GIB * measured,
-        device_memory_gib=cost.device_memory_total_bytes / GIB, load_s=cost.load_s, check_s=cost.check_s,
+        device_memory_gib=cost.device_memory_total_bytes / GIB, host_in_baselines=" ".join(_outlasted(result.log)),
+        load_s=cost.load_s, check_s=cost.check_s,
         timing_s=cost.timing_s, profile_s=cost.profile_s, wall_s=result.wall_time_s,
         message=message[:MAX_MESSAGE_CHARS],
     )
+
+
+def _outlasted(log: str) -> list[str]:
+    """The baselines the harness noted as timed with host time in (their cover outlasted)."""
+    from cudagym.judge.harness.runner import OUTLASTED_NOTE
+
+    prefix = f"{OUTLASTED_NOTE}: "
+    return [line[len(prefix):].split("'s host", 1)[0] for line in log.splitlines() if line.startswith(prefix)]
 
 
 def passed(row: TaskRow) -> bool:
@@ -149,6 +159,13 @@ def _phase_summary(rows: Sequence[TaskRow], facts: RunFacts | None) -> list[str]
         lines.append("Median per task: " + ", ".join(f"{name} {sec:.2f} s" for name, sec in phases.items())
                      + f"; largest peak {max(r.peak_memory_gib for r in rows):.2f} GiB, largest excess over the "
                      f"bound {max(r.over_bound_gib for r in rows):.2f} GiB.")
+        # the same code timed as the candidate and as eager: a ratio away from 1 is a bias of the clocks
+        ratios = sorted(r.candidate_us / r.eager_us for r in rows if r.candidate_us > 0 and r.eager_us > 0)
+        if ratios:
+            hosted = sum(1 for r in rows if r.host_in_baselines)
+            lines.append(f"Reference as candidate / eager (the same code, two clocks): median "
+                         f"{statistics.median(ratios):.3f}, range {ratios[0]:.3f}-{ratios[-1]:.3f}; {hosted} task(s) "
+                         "with a baseline whose host outlasted its cover.")
     if facts is not None and facts.evaluated and facts.wall_s > 0:
         rate = 3600.0 * facts.evaluated / (facts.wall_s * max(1, facts.gpus))
         lines.append(f"This run: {facts.evaluated} evaluations in {facts.wall_s:.0f} s of wall time on {facts.gpus} "
