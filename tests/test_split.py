@@ -274,3 +274,12 @@ def test_every_job_gets_a_fresh_runner(pool: WorkerPool) -> None:
         result = judge(pool, marker, job_id=f"fresh{n}")
         assert result.status is EvalStatus.OK, result.message
         assert "left by an earlier job: False" in result.log, result.log[-2000:]
+
+
+def test_the_runner_has_the_raw_runtimes_cupy_imported_before_the_job(pool: WorkerPool) -> None:
+    """A spare runner pays for CuPy's import while it waits (0.1-0.2 s that was in each raw job's load)."""
+    probe = HONEST.replace("import torch.nn as nn", "import torch.nn as nn\nimport sys\nprint('cupy before the "
+                           "candidate:', 'cupy' in sys.modules)")
+    result = judge(pool, probe, job_id="cupy-warm")
+    assert result.status is EvalStatus.OK, result.message
+    assert "cupy before the candidate: True" in result.log, result.log[-2000:]
