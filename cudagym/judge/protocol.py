@@ -281,7 +281,7 @@ KERNELBENCH_V02 = Protocol(
 # v0.3 timed its baselines without a cover, from the host's call on an idle GPU, while the trust split queues the
 # candidate's whole call before the judge's go (timed at its device work): on the H200 the reference judged as
 # its own candidate came out faster than eager by a median 2.4% over L1, and 1.89x on L1/12 (one 53.5 us
-# kernel, eager 103.3 us), a tier-3 reward for the unchanged reference. Kept by id, superseded by v0.4.
+# kernel, eager 103.3 us), with guards off: a head start every candidate had. Kept by id, superseded by v0.4.
 KERNELBENCH_V03 = KERNELBENCH_V02.with_changes(
     id="kernelbench-v0.3",
     description="KernelBench v0.2's harness: 5 seeded inputs, fp32 atol=rtol=1e-4, PyTorch's default precision "
