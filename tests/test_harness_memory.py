@@ -63,6 +63,7 @@ def tiny_digest_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("make", [lambda: torch.linspace(-3.0, 3.0, 77).reshape(7, 11),
                                   lambda: torch.linspace(-3.0, 3.0, 77).reshape(11, 7).t(),  # not contiguous
                                   lambda: torch.arange(60, dtype=torch.float64).reshape(3, 4, 5),
+                                  lambda: torch.arange(40, dtype=torch.float64)[::3],  # strided, 8-byte elements
                                   lambda: torch.arange(-30, 30, dtype=torch.int8),
                                   lambda: torch.linspace(0, 1, 33, dtype=torch.float16),
                                   lambda: torch.linspace(0, 1, 33, dtype=torch.bfloat16),

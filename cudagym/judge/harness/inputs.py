@@ -140,7 +140,8 @@ def bits_digest(tensor: torch.Tensor) -> tuple[str, tuple[int, ...], int, int]:
     position = 0  # in units of the integer view's elements
     for _, (piece,) in flat_chunks(flat, chunk=DIGEST_CHUNK_ELEMENTS):
         width = piece.element_size()
-        ints = piece.view(_INT_OF_WIDTH.get(width, torch.int32)).to(torch.int64)
+        # a strided 1-D piece is copied (one piece at most): a view across element sizes needs unit stride
+        ints = piece.contiguous().view(_INT_OF_WIDTH.get(width, torch.int32)).to(torch.int64)
         weights = torch.arange(position + 1, position + 1 + ints.numel(), dtype=torch.int64, device=ints.device)
         plain += ints.sum()
         weighted += (ints * (weights % _DIGEST_MODULUS)).sum()
