@@ -422,25 +422,30 @@ def split_pool():
         yield pool
 
 
-def test_in_the_split_the_trusted_side_holds_one_input_set_and_the_arenas_the_candidates(split_pool):
+def judged_in_the_split(pool, task: str, name: str, protocol):
+    """SUBMIT ``task``'s model as its own candidate (counting as ``candidate``) through the real split; OK asserted."""
     from cudagym.judge.job import Job
     from cudagym.judge.records import BuildResult, BuildStatus
-    from cudagym.judge.split.arena import layout
     from cudagym.solution import Solution
     from cudagym.task import make_task
 
-    candidate = SPLIT_COUNTING_TASK.replace("class Model(", "class ModelNew(").replace(
-        'count("reference")', 'count("candidate")')
+    candidate = task.replace("class Model(", "class ModelNew(").replace('count("reference")', 'count("candidate")')
+    job = Job(name, make_task(task, id=f"test/{name}", suite="test", level=1, name=name, origin="test"),
+              Solution("inline", {"model_new.py": candidate}), BuildResult(BuildStatus.OK, "inline"),
+              EvalMode.SUBMIT, protocol, KnownBaselines())
+    result = pool.submit(job).result(timeout=300)
+    assert result.status is EvalStatus.OK, result.message + result.log[-3000:]
+    return result
+
+
+def test_in_the_split_the_trusted_side_holds_one_input_set_and_the_arenas_the_candidates(split_pool):
+    from cudagym.judge.split.arena import layout
+
     protocol = CUDAGYM_V0.with_changes(id="test-split-memory", num_inputs=3, warmup_runs=1, warmup_ms=0.0,
                                        min_runs=5, max_runs=5, target_ci_pct=0.0,
                                        guards=("input_mutation", "result_cache", "hard_coding", "stale_memory"),
                                        scaled_inputs=(4.0,), atol_scale=0.01, flat_reference_note=True)
-    job = Job("split-memory", make_task(SPLIT_COUNTING_TASK, id="test/split_memory", suite="test", level=1,
-                                        name="split_memory", origin="test"),
-              Solution("inline", {"model_new.py": candidate}), BuildResult(BuildStatus.OK, "inline"),
-              EvalMode.SUBMIT, protocol, KnownBaselines())
-    result = split_pool.submit(job).result(timeout=300)
-    assert result.status is EvalStatus.OK, result.message + result.log[-3000:]
+    result = judged_in_the_split(split_pool, SPLIT_COUNTING_TASK, "split_memory", protocol)
     rows = [json.loads(line[len("LIVE "):]) for line in result.log.splitlines() if line.startswith("LIVE ")]
     trusted = [r for r in rows if r[0] == "reference"]
     runner = [r for r in rows if r[0] == "candidate"]
@@ -465,23 +470,12 @@ DRAWING = ("def get_inputs():\n    return [torch.randn(*INPUT_SHAPE)]",
 def test_the_priming_run_draws_one_input_set_and_still_finds_a_reference_that_writes_it(split_pool, writes):
     """Whether the reference writes its inputs is found from the set's digest: no second set is ever drawn
     beside it (the H200 sweep: 15 KernelBench L1 tasks one input set over the bound in the load phase)."""
-    from cudagym.judge.job import Job
-    from cudagym.judge.records import BuildResult, BuildStatus
-    from cudagym.solution import Solution
-    from cudagym.task import make_task
-
     task = SPLIT_COUNTING_TASK.replace(*DRAWING)
     if writes:  # the last element only: one chunk of many in a digest's pass would change
         task = task.replace('        count("reference")\n', '        count("reference")\n        x[-1, -1] += 1.0\n')
-    candidate = task.replace("class Model(", "class ModelNew(").replace('count("reference")', 'count("candidate")')
     protocol = CUDAGYM_V0.with_changes(id="test-split-priming", num_inputs=2, warmup_runs=1, warmup_ms=0.0,
                                        min_runs=3, max_runs=3, target_ci_pct=0.0, guards=("input_mutation",))
-    job = Job(f"split-priming-{writes}", make_task(task, id="test/split_priming", suite="test", level=1,
-                                                   name="split_priming", origin="test"),
-              Solution("inline", {"model_new.py": candidate}), BuildResult(BuildStatus.OK, "inline"),
-              EvalMode.SUBMIT, protocol, KnownBaselines())
-    result = split_pool.submit(job).result(timeout=300)
-    assert result.status is EvalStatus.OK, result.message + result.log[-3000:]
+    result = judged_in_the_split(split_pool, task, f"split_priming_{writes}", protocol)
     draws = [json.loads(line[len("DRAW "):]) for line in result.log.splitlines() if line.startswith("DRAW ")]
     priming = protocol.seed - 1
     assert [seed for seed, _ in draws].count(priming) == 1, draws
