@@ -72,3 +72,46 @@ def test_early_done_on_a_few_calls_is_enough_and_honest_noise_is_not() -> None:
     for i in range(0, 30, 3):  # honest calls a few microseconds under the empty call's cost
         brackets[i] -= 7.0
     assert judge_bracketed_claims(claims, brackets, CALIBRATION)[1] == ""
+
+
+# KernelBench L1/4 on the H200 (sweep of session 12, kernelbench-v0.4, the reference as candidate): an 8 GiB input
+# set, staged by the judge inside each bracket, took 378 us longer in the calibration than in the timed calls
+L1_4_CALIBRATION = [4739.1 + 0.3 * (i % 5) for i in range(15)]
+
+
+def test_a_slower_staging_in_the_calibration_does_not_make_an_honest_call_short() -> None:
+    claims, brackets = _calls(2310.2, 4361.5)
+    _, problem = judge_bracketed_claims(claims, brackets, L1_4_CALIBRATION)
+    assert "signalled done ahead" in problem  # judged on the whole bracket: the false positive the sweep hit
+    staged = [4050.0 + 0.2 * (i % 3) for i in range(30)]  # the judge's copy and flush, until its go
+    calibration_staged = [4428.0 + 0.2 * (i % 3) for i in range(15)]  # the same, 378 us slower
+    note, problem = judge_bracketed_claims(claims, brackets, L1_4_CALIBRATION, BRACKET_SLACK_US, staged,
+                                           calibration_staged)
+    assert problem == "", problem
+    assert "the judge's own staging (inputs, L2 flush): median 4050.2 us, 4428.2 us in the empty calls" in note
+
+
+def test_early_done_is_found_after_the_go_whatever_the_staging_took() -> None:
+    claims, brackets = _calls(1.0, 252.5)  # the H200's early "done", with a staging of 150 us both ways
+    staged, calibration_staged = [150.0] * 30, [150.0] * len(CALIBRATION)
+    problem = judge_bracketed_claims(claims, brackets, CALIBRATION, BRACKET_SLACK_US, staged, calibration_staged)[1]
+    assert "30 of 30 timed call(s)" in problem and "signalled done ahead" in problem
+    # a staging that ran faster in the timed calls cannot cover for it either
+    problem = judge_bracketed_claims(claims, brackets, CALIBRATION, BRACKET_SLACK_US, [100.0] * 30,
+                                     calibration_staged)[1]
+    assert "signalled done ahead" in problem
+
+
+def test_work_hidden_beside_the_judges_staging_is_still_an_excess() -> None:
+    # the runner's side stream slows the judge's copy by 300 us per call: on the whole bracket, an excess
+    claims, brackets = _calls(139.0, 671.4 + 300.0)
+    staged, calibration_staged = [450.0] * 30, [150.0] * len(CALIBRATION)
+    problem = judge_bracketed_claims(claims, brackets, CALIBRATION, BRACKET_SLACK_US, staged, calibration_staged)[1]
+    assert "work ran outside the timed region" in problem
+
+
+def test_staging_figures_that_do_not_match_the_calls_are_not_used() -> None:
+    claims, brackets = _calls(2310.2, 4361.5)
+    note, problem = judge_bracketed_claims(claims, brackets, L1_4_CALIBRATION, BRACKET_SLACK_US, [4050.0] * 3,
+                                           [4428.0] * 15)
+    assert "signalled done ahead" in problem and "own staging" not in note

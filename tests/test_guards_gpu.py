@@ -111,7 +111,9 @@ def test_correct_candidate_with_each_protocol_preset(build, tmp_path, monkeypatc
         result = judge(job, monkeypatch)
         assert result.status is EvalStatus.OK, f"{protocol.id}: {result.message}"
         assert result.protocol_id == protocol.id and result.candidate.measured and result.eager.measured
-        assert len(result.checks) == protocol.num_inputs and all(c.passed for c in result.checks)
+        # the protocol's seeded inputs, then one set per extra scale (cudagym-v2's 4x set)
+        assert len(result.checks) == protocol.num_inputs + len(protocol.scaled_inputs), result.checks
+        assert all(c.passed for c in result.checks)
 
 
 def test_wrong_candidate_is_incorrect(build, tmp_path, monkeypatch):

@@ -90,10 +90,13 @@ class RunnerLink:
         self.phases_us: dict[str, list[list[float]]] = {"timed": [], "calibrate": []}  # prepare, measure, deliver
         self.bracket_us: list[float] = []  # the trusted GPU bracket around each timed call (the GPU path)
         self.calibration_gap_us: list[float] = []  # bracket less claim of empty timed calls, before the candidate
+        # the judge's own part of each bracket (inputs into the arena, the L2 flush), until its go: timed and empty
+        self.staged_us: dict[str, list[float]] = {"timed": [], "calibrate": []}
+        self.last_staged_us = 0.0  # the latest bracket's
         self.bracket = False  # time the candidate's calls on the GPU's clock (set by the harness on the GPU path)
         self.flusher: Any = None  # the trusted side's L2 flush, queued inside each bracket
         self._round = 0
-        self._events: tuple[Any, Any] | None = None
+        self._events: tuple[Any, ...] | None = None
         self._side: Any = None
         self.arena_peak_bytes = 0  # the most device (or host) memory the arenas held at once
         self.runner_peak_bytes = 0  # the runner's own peak device memory, as it reports it (its allocator's)
@@ -143,17 +146,18 @@ class RunnerLink:
         from cudagym.judge.split.signals import ARMED, DONE, GO, wait_value, write_value
 
         if self._events is None:
-            self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            self._events = tuple(torch.cuda.Event(enable_timing=True) for _ in range(3))
             self._side = torch.cuda.Stream(self.device)
         self._round += 1
         n, base = self._round, self.arenas["signals"].tensor.data_ptr()
-        start, end = self._events
+        start, staged, end = self._events
         stream = torch.cuda.current_stream(self.device)
         wait_value(stream.cuda_stream, base + ARMED, n)  # until the runner has queued the whole call
         start.record(stream)
         stage()
         if self.flusher is not None:
             self.flusher.flush()
+        staged.record(stream)  # the judge's own part ends: what follows is the runner's call and delivery
         write_value(stream.cuda_stream, base + GO, n)
         wait_value(stream.cuda_stream, base + DONE, n)
         end.record(stream)
@@ -169,6 +173,7 @@ class RunnerLink:
             write_value(self._side.cuda_stream, base + ARMED, n)
             write_value(self._side.cuda_stream, base + DONE, n)
             end.synchronize()
+        self.last_staged_us = start.elapsed_time(staged) * 1000.0
         return reply, start.elapsed_time(end) * 1000.0, outputs
 
     def hand(self, job: Any) -> None:
@@ -366,6 +371,8 @@ class RemoteModel:
         if not (math.isfinite(claim) and claim > 0):
             raise RunnerLost(f"the runner claimed an impossible time ({claim!r} us)")
         (self.link.bracket_us if self.bracketed else self.link.wall_us).append(wall)
+        if self.bracketed:
+            self.link.staged_us["timed"].append(self.link.last_staged_us)
         self.link.claimed_us.append(claim)
         self.link.handled_us["timed"].append(_number(reply.get("handled_us")))
         self.link.phases_us["timed"].append(_numbers(reply.get("phases_us"), 3))
@@ -392,6 +399,8 @@ class RemoteModel:
                 raise RunnerLost(f"the runner sent a malformed calibration ({exc})") from None
             if math.isfinite(claim) and 0 <= claim <= wall:
                 (self.link.calibration_gap_us if self.bracketed else self.link.calibration_us).append(wall - claim)
+                if self.bracketed:
+                    self.link.staged_us["calibrate"].append(self.link.last_staged_us)
                 self.link.handled_us["calibrate"].append(_number(reply.get("handled_us")))
                 self.link.phases_us["calibrate"].append(_numbers(reply.get("phases_us"), 3))
 
