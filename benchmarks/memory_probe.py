@@ -282,12 +282,14 @@ def _gpu_name(cpu: bool) -> str:
 def describe(result: EvalResult) -> dict[str, Any]:
     """Status, message, cost and the bound of one evaluation, for ``summary.json``.
 
-    The bound (README, "Device memory"): R + S + O in one process, R + S + 2O in the split's worker (arenas
-    included); the runner's peak is the candidate's own need plus S + O at most.
+    The bound (README, "Device memory", :func:`cudagym.judge.task_check.memory_bound_bytes`): R + S + O in one
+    process, R + S + 2O in the split's worker (arenas included), R the reference's need, eager or compiled;
+    the runner's peak is the candidate's own need plus S + O at most.
     """
+    from cudagym.judge.task_check import memory_bound_bytes
+
     cost = result.cost
-    r, s, o = cost.reference_peak_bytes, cost.input_set_bytes, cost.output_set_bytes
-    bound = r + s + (2 * o if cost.arena_bytes else o)
+    bound = memory_bound_bytes(cost)
     return {"status": result.status.value, "message": result.message, "cost": dataclasses.asdict(cost),
             "peak_gib": round(cost.peak_device_memory_bytes / GIB, 3), "bound_gib": round(bound / GIB, 3),
             "over_bound_gib": round((cost.peak_device_memory_bytes - bound) / GIB, 3),

@@ -246,6 +246,12 @@ def test_a_row_says_what_a_failed_task_lacks():
     split = dataclasses.replace(cost, arena_bytes=3 << 30)  # the split's trusted process: R + S + 2 O, arenas in
     in_split = row_of(task, EvalResult(EvalStatus.OK, "correct", eager=stats(10.0), compiled=stats(4.0), cost=split))
     assert (in_split.bound_gib, in_split.over_bound_gib) == (9.0, 0.0)
+    # torch.compile's generated code can need more than eager (L1/87: an output-sized intermediate): R is the larger
+    compiled_more = dataclasses.replace(split, compiled_peak_bytes=7 << 30)
+    row_c = row_of(task, EvalResult(EvalStatus.OK, "correct", eager=stats(10.0), compiled=stats(4.0),
+                                    cost=compiled_more))
+    assert (row_c.reference_peak_gib, row_c.compiled_peak_gib, row_c.bound_gib) == (5.0, 7.0, 11.0)
+    assert "| 5.00 | 7.00 | 3.00 | 11.00 |" in to_markdown([row_c], "t")
     from cudagym.judge.harness.runner import OUTLASTED_NOTE
 
     log = f"timing: ...\n{OUTLASTED_NOTE}: compiled's host takes 3100 us to queue a call, longer than the 2000 us cover"

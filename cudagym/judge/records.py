@@ -204,10 +204,11 @@ class EvalCost:
     and resetting the peak at its start), plus, in the trust split, the arenas it shares with the runner
     (``arena_bytes``, allocated outside torch's allocator). ``runner_peak_device_memory_bytes`` is the runner's
     own allocator peak, as the runner reports it (0 without a split). CUDA contexts (a few hundred MB per
-    process) are in neither. The bounds (README, "Device memory is bounded"): one process
-    ``peak <= reference_peak + input_set + output_set``; in the split ``peak <= reference_peak + input_set +
-    2 * output_set`` and the runner's ``runner_peak <=`` the candidate's own need ``+ input_set +
-    output_set``; each plus small buffers (the L2 flush, the chunked comparisons' temporaries).
+    process) are in neither. The bounds (README, "Device memory is bounded"), R the larger of
+    ``reference_peak`` and ``compiled_peak`` (the task's own need, eager or compiled): one process
+    ``peak <= R + input_set + output_set``; in the split ``peak <= R + input_set + 2 * output_set`` and the
+    runner's ``runner_peak <=`` the candidate's own need ``+ input_set + output_set``; each plus small buffers
+    (the L2 flush, the chunked comparisons' temporaries).
     """
 
     peak_device_memory_bytes: int = 0
@@ -215,6 +216,7 @@ class EvalCost:
     runner_peak_device_memory_bytes: int = 0  # the split's runner: its own allocator's peak (what it reported)
     arena_bytes: int = 0  # the split's two shared arenas (input set and output set), part of the peak above
     reference_peak_bytes: int = 0  # the peak once both models were built and the reference ran once, alone
+    compiled_peak_bytes: int = 0  # torch.compile's warm-up: the compiled reference's run on one input set, alone
     input_set_bytes: int = 0  # one input set of the task
     output_set_bytes: int = 0  # the reference's outputs for one input set
     load_s: float = 0.0  # the reference and the candidate module loaded, both models built

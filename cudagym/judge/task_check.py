@@ -48,6 +48,7 @@ class TaskRow:
     compile_s: float = 0.0  # torch.compile's first call (0: baselines came from the cache)
     peak_memory_gib: float = 0.0
     reference_peak_gib: float = 0.0  # after the models were built and the reference ran once: the task's own need
+    compiled_peak_gib: float = 0.0  # torch.compile's warm-up on one set (0: baselines came from the cache)
     input_output_gib: float = 0.0  # one input set and its outputs
     bound_gib: float = 0.0  # the bound that applies (:func:`memory_bound_bytes`); 0 when no reference peak was measured
     over_bound_gib: float = 0.0  # peak - bound; <= 0 within the bound
@@ -64,12 +65,12 @@ class TaskRow:
 def memory_bound_bytes(cost: EvalCost) -> int:
     """The README's device-memory bound for the process ``cost`` measured, small buffers aside.
 
-    With R the reference's own peak, S one input set and O one output set: R + S + O in one process; in the
-    split's trusted process, whose peak includes its arenas (the candidate's copy of the inputs and its
-    outputs), R + S + 2 O.
+    With R the task's own need (the reference's peak, eager or compiled by torch.compile, whichever is larger),
+    S one input set and O one output set: R + S + O in one process; in the split's trusted process, whose peak
+    includes its arenas (the candidate's copy of the inputs and its outputs), R + S + 2 O.
     """
     outputs = cost.output_set_bytes * (2 if cost.arena_bytes > 0 else 1)
-    return cost.reference_peak_bytes + cost.input_set_bytes + outputs
+    return max(cost.reference_peak_bytes, cost.compiled_peak_bytes) + cost.input_set_bytes + outputs
 
 
 def row_of(task: Task, result: EvalResult) -> TaskRow:
@@ -83,7 +84,8 @@ def row_of(task: Task, result: EvalResult) -> TaskRow:
         task_id=task.id, level=task.level, status=result.status.value, eager_us=eager, compile_us=compiled,
         candidate_us=result.candidate.median_us, eager_over_compile=eager / compiled if compiled > 0 else 0.0,
         compile_s=cost.compile_s, peak_memory_gib=cost.peak_device_memory_bytes / GIB,
-        reference_peak_gib=cost.reference_peak_bytes / GIB, input_output_gib=io_bytes / GIB, bound_gib=bound / GIB,
+        reference_peak_gib=cost.reference_peak_bytes / GIB, compiled_peak_gib=cost.compiled_peak_bytes / GIB,
+        input_output_gib=io_bytes / GIB, bound_gib=bound / GIB,
         over_bound_gib=(cost.peak_device_memory_bytes - bound) / GIB * measured,
         device_memory_gib=cost.device_memory_total_bytes / GIB, host_in_baselines=" ".join(_outlasted(result.log)),
         load_s=cost.load_s, check_s=cost.check_s,
@@ -135,15 +137,15 @@ def to_markdown(rows: Sequence[TaskRow], title: str, facts: RunFacts | None = No
              "and timed.", ""]
     lines += _phase_summary([r for r in rows if passed(r)], facts)
     lines += ["| task | status | eager us | compile us | ref-as-candidate us | eager/compile | compile s | peak GiB "
-              "| ref peak GiB | in+out GiB | bound GiB | over bound GiB | load s | check s | timing s | profile s "
-              "| message |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+              "| ref peak GiB | compiled peak GiB | in+out GiB | bound GiB | over bound GiB | load s | check s "
+              "| timing s | profile s | message |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         note = "" if passed(r) else r.message.replace("|", "/")
         lines.append(f"| {r.task_id} | {r.status} | {r.eager_us:.1f} | {r.compile_us:.1f} | {r.candidate_us:.1f} | "
                      f"{r.eager_over_compile:.3f} | {r.compile_s:.1f} | {r.peak_memory_gib:.2f} | "
-                     f"{r.reference_peak_gib:.2f} | {r.input_output_gib:.2f} | {r.bound_gib:.2f} | "
-                     f"{r.over_bound_gib:.2f} | "
+                     f"{r.reference_peak_gib:.2f} | {r.compiled_peak_gib:.2f} | {r.input_output_gib:.2f} | "
+                     f"{r.bound_gib:.2f} | {r.over_bound_gib:.2f} | "
                      f"{r.load_s:.2f} | {r.check_s:.2f} | {r.timing_s:.2f} | {r.profile_s:.2f} | {note} |")
     return "\n".join(lines) + "\n"
 

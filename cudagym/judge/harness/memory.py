@@ -1,7 +1,8 @@
 """Bounded device memory: chunked elementwise passes, the job's peak-memory meter, and what a task needs.
 
 The bound (README, "Device memory is bounded"). With R the reference's own need (its weights, one input set,
-its outputs and intermediates: the peak after the priming run, ``EvalCost.reference_peak_bytes``), S one
+its outputs and intermediates: the peak after the priming run, ``EvalCost.reference_peak_bytes``; or the
+compile warm-up's, ``compiled_peak_bytes``, where torch.compile's generated code holds more), S one
 input set and O one output set, ε the small buffers (the L2 flush buffer of twice the L2, the chunked passes'
 temporaries of a few x 64 MB, the allocator's 2 MiB rounding):
 
