@@ -35,7 +35,12 @@ levels="1 2 3"
 python3 -c "import transformers" 2>/dev/null && levels="$levels 4"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$out/gpus.txt" 2>&1
 mkdir -p "$CUDAGYM_CACHE_DIR/baselines"
-[ -d "$out/baselines" ] && cp -rn "$out/baselines/." "$CUDAGYM_CACHE_DIR/baselines/"
+if [ -d "$out/baselines" ]; then  # the carried cache, without overwriting what this host has (cp -n warns on coreutils 9)
+  (cd "$out/baselines" && find . -type f) | while read -r f; do
+    [ -e "$CUDAGYM_CACHE_DIR/baselines/$f" ] || { mkdir -p "$(dirname "$CUDAGYM_CACHE_DIR/baselines/$f")"
+      cp -p "$out/baselines/$f" "$CUDAGYM_CACHE_DIR/baselines/$f"; }
+  done
+fi
 summary=()
 check() {  # check NAME PROTOCOL LEVEL JOURNAL [ARG...]: one `cudagym baselines check` in the time left, a summary row
   local name=$1 p=$2 level=$3 journal=$4 left start rc
