@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import sys
 import threading
@@ -148,13 +149,50 @@ def evaluations_per_gpu_hour(judge: Any) -> tuple[float, int]:
     profile = json.dumps({"name": "profile"})
     venv.step([profile] * GPU_ENVS)  # builds and baselines cached before the clock starts
     gpus = max(1, len(judge.workers()))
-    done, started = 0, time.perf_counter()
+    done, started, parts = 0, time.perf_counter(), []
     while time.perf_counter() - started < GPU_SECONDS:
         *_, info = venv.step([profile] * GPU_ENVS)
         done += sum(1 for status in info["last_eval"]["status"] if status == "ok")  # correct verdicts only
+        parts += job_parts(info["last_eval"])
     elapsed = time.perf_counter() - started
     venv.close()
+    print(f"\n{type(judge).__name__}: {describe_parts(parts, elapsed, gpus)}")
     return done / elapsed * 3600 / gpus, done
+
+
+LOAD_NOTE = re.compile(r"load: reference built and primed ([\d.]+) s, runner ready ([\d.]+) s, calibration "
+                       r"([\d.]+) s, candidate loaded in the runner ([\d.]+) s")
+PARTS = ("wall", "load", "check", "timing", "profile", "primed", "runner ready", "calibration", "candidate load")
+
+
+def job_parts(batch: dict[str, Any]) -> list[dict[str, float]]:
+    """Seconds per part of each correct verdict in one vector step's batched ``last_eval`` (where they went)."""
+    found = []
+    for i, status in enumerate(batch["status"]):
+        if status != "ok":
+            continue
+        cost = batch["cost"]
+        part = {"wall": float(batch["wall_time_s"][i])}
+        part.update({name: float(cost[f"{name}_s"][i]) for name in ("load", "check", "timing", "profile")})
+        for note in batch["notes"][i]:
+            m = LOAD_NOTE.search(str(note))
+            if m:
+                part.update(zip(PARTS[5:], map(float, m.groups()), strict=True))
+        found.append(part)
+    return found
+
+
+def describe_parts(parts: list[dict[str, float]], elapsed_s: float, gpus: int) -> str:
+    """Median (and 90th percentile) seconds per part, beside the seconds of GPU time each verdict had."""
+    if not parts:
+        return "no correct verdict"
+    per_verdict = elapsed_s * gpus / len(parts)
+    cells = []
+    for name in PARTS:
+        xs = sorted(p[name] for p in parts if name in p)
+        if xs:
+            cells.append(f"{name} {statistics.median(xs):.3f} s (p90 {xs[int(0.9 * (len(xs) - 1))]:.3f})")
+    return f"{len(parts)} verdicts, {per_verdict:.3f} s of GPU time each; per verdict: " + ", ".join(cells)
 
 
 def _write(files: dict[str, str], k: int) -> str:

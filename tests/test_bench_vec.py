@@ -1,0 +1,56 @@
+"""benchmarks/bench_vec.py's GPU driver on the CPU: the real vector env and pipeline over a stand-in GPU whose
+verdicts carry the harness's cost and load note, so the breakdown printed beside the rate is checked end to end."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from judge_stubs import StubGpus, stub_judge
+from script_module import load_script
+
+from cudagym.judge.job import JobSpec
+from cudagym.judge.records import EvalCost, EvalResult
+
+LOAD = ("load: reference built and primed 0.02 s, runner ready {ready:.2f} s, calibration 0.07 s, candidate "
+        "loaded in the runner 0.19 s (the runner's account: setup 0.03 s)")
+
+
+class NotedGpus(StubGpus):
+    """Verdicts with phase times and the harness's load note; every other one waited 1.4 s for a runner."""
+
+    def _run(self, spec: JobSpec) -> EvalResult:
+        result = super()._run(spec)
+        if spec.job_id.startswith("baselines:"):
+            return result
+        self.count = getattr(self, "count", 0) + 1
+        ready = 1.4 if self.count % 2 else 0.0
+        cost = EvalCost(load_s=0.3 + ready, check_s=0.2, timing_s=0.4, profile_s=0.1)
+        return dataclasses.replace(result, cost=cost, wall_time_s=1.0 + ready,
+                                   notes=(LOAD.format(ready=ready), "timing: 30 rounds"))
+
+
+def test_the_gpu_driver_counts_verdicts_and_says_where_their_time_went(tmp_path, monkeypatch, capsys):
+    bench = load_script("benchmarks/bench_vec.py", "bench_vec_under_test")
+    monkeypatch.setattr(bench, "GPU_SECONDS", 0.5)
+    gpus = NotedGpus(job_s=0.002)
+    with stub_judge(tmp_path, gpus=gpus) as judge:
+        rate, done = bench.evaluations_per_gpu_hour(judge)
+    out = capsys.readouterr().out
+    assert done >= bench.GPU_ENVS and rate > 0  # at least one vector step of 16 correct verdicts
+    assert f"PipelineJudge: {done} verdicts" in out
+    assert re.search(r"wall [\d.]+ s \(p90 2\.400\)", out)  # every other verdict waited 1.4 s for its runner
+    assert re.search(r"runner ready [\d.]+ s \(p90 1\.400\)", out)
+    assert "calibration 0.070 s (p90 0.070), candidate load 0.190 s (p90 0.190)" in out
+    assert "check 0.200 s (p90 0.200), timing 0.400 s (p90 0.400), profile 0.100 s (p90 0.100)" in out
+
+
+def test_parts_of_a_batch_skip_failed_verdicts_and_notes_without_the_load_line():
+    bench = load_script("benchmarks/bench_vec.py", "bench_vec_under_test")
+    batch = {"status": ["ok", "incorrect", "ok"], "wall_time_s": [1.0, 9.0, 2.0],
+             "cost": {f"{n}_s": [0.1, 9.0, 0.2] for n in ("load", "check", "timing", "profile")},
+             "notes": [[LOAD.format(ready=0.5)], [], ["no load line here"]]}
+    parts = bench.job_parts(batch)
+    assert [p["wall"] for p in parts] == [1.0, 2.0]
+    assert parts[0]["runner ready"] == 0.5 and "runner ready" not in parts[1]
+    assert bench.describe_parts([], 1.0, 1) == "no correct verdict"
