@@ -287,3 +287,31 @@ def test_side_stream_work_cannot_run_during_the_cover():
         side_ms, cover_ms = begin.elapsed_time(side_done), begin.elapsed_time(covered)
         print(f"cover ended at {cover_ms * 1000:.1f} us, the side kernel at {side_ms * 1000:.1f} us")
         assert side_ms >= cover_ms - 0.02
+
+
+def test_contenders_timed_in_blocks_get_a_hook_between_blocks_and_interleaved_ones_none(gpu):
+    from cudagym.judge.harness.stats import StoppingRule
+
+    calls: list[str] = []
+
+    def make(name: str) -> Callable[[list], str]:
+        def call(args: list) -> str:
+            calls.append(name)
+            return forward(gpu, host_us=5.0, kernel_us=60.0)()
+        return call
+
+    def loop(interleave: bool) -> timing.TimingRun:
+        return timing.TimingLoop(
+            contenders=[timing.Contender(n, make(n), baseline=n != "candidate") for n in ("candidate", "eager")],
+            make_inputs=lambda r: [], timer=CudaEventTimer(torch.device("cuda", 0), FakeCover(gpu, 100.0)),
+            flusher=timing.L2Flusher(torch.device("cpu"), 0, False), rule=StoppingRule(4, 4, 0.0, "median"),
+            warmup_runs=2, warmup_s=0.0, interleave=interleave, budget_s=60.0, may_poison=lambda t: False,
+            between_contenders=lambda: calls.append("release")).run()
+
+    run = loop(interleave=False)
+    # the candidate's 2 warm-ups and 4 timed calls, the release, then eager's: its warm-ups refill the cache
+    assert calls == ["candidate"] * 6 + ["release"] + ["eager"] * 6
+    assert len(run.samples["eager"].time_us) == 4
+    calls.clear()
+    loop(interleave=True)
+    assert "release" not in calls and calls[:2] == ["candidate", "eager"]

@@ -365,6 +365,8 @@ class TimingLoop:
             keeps the cover's own length.
         baselines_share_inputs: The baselines run on the round's set itself, not a copy each (true when the
             reference does not write to its inputs: it then leaves the set as it found it).
+        between_contenders: Called before each contender's block after the first (not interleaved), before its
+            warm-up: where the harness gives the last one's cached blocks back.
     """
 
     contenders: list[Contender]
@@ -380,13 +382,16 @@ class TimingLoop:
     on_round: RoundHook = field(default_factory=NoHook)
     cover_sizing: CoverSizing | None = None
     baselines_share_inputs: bool = False
+    between_contenders: Callable[[], None] | None = None
 
     def run(self) -> TimingRun:
         """Warm up, then time rounds until the rule holds for every contender (or the cap or budget)."""
         run = TimingRun({c.name: Samples() for c in self.contenders})
         deadline = time.monotonic() + self.budget_s
         groups = [self.contenders] if self.interleave else [[c] for c in self.contenders]
-        for group in groups:
+        for number, group in enumerate(groups):
+            if number and self.between_contenders is not None:
+                self.between_contenders()
             warmup = TimingRun({c.name: Samples() for c in group})
             warm, warm_until = 0, time.monotonic() + self.warmup_s
             while warm < self.warmup_runs or (time.monotonic() < warm_until and warm < MAX_WARMUP_ROUNDS):
