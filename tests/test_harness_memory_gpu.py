@@ -96,7 +96,8 @@ def describe(result: EvalResult) -> str:
 def cost_line(cost: EvalCost) -> str:
     return (f"peak {cost.peak_device_memory_bytes / GIB:.2f} GiB (arenas {cost.arena_bytes / GIB:.2f} GiB), runner "
             f"{cost.runner_peak_device_memory_bytes / GIB:.2f} GiB, reference alone "
-            f"{cost.reference_peak_bytes / GIB:.2f} GiB; phases load {cost.load_s:.2f} s, check {cost.check_s:.2f} s, "
+            f"{cost.reference_peak_bytes / GIB:.2f} GiB (compiled {cost.compiled_peak_bytes / GIB:.2f} GiB); phases "
+            f"load {cost.load_s:.2f} s, check {cost.check_s:.2f} s, "
             f"timing {cost.timing_s:.2f} s "
             f"(compile {cost.compile_s:.2f} s), profile {cost.profile_s:.2f} s")
 
