@@ -6,6 +6,7 @@ Examples::
     cudagym tasks list --suite kernelbench --root ~/KernelBench --level 1 --json
     cudagym tasks list --suite ops6k --path data.parquet --max-ops 2 --ops ReLU --limit 20
     cudagym tasks show L1/19_ReLU --root ~/KernelBench
+    cudagym tasks fetch-models --suite kernelbench --level 4 --root ~/KernelBench   # the judge's model cache
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ DEFAULT_SUITE = "bundled"
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``list`` and ``show`` actions and their options."""
-    actions = parser.add_subparsers(dest="action", required=True, metavar="{list,show}")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="{list,show,fetch-models}")
     listing = actions.add_parser("list", help="list the tasks of a suite")
     listing.add_argument("--suite", default=DEFAULT_SUITE, choices=suite_names(),
                          help=f"which suite (default: {DEFAULT_SUITE})")
@@ -44,6 +45,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     show.add_argument("id", help="task id, e.g. L1/19_ReLU, bundled/L1/01_Swish, ops6k/000123_Conv2d_ReLU")
     _data_options(show)
     show.add_argument("--json", action="store_true", help="print the task as a JSON object")
+    fetch = actions.add_parser("fetch-models", help="download the pretrained models a suite's tasks load (KernelBench "
+                               "level 4) into the judge's model cache, which its offline processes read")
+    fetch.add_argument("--suite", default="kernelbench", choices=suite_names(),
+                       help="which suite (default: kernelbench)")
+    fetch.add_argument("--level", type=int, default=None, help="only this level (default: every level)")
+    _data_options(fetch)
+    fetch.add_argument("--dest", default=None, help="the hub cache to fill (default: CUDAGYM_MODEL_CACHE, else "
+                       "models/ in cudagym's cache folder, where the judge looks)")
+    fetch.add_argument("--list", action="store_true", help="only list the models and the tasks that load them")
 
 
 def _data_options(parser: argparse.ArgumentParser) -> None:
@@ -58,6 +68,9 @@ def _data_options(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``tasks list`` or ``tasks show``; returns the exit code."""
     data = {"root": args.root, "parquet": args.parquet, "path": args.path}
+    if args.action == "fetch-models":
+        return _fetch_models(args.suite, args.level, {k: v for k, v in data.items() if v is not None}, args.dest,
+                             only_list=args.list)
     if args.action == "list":
         filters = {**data, "min_ops": args.min_ops, "max_ops": args.max_ops, "ops": args.ops, "limit": args.limit}
         return _list(args.suite, args.level, {k: v for k, v in filters.items() if v is not None}, as_json=args.json)
@@ -108,6 +121,30 @@ def _show(task_id: str, options: dict[str, Any], *, as_json: bool) -> int:
         print(f"{key + ':':<{width}}{value}")
     print("\n--- reference source ---")
     print(task.source.rstrip("\n"))
+    return 0
+
+
+def _fetch_models(suite: str, level: int | None, options: dict[str, Any], dest: str | None, *,
+                  only_list: bool) -> int:
+    from pathlib import Path
+
+    from cudagym.paths import model_cache_dir
+    from cudagym.sources.models import fetch_models, models_of
+
+    source = load_source(suite, level=level, **options)
+    users = models_of(source.tasks())
+    if not users:
+        print(f"no task of {source.describe()} loads a pretrained model")
+        return 0
+    _print_table(("MODEL", "TASKS"), [(repo, ", ".join(ids)) for repo, ids in users.items()])
+    cache = Path(dest).expanduser() if dest else model_cache_dir()
+    if only_list:
+        print(f"{len(users)} model(s); not fetched (--list). The judge reads {cache}")
+        return 0
+    for repo, snapshot in zip(users, fetch_models(list(users), cache), strict=True):
+        print(f"fetched {repo} -> {snapshot}")
+    hint = "" if dest is None else f" (the judge reads it with CUDAGYM_MODEL_CACHE={cache})"
+    print(f"{len(users)} model(s) in {cache}{hint}")
     return 0
 
 

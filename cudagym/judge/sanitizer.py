@@ -363,7 +363,7 @@ class Launch:
     Attributes:
         root: Folder under which each run makes its own.
         policy: The sandbox policy of the pool (its limits bind every run).
-        pythonpath: Folders first on the runs' ``PYTHONPATH``.
+        pythonpath: Folders the runs read besides the system (the pool's ``PoolOptions.reads()``).
         env: The scrubbed environment of a runner whose folder is the argument (as the job's runner gets).
         closing: Set when the pool closes: running gates are killed.
         timeout_s: Wall-clock limit of the gates together (0: the protocol's ``eval_timeout_s``).

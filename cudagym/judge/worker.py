@@ -126,6 +126,9 @@ class PoolOptions:
             takes seconds to start and serves one job, so back-to-back jobs wait for one unless several
             start at once; each idle one holds a CUDA context (about half a GiB of device memory) and an
             interpreter with torch imported (host memory). ``None``: :func:`default_spare_runners`.
+        model_cache: A Hugging Face hub cache that workers and runners read, offline (tasks that load
+            pretrained models: KernelBench level 4). ``None``: :func:`cudagym.paths.model_cache_dir` where
+            it exists; ``""``: none. The network stays cut off either way.
     """
 
     job_fn: str = DEFAULT_JOB_FN
@@ -139,11 +142,34 @@ class PoolOptions:
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     runner: bool | None = None
     spare_runners: int | None = None
+    model_cache: str | None = None
 
     @property
     def uses_runner(self) -> bool:
         """Whether jobs get a runner process (see ``runner``)."""
         return self.job_fn == DEFAULT_JOB_FN if self.runner is None else self.runner
+
+    def model_cache_path(self) -> str:
+        """The hub cache confined processes get (read-only), or ``""`` for none."""
+        if self.model_cache is not None:
+            return os.path.abspath(self.model_cache) if self.model_cache else ""
+        from cudagym.paths import model_cache_dir
+
+        default = model_cache_dir()
+        return str(default.resolve()) if default.is_dir() else ""
+
+    def reads(self) -> tuple[str, ...]:
+        """What confined workers and runners read besides the system: ``pythonpath`` and the model cache."""
+        cache = self.model_cache_path()
+        return (*self.pythonpath, cache) if cache else self.pythonpath
+
+    def model_env(self) -> dict[str, str]:
+        """Where the hub libraries find the model cache, offline (empty without one)."""
+        cache = self.model_cache_path()
+        if not cache:
+            return {}
+        return {"HF_HUB_CACHE": cache, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                "HF_HUB_DISABLE_TELEMETRY": "1"}
 
 
 def _result(job: Job, status: EvalStatus, message: str, log_text: str = "", **extra: Any) -> EvalResult:
@@ -264,7 +290,7 @@ class _Worker:
         try:
             self.isolation = confine.isolation(limits=policy_limits(options.policy))
             # confined: the GPU's device nodes, the toolchain and Python, and this worker's own folder
-            view = confine.view_for(reads=options.pythonpath, writes=(str(self.root),), gpu=True, chdir=self.root)
+            view = confine.view_for(reads=options.reads(), writes=(str(self.root),), gpu=True, chdir=self.root)
             command = confine.wrap(argv, view)
             self.proc = confine.popen(
                 command, cwd=self.root, env=self._env(home, tmp), stdin=subprocess.DEVNULL,
@@ -296,7 +322,7 @@ class _Worker:
                  "TORCHINDUCTOR_CACHE_DIR": str(self.root / "inductor"),
                  "TRITON_CACHE_DIR": str(self.root / "triton"),
                  "TORCHINDUCTOR_COMPILE_THREADS": "1",
-                 **self.options.env}
+                 **self.options.model_env(), **self.options.env}
         extra.setdefault("PYTHONPATH", child_pythonpath(self.options.pythonpath))
         return scrub_env(os.environ, home=str(home), tmpdir=str(tmp), extra=extra)
 
@@ -468,7 +494,7 @@ def _runner_env(device: str, options: PoolOptions, root: Path) -> dict[str, str]
     return scrub_env(os.environ, home=str(root / "home"), tmpdir=str(root / "tmp"), extra={
         "CUDA_VISIBLE_DEVICES": device, "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
         "TRITON_CACHE_DIR": str(root / "triton"), "TORCHINDUCTOR_COMPILE_THREADS": "1",
-        "PYTHONPATH": child_pythonpath(options.pythonpath), **options.env})
+        "PYTHONPATH": child_pythonpath(options.pythonpath), **options.model_env(), **options.env})
 
 
 class _Runner:
@@ -490,7 +516,7 @@ class _Runner:
                 "--policy", inner_policy(options.policy).to_json()]
         env = _runner_env(device, options, self.root)
         try:
-            view = confine.view_for(reads=options.pythonpath, writes=(str(self.root),), gpu=True, chdir=self.root)
+            view = confine.view_for(reads=options.reads(), writes=(str(self.root),), gpu=True, chdir=self.root)
             self.proc = confine.popen(confine.wrap(argv, view), cwd=self.root, env=env, stdin=subprocess.DEVNULL,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                                       pass_fds=(runner_end.fileno(),))
@@ -675,7 +701,7 @@ class _Lane:
         """The protocol's compute-sanitizer gates on a passing SUBMIT (:mod:`cudagym.judge.sanitizer`)."""
         if not sanitizer.gates(job, result):
             return result
-        launch = sanitizer.Launch(self.root, self.options.policy, self.options.pythonpath,
+        launch = sanitizer.Launch(self.root, self.options.policy, self.options.reads(),
                                   functools.partial(_runner_env, self.device, self.options), self.closing,
                                   self.options.job_timeout_s)
         return sanitizer.gate(job, result, launch)
@@ -732,6 +758,9 @@ class WorkerPool:
         options = dataclasses.replace(options, spare_runners=spare)
         if not 1 <= spare <= 16:
             raise ConfigError(f"expected 1 <= spare_runners <= 16, got {spare}")
+        if options.model_cache and not os.path.isdir(options.model_cache):
+            raise ConfigError(f"the model cache {options.model_cache} is not a folder (PoolOptions.model_cache: a "
+                              "Hugging Face hub cache, as `cudagym tasks fetch-models` fills)")
         if options.max_jobs_per_worker < 1 or not 0 <= options.spare_workers <= 16:
             raise ConfigError(f"expected max_jobs_per_worker >= 1 and 0 <= spare_workers <= 16, got "
                               f"{options.max_jobs_per_worker} and {options.spare_workers}")

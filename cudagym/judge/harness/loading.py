@@ -67,7 +67,8 @@ def load_reference(task: Task) -> Reference:
     try:
         exec(compile(task.source, filename, "exec"), module.__dict__)
     except Exception as exc:
-        raise TaskProblem(f"task {task.id}: the reference source raised {type(exc).__name__}: {exc}") from exc
+        raise TaskProblem(f"task {task.id}: the reference source raised {type(exc).__name__}: {exc}"
+                          f"{pretrained_hint(exc, task.source)}") from exc
     missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if n not in module.__dict__]
     if missing:
         raise TaskProblem(f"task {task.id}: the reference defines no {', '.join(missing)}")
@@ -116,7 +117,31 @@ def build_reference(reference: Reference, device: torch.device, seed: int, train
         ref = reference.model_cls(*reference.get_init_inputs())
         return ref.to(device).train(train)
     except Exception as exc:
-        raise TaskProblem(f"building the reference Model failed: {type(exc).__name__}: {exc}") from exc
+        raise TaskProblem(f"building the reference Model failed: {type(exc).__name__}: {exc}"
+                          f"{pretrained_hint(exc)}") from exc
+
+
+PRETRAINED_HINT = ("\n(a pretrained model: the judge's processes have no network and read models only from "
+                   "their model cache, offline; `cudagym tasks fetch-models` fills it, CUDAGYM_MODEL_CACHE "
+                   "names another)")
+
+
+def pretrained_hint(exc: BaseException, source: str = "") -> str:
+    """:data:`PRETRAINED_HINT` where ``exc`` came from the Hugging Face libraries looking for a model, else ``""``.
+
+    With the task's ``source``, the hint names the models it loads.
+    """
+    seen: BaseException | None = exc
+    while seen is not None:
+        origin = type(seen).__module__.split(".")[0]
+        text = str(seen)
+        if origin in ("huggingface_hub", "transformers") or "huggingface.co" in text or "HF_HUB_OFFLINE" in text:
+            from cudagym.sources.models import pretrained_models
+
+            names = pretrained_models(source) if source else []
+            return PRETRAINED_HINT + (f"; this task loads {', '.join(names)}" if names else "")
+        seen = seen.__cause__ or seen.__context__
+    return ""
 
 
 def build_models(
