@@ -10,8 +10,9 @@
 # sweep) or "throughput": the first $FIRST (default 20) L1 tasks under cudagym twice, the second time with a fresh
 # journal and the builds and baselines the first pass cached, for evaluations per GPU-hour and the time per phase
 # (throughput-cudagym-L1.md: its "This run" line). Steps default to "kernelbench
-# cudagym". Levels 1-3, and 4 when `transformers` imports (its tasks load Hugging Face weights: offline, they fail
-# at load as task errors). The baseline cache travels in the same file.
+# cudagym". Levels 1-3, and 4 when `transformers` imports (its tasks load Hugging Face weights from the judge's
+# model cache, CUDAGYM_MODEL_CACHE or .data/models; without one they fail at load as task errors, naming the
+# models). The baseline cache travels in the same file.
 # Needs a KernelBench checkout: CUDAGYM_KERNELBENCH_DIR (default .data/kb). Uses every GPU (DEVICES=auto).
 # RETRY=1 runs once more the tasks whose journaled result is not OK (`baselines check --retry-failed`).
 set -u
@@ -33,6 +34,9 @@ fi
 source benchmarks/gpu_setup.sh
 levels="1 2 3"
 python3 -c "import transformers" 2>/dev/null && levels="$levels 4"
+# level 4's models: a hub cache carried as .data/models (`cudagym tasks fetch-models --dest .data/models` on a host
+# that reaches the hub), which the judge's confined processes read offline; without it those tasks fail at load
+[ -z "${CUDAGYM_MODEL_CACHE:-}" ] && [ -d .data/models ] && export CUDAGYM_MODEL_CACHE=$PWD/.data/models
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$out/gpus.txt" 2>&1
 mkdir -p "$CUDAGYM_CACHE_DIR/baselines"
 if [ -d "$out/baselines" ]; then  # the carried cache, without overwriting what this host has (cp -n warns on coreutils 9)
