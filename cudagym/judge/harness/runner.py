@@ -599,9 +599,9 @@ def judge_bracketed_claims(claims: list[float], brackets: list[float], calibrati
 
     ``staged`` and ``calibration_staged`` (one per call, where the bracket measured it): the judge's own
     part of each bracket, until its go. The shortfall is then judged on what follows the go alone: the
-    judge's copy of a large input set runs at the speed the GPU has at the time, and on the H200 an 8 GiB
-    one (``L1/4``) took 378 us (8%) longer in the calibration than in the timed calls, an honest candidate's
-    gap "short" by more than the allowance. The excess is still judged on the whole bracket, where work
+    judge's copy of a large input set runs at the speed the GPU has at the time, and on the H200 the gap of
+    ``L1/4`` (an 8 GiB set, its copy most of the gap) was 378 us (8%) longer in the calibration than in the
+    timed calls, an honest candidate "short" by more than the allowance. The excess is still judged on the whole bracket, where work
     the runner hides beside the judge's copy slows it.
     """
     over = [(c, b) for c, b in zip(claims, brackets, strict=True) if c > b]
