@@ -601,8 +601,8 @@ def judge_bracketed_claims(claims: list[float], brackets: list[float], calibrati
     part of each bracket, until its go. The shortfall is then judged on what follows the go alone: the
     judge's copy of a large input set runs at the speed the GPU has at the time, and on the H200 the gap of
     ``L1/4`` (an 8 GiB set, its copy most of the gap) was 378 us (8%) longer in the calibration than in the
-    timed calls, an honest candidate "short" by more than the allowance. The excess is still judged on the whole bracket, where work
-    the runner hides beside the judge's copy slows it.
+    timed calls, an honest candidate "short" by more than the allowance. The excess is still judged on the
+    whole bracket, where work the runner hides beside the judge's copy slows it.
     """
     over = [(c, b) for c, b in zip(claims, brackets, strict=True) if c > b]
     if over:
