@@ -45,6 +45,7 @@ from judge_stubs import StubGpus  # noqa: E402
 
 import cudagym  # noqa: E402, F401 - registers the ids
 from cudagym.judge.baselines import BaselineCache  # noqa: E402
+from cudagym.judge.harness import runner  # noqa: E402
 from cudagym.judge.pipeline import BuildService, Pipeline, PipelineJudge  # noqa: E402
 from cudagym.judge.protocol import Protocol  # noqa: E402
 from cudagym.judge.records import BuildResult, BuildStatus  # noqa: E402
@@ -160,8 +161,7 @@ def evaluations_per_gpu_hour(judge: Any) -> tuple[float, int]:
     return done / elapsed * 3600 / gpus, done
 
 
-LOAD_NOTE = re.compile(r"load: reference built and primed ([\d.]+) s, runner ready ([\d.]+) s, calibration "
-                       r"([\d.]+) s, candidate loaded in the runner ([\d.]+) s")
+LOAD_NOTE = re.compile(re.escape(runner.LOAD_NOTE).replace(re.escape("{:.2f}"), r"([\d.]+)"))
 PARTS = ("wall", "load", "check", "timing", "profile", "primed", "runner ready", "calibration", "candidate load")
 
 

@@ -9,11 +9,14 @@ import re
 from judge_stubs import StubGpus, stub_judge
 from script_module import load_script
 
+from cudagym.judge.harness.runner import LOAD_NOTE
 from cudagym.judge.job import JobSpec
 from cudagym.judge.records import EvalCost, EvalResult
 
-LOAD = ("load: reference built and primed 0.02 s, runner ready {ready:.2f} s, calibration 0.07 s, candidate "
-        "loaded in the runner 0.19 s (the runner's account: setup 0.03 s)")
+
+def load_note(ready: float) -> str:
+    """The harness's own load note (its format, not a copy), as a job that waited ``ready`` s for its runner."""
+    return LOAD_NOTE.format(0.02, ready, 0.07, 0.19) + " (the runner's account: setup 0.03 s)"
 
 
 class NotedGpus(StubGpus):
@@ -27,7 +30,7 @@ class NotedGpus(StubGpus):
         ready = 1.4 if self.count % 2 else 0.0
         cost = EvalCost(load_s=0.3 + ready, check_s=0.2, timing_s=0.4, profile_s=0.1)
         return dataclasses.replace(result, cost=cost, wall_time_s=1.0 + ready,
-                                   notes=(LOAD.format(ready=ready), "timing: 30 rounds"))
+                                   notes=(load_note(ready), "timing: 30 rounds"))
 
 
 def test_the_gpu_driver_counts_verdicts_and_says_where_their_time_went(tmp_path, monkeypatch, capsys):
@@ -49,7 +52,7 @@ def test_parts_of_a_batch_skip_failed_verdicts_and_notes_without_the_load_line()
     bench = load_script("benchmarks/bench_vec.py", "bench_vec_under_test")
     batch = {"status": ["ok", "incorrect", "ok"], "wall_time_s": [1.0, 9.0, 2.0],
              "cost": {f"{n}_s": [0.1, 9.0, 0.2] for n in ("load", "check", "timing", "profile")},
-             "notes": [[LOAD.format(ready=0.5)], [], ["no load line here"]]}
+             "notes": [[load_note(0.5)], [], ["no load line here"]]}
     parts = bench.job_parts(batch)
     assert [p["wall"] for p in parts] == [1.0, 2.0]
     assert parts[0]["runner ready"] == 0.5 and "runner ready" not in parts[1]

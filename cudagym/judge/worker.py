@@ -761,6 +761,8 @@ class WorkerPool:
         if options.model_cache and not os.path.isdir(options.model_cache):
             raise ConfigError(f"the model cache {options.model_cache} is not a folder (PoolOptions.model_cache: a "
                               "Hugging Face hub cache, as `cudagym tasks fetch-models` fills)")
+        # resolved once: every worker and runner of the pool sees the same folder (or none)
+        options = dataclasses.replace(options, model_cache=options.model_cache_path())
         if options.max_jobs_per_worker < 1 or not 0 <= options.spare_workers <= 16:
             raise ConfigError(f"expected max_jobs_per_worker >= 1 and 0 <= spare_workers <= 16, got "
                               f"{options.max_jobs_per_worker} and {options.spare_workers}")

@@ -269,8 +269,12 @@ def _load_remote(ctx: EvalContext) -> None:
         "torch."), "reference_aliases": ctx.reference_aliases})
     marks.append(time.perf_counter())
     spent = [b - a for a, b in zip(marks, marks[1:], strict=False)]
-    ctx.note("load: reference built and primed {:.2f} s, runner ready {:.2f} s, calibration {:.2f} s, candidate "
-             "loaded in the runner {:.2f} s".format(*spent) + (f" (the runner's account: {stages})" if stages else ""))
+    ctx.note(LOAD_NOTE.format(*spent) + (f" (the runner's account: {stages})" if stages else ""))
+
+
+# the split's load phase, part by part (benchmarks/bench_vec.py reads it back)
+LOAD_NOTE = ("load: reference built and primed {:.2f} s, runner ready {:.2f} s, calibration {:.2f} s, candidate "
+             "loaded in the runner {:.2f} s")
 
 
 def _retimes(ctx: EvalContext) -> bool:
