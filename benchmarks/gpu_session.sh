@@ -3,7 +3,7 @@
 # slow file cannot starve the rest, and all of them under a total budget; logs under $OUT (or ./gpu-logs), a
 # summary table last (also written to $OUT/summary.txt after every step, so a call cut short keeps its rows).
 #   bash benchmarks/gpu_session.sh [SECONDS_PER_STEP [TOTAL_SECONDS [STEP ...]]]    (repository root, GPU host)
-# Steps: prebuild (prebuild1: bundled only) build formats local sandbox split whitebox templates env hacks judge
+# Steps: prebuild (prebuild1: bundled only) build formats local sandbox split split_gpu whitebox templates env hacks judge
 # bundled bench_bld bench_eval soak, and the later issues' runs: cupy sb3 ppo ray bench_gpu chat tuning bench
 # bench_rs (the bench resumed from $BENCH_DIR, carried) raw_rt raw_full (its full evaluation alone) vec scaling (two GPUs) memory sanit (default: the first list but soak). A step may carry its own limit: NAME:SECONDS.
 # Wheels the host lacks (gymnasium) are installed from .whl/ when it exists (../shared/tools/stage-wheels.sh);
@@ -54,6 +54,7 @@ for s in $steps; do
     build)      run_step build      $pyt tests/test_build_extension.py tests/test_build_inline.py tests/test_runtime.py -m gpu ;;
     local)      run_step local      $pyt tests/test_local_judge.py tests/test_worker_faults_gpu.py -m gpu ;;
     split)      run_step split      $pyt tests/test_split_gpu.py tests/test_split.py ;;
+    split_gpu)  run_step split_gpu  $pyt tests/test_split_gpu.py ;;  # the split's GPU tests alone (test_split.py is CPU)
     templates)  run_step templates  $pyt tests/test_templates.py -m gpu ;;
     tmpl_*)     run_step "$s"       $pyt tests/test_templates.py -m gpu -k "${s#tmpl_}" ;;  # one format: tmpl_raw
     whitebox)   run_step whitebox   $pyt tests/test_whitebox_gpu.py ;;
