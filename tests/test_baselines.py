@@ -292,3 +292,7 @@ def test_retry_failed_runs_a_journaled_failure_once_more_under_its_own_resumable
     lines = (tmp_path / "journal.jsonl").read_text()
     assert _check_run(tmp_path, tasks, retry_failed=True)[0] == 0  # resumed: the retry is answered from the journal
     assert (tmp_path / "journal.jsonl").read_text() == lines
+    # a later run without --retry-failed (the next level of a sweep) reports the retry, not the failure it retried
+    assert _check_run(tmp_path, tasks)[0] == 0
+    assert [r["status"] for r in csv_rows(tmp_path / "out" / "check.md")] == ["ok", "ok"]
+    assert (tmp_path / "journal.jsonl").read_text() == lines

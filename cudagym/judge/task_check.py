@@ -188,11 +188,17 @@ def write_tables(rows: Sequence[TaskRow], path: str | os.PathLike[str], title: s
 
 
 def _job_id(base: str, journal: Any, retry_failed: bool) -> str:
-    """``base``, or its retry id when retrying and the journal holds a failed result under ``base``."""
-    if not retry_failed or journal is None:
+    """``base``, or its retry id once ``base`` failed and a retry was asked for or is already journaled.
+
+    A retry's answer supersedes the failure it retried, so a later run without ``--retry-failed`` reports it too.
+    """
+    if journal is None:
         return base
     known = journal.result(base)
-    return base if known is None or known.status is EvalStatus.OK else f"{base}:retry"
+    if known is None or known.status is EvalStatus.OK:
+        return base
+    retry = f"{base}:retry"
+    return retry if retry_failed or journal.result(retry) is not None else base
 
 
 def _natural(task_id: str) -> tuple[Any, ...]:
