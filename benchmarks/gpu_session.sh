@@ -48,7 +48,7 @@ for s in $steps; do
     prebuild1)  run_step prebuild1  python3 benchmarks/prebuild.py --no-hacks ;;
     env)        run_step env        $pyt tests/test_env_gpu.py -m "gpu and not slow" ;;
     hacks)      run_step hacks      $pyt tests/test_guards_gpu.py -m gpu -k planted ;;
-    judge)      run_step judge      $pyt tests/test_guards_gpu.py tests/test_harness_timing.py -m gpu -k "not planted and not bundled" ;;
+    judge)      run_step judge      $pyt tests/test_guards_gpu.py tests/test_harness_timing.py tests/test_baseline_retake_gpu.py -m gpu -k "not planted and not bundled" ;;
     bundled)    run_step bundled    $pyt tests/test_guards_gpu.py tests/test_bundled_suite.py -m gpu -k bundled ;;
     formats)    run_step formats    $pyt tests/test_formats_gpu.py -m gpu ;;
     build)      run_step build      $pyt tests/test_build_extension.py tests/test_build_inline.py tests/test_runtime.py -m gpu ;;

@@ -209,7 +209,7 @@ def test_check_writes_a_row_per_task_and_a_resumed_run_answers_from_the_journal(
     rows = list(csv_rows(table))
     assert {r["status"] for r in rows} == {"ok"} and all(float(r["eager_over_compile"]) > 1 for r in rows)
     markdown = table.read_text()
-    assert "4 tasks: 4 ok; 4 loaded, checked and timed." in markdown and "protocol kernelbench-v0.4" in markdown
+    assert "4 tasks: 4 ok; 4 loaded, checked and timed." in markdown and "protocol kernelbench-v0.5" in markdown
     assert "This run: 4 evaluations in " in markdown and "per GPU-hour; 0 answered from the journal." in markdown
     journal = (tmp_path / "journal.jsonl").read_text()
     assert _check_run(tmp_path, tasks)[0] == 0  # resumed: every job id already has its result

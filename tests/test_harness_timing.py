@@ -315,3 +315,73 @@ def test_contenders_timed_in_blocks_get_a_hook_between_blocks_and_interleaved_on
     calls.clear()
     loop(interleave=True)
     assert "release" not in calls and calls[:2] == ["candidate", "eager"]
+
+
+def _hiccup_loop(gpu: FakeGpu, timed_host: Callable[[int], float], *, interleave: bool,
+                 retake_limit: int) -> tuple[timing.TimingRun, list[int]]:
+    """Candidate and eager on the fake GPU, one 60 us kernel each; eager's warm-up calls spend 40 us on the host
+    (its cover is sized to 100 us), its timed calls ``timed_host(call number)``. Also: the spot check's rounds."""
+    from cudagym.judge.harness.stats import StoppingRule
+
+    eager_calls = {"warm": 0, "timed": 0}
+    checked: list[int] = []
+
+    def eager(args: list) -> str:
+        if eager_calls["warm"] < 3:
+            eager_calls["warm"] += 1
+            host = 40.0
+        else:
+            host = timed_host(eager_calls["timed"])
+            eager_calls["timed"] += 1
+        return forward(gpu, host_us=host, kernel_us=60.0)()
+
+    class Hook(timing.NoHook):
+        def end(self, index: int) -> None:
+            checked.append(index)
+
+    run = timing.TimingLoop(
+        contenders=[timing.Contender("candidate", lambda args: forward(gpu, 10.0, 60.0)()),
+                    timing.Contender("eager", eager, baseline=True)],
+        make_inputs=lambda r: [], timer=CudaEventTimer(torch.device("cuda", 0), FakeCover(gpu, 100.0)),
+        flusher=timing.L2Flusher(torch.device("cpu"), 0, False), rule=StoppingRule(5, 5, 0.0, "mean"),
+        warmup_runs=3, warmup_s=0.0, interleave=interleave, budget_s=60.0, may_poison=lambda t: False,
+        on_round=Hook(), cover_sizing=timing.CoverSizing(100.0, 10_000.0), retake_limit=retake_limit).run()
+    return run, checked
+
+
+@pytest.mark.parametrize("interleave", [False, True])
+def test_a_baseline_round_whose_host_outlasted_its_cover_is_retaken(gpu, interleave):
+    """Eager's second and fourth timed calls have a 3 ms host hiccup: without retakes two of its five samples hold
+    2.9 ms of host time (a mean then credits any candidate); with them those rounds are taken again, spot-checked
+    all the same, and counted."""
+    hiccup = lambda n: 3_000.0 if n in (1, 3) else 40.0  # noqa: E731
+    kept, _ = _hiccup_loop(gpu, hiccup, interleave=interleave, retake_limit=0)
+    assert kept.cover_us == {"eager": 100.0} and kept.retaken == {}
+    assert sorted(kept.samples["eager"].time_us) == pytest.approx([60.0] * 3 + [2_960.0] * 2)
+    run, checked = _hiccup_loop(gpu, hiccup, interleave=interleave, retake_limit=100)
+    assert run.samples["eager"].time_us == pytest.approx([60.0] * 5)
+    assert run.retaken == {"eager": 2} and run.rounds == 7 and len(checked) == (7 if interleave else 5 + 7)
+    # interleaved, a retaken round drops the candidate's call of that round too: the rounds stay paired
+    assert len(run.samples["candidate"].time_us) == 5
+    assert run.samples["candidate"].time_us == pytest.approx([60.0] * 5)
+
+
+def test_retakes_stop_at_the_limit_and_the_rest_is_kept_as_measured(gpu):
+    run, _ = _hiccup_loop(gpu, lambda n: 3_000.0, interleave=False, retake_limit=3)
+    assert run.retaken == {"eager": 3} and run.samples["eager"].time_us == pytest.approx([2_960.0] * 5)
+
+
+def test_a_baseline_that_outlasts_the_longest_cover_every_time_is_never_retaken(gpu):
+    """Its host time is in every sample by the protocol's own account (named in the result), not a hiccup."""
+    from cudagym.judge.harness.stats import StoppingRule
+
+    loop = timing.TimingLoop(
+        contenders=[timing.Contender("candidate", lambda args: forward(gpu, 10.0, 60.0)()),
+                    timing.Contender("eager", lambda args: forward(gpu, 3_000.0, 60.0)(), baseline=True)],
+        make_inputs=lambda r: [], timer=CudaEventTimer(torch.device("cuda", 0), FakeCover(gpu, 100.0)),
+        flusher=timing.L2Flusher(torch.device("cpu"), 0, False), rule=StoppingRule(5, 5, 0.0, "mean"),
+        warmup_runs=3, warmup_s=0.0, interleave=False, budget_s=60.0, may_poison=lambda t: False,
+        cover_sizing=timing.CoverSizing(100.0, 2_000.0), retake_limit=100)
+    run = loop.run()
+    assert run.outlasted_us == pytest.approx({"eager": 3_000.0}) and run.retaken == {}
+    assert run.samples["eager"].time_us == pytest.approx([1_060.0] * 5)

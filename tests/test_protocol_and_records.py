@@ -46,9 +46,15 @@ def test_presets_run_under_their_sources_precision_and_the_default_stays_strict_
     assert old_kb.with_changes(id=v03.id, description=v03.description, baseline_precision="torch_default") == v03
     # v0.4: v0.3 with every contender timed at its device work (baselines behind covers sized to their host
     # enqueue), as the trust split times the candidate; v0.3's eager carried its launch latency
-    assert v03.with_changes(id=KERNELBENCH.id, description=KERNELBENCH.description, launch_cover_us=100.0,
-                            launch_cover_max_us=10_000.0) == KERNELBENCH
-    assert v03.launch_cover_us == v03.launch_cover_max_us == 0 and v03.timing_key != KERNELBENCH.timing_key
+    v04 = get_protocol("kernelbench-v0.4")
+    assert v03.with_changes(id=v04.id, description=v04.description, launch_cover_us=100.0,
+                            launch_cover_max_us=10_000.0) == v04
+    assert v03.launch_cover_us == v03.launch_cover_max_us == 0 and v03.timing_key != v04.timing_key
+    # v0.5: v0.4 with a baseline's rounds retaken where its host outlasted its cover (a mean takes any such tail)
+    assert v04.with_changes(id=KERNELBENCH.id, description=KERNELBENCH.description,
+                            retake_leaked_baselines=True) == KERNELBENCH
+    assert not v04.retake_leaked_baselines and v04.timing_key != KERNELBENCH.timing_key
+    assert v04.timing_key == "kernelbench-v0.4-d12f807abb"  # the new field left the older keys (and caches) alone
     assert old_ca.with_changes(id=CUDA_AGENT.id, description=CUDA_AGENT.description,
                                baseline_precision="torch_default") == CUDA_AGENT
     assert old_kb.timing_key != KERNELBENCH.timing_key  # baselines timed under v0.2 are never reused by v0.3
@@ -62,8 +68,9 @@ def test_get_protocol_resolves_names_and_rejects_unknown():
     assert get_protocol(None) is CUDAGYM_V2 and get_protocol("cudagym") is CUDAGYM_V2
     assert get_protocol("cudagym-v1") is CUDAGYM_V1
     assert get_protocol("cudagym-v0") is CUDAGYM_V0  # old results stay reproducible by id
-    assert get_protocol("cuda-agent") is CUDA_AGENT and get_protocol("kernelbench-v0.4") is KERNELBENCH
-    assert get_protocol("kernelbench").id == "kernelbench-v0.4" and get_protocol("cuda-agent").id == "cuda-agent-v1"
+    assert get_protocol("cuda-agent") is CUDA_AGENT and get_protocol("kernelbench-v0.5") is KERNELBENCH
+    assert get_protocol("kernelbench").id == "kernelbench-v0.5" and get_protocol("cuda-agent").id == "cuda-agent-v1"
+    assert get_protocol("kernelbench-v0.4").id == "kernelbench-v0.4"
     assert get_protocol(CUDA_AGENT) is CUDA_AGENT
     with pytest.raises(ConfigError, match="expected one of"):
         get_protocol("fastest")

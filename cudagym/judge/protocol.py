@@ -59,6 +59,13 @@ class Protocol:
             (a longer one would hide host work of its choosing) where it runs in the judge's process; judged
             by the trust split (the default on a GPU) its whole call is queued before the judge's go, with
             its inputs written only after, so it is timed at its device work as the baselines are.
+        retake_leaked_baselines: With sized covers: a timed round in which a baseline's host took longer to
+            queue its call than its cover lasted (a host hiccup: the GPU then waited for it, and the sample holds
+            host time) is taken again, up to ``max_runs`` rounds per contender block, and the result notes how
+            many. Baselines are trusted code, so this only keeps their samples what the cover promises; a
+            baseline whose host outlasts the longest cover every time is not retaken (its note says so). Under a
+            ``mean`` statistic a few such samples were enough to make the reference, judged as its own
+            candidate, 1.25x faster than eager (``L3/19_MobileNetV1`` under ``kernelbench-v0.4`` on the H200).
         l2_flush: Overwrite a buffer twice the L2's size before each timed call.
         interleave: Time candidate, eager and compile round-robin in one process so drift cancels.
         statistic: ``median`` or ``mean`` of the timed calls.
@@ -97,6 +104,7 @@ class Protocol:
     timing: TimingMethod = "cuda_events"
     launch_cover_us: float = 0.0
     launch_cover_max_us: float = 0.0
+    retake_leaked_baselines: bool = False
     l2_flush: bool = True
     interleave: bool = True
     statistic: Statistic = "median"
@@ -179,6 +187,8 @@ class Protocol:
         """
         fields = asdict(self)
         timing = {k: fields[k] for k in _TIMING_FIELDS}
+        if self.retake_leaked_baselines:  # only when set: the protocols before it keep their keys (and caches)
+            timing["retake_leaked_baselines"] = True
         digest = hashlib.sha256(json.dumps(timing, sort_keys=True).encode()).hexdigest()[:10]
         return f"{self.id}-{digest}"
 
@@ -301,6 +311,20 @@ KERNELBENCH = KERNELBENCH_V03.with_changes(
     launch_cover_max_us=10_000.0,
 )
 
+# v0.4 with a baseline's leaked rounds retaken: on the H200 sweep of levels 1-3 under v0.4, the baselines' timed
+# calls had heavier tails than the same code as the candidate (mean over median above 1.02 on 16 tasks for eager,
+# 6 for the candidate), which a mean statistic turns into speedups: L3/19_MobileNetV1's eager had a mean of
+# 1,025 us against a median of 823 (its longest call 2,998 us; its cover 3,310 us), so the reference as its own
+# candidate was 1.25x faster than eager. The samples where eager's host outlasted its cover are now taken again.
+KERNELBENCH_V04 = KERNELBENCH
+KERNELBENCH = KERNELBENCH_V04.with_changes(
+    id="kernelbench-v0.5",
+    description="KernelBench v0.2's harness: 5 seeded inputs, fp32 atol=rtol=1e-4, PyTorch's default precision "
+    "(cuDNN TF32 on, matmul TF32 off), CUDA events behind launch covers (every contender at device time; a "
+    "baseline's call whose host outlasted its cover is retaken), L2 flush, 3 warm-ups + 100 trials, mean",
+    retake_leaked_baselines=True,
+)
+
 PROTOCOLS: dict[str, Protocol] = {
     "cudagym": CUDAGYM_V2,
     CUDAGYM_V2.id: CUDAGYM_V2,
@@ -311,6 +335,7 @@ PROTOCOLS: dict[str, Protocol] = {
     CUDA_AGENT_V0.id: CUDA_AGENT_V0,
     "kernelbench": KERNELBENCH,
     KERNELBENCH.id: KERNELBENCH,
+    KERNELBENCH_V04.id: KERNELBENCH_V04,
     KERNELBENCH_V03.id: KERNELBENCH_V03,
     KERNELBENCH_V02.id: KERNELBENCH_V02,
 }

@@ -427,6 +427,7 @@ def _timing(ctx: EvalContext) -> None:
         # cause: its allocator history is not yet recorded). Interleaved rounds cannot release so: a cudaMalloc
         # would fall inside the next contender's timed call.
         between_contenders=ctx.meter.release,
+        retake_limit=protocol.max_runs if sized and protocol.retake_leaked_baselines else 0,
     )
     ctx.timing = loop.run()
     if sized:
@@ -435,6 +436,9 @@ def _timing(ctx: EvalContext) -> None:
         for name, us in ctx.timing.outlasted_us.items():
             ctx.note(f"{OUTLASTED_NOTE}: {name}'s host takes {us:.0f} us to queue a call, longer than the "
                      f"{protocol.launch_cover_max_us:g} us cover: its times include host time")
+        if ctx.timing.retaken:
+            counts = ", ".join(f"{name} {n}" for name, n in ctx.timing.retaken.items())
+            ctx.note(f"{RETAKEN_NOTE} ({counts}): the host outlasted the cover, so the GPU waited for it")
     ctx.timed = {name: summarize(s.time_us) for name, s in ctx.timing.samples.items()}
     if not retime:
         ctx.timed["eager"], ctx.timed["compiled"] = job.baselines.eager, job.baselines.compiled
@@ -456,6 +460,7 @@ def _timing(ctx: EvalContext) -> None:
 PAIRED_NOTE = "paired speedup vs eager"
 COVER_NOTE = "launch covers (baselines' sized to their host enqueue time)"
 OUTLASTED_NOTE = "cover outlasted"  # a baseline timed with host time in it, which the split's candidate never is
+RETAKEN_NOTE = "baselines: rounds retaken"  # a baseline's host hiccup, beyond its sized cover, left out
 
 
 def paired_speedup(samples: dict[str, Samples], baseline: str) -> tuple[float, int] | None:

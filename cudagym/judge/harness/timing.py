@@ -40,6 +40,7 @@ every contender.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import functools
 import math
 import time
@@ -275,6 +276,8 @@ class TimingRun:
         cover_us: The baselines' sized launch covers.
         outlasted_us: The baselines whose host enqueue (its settled quantile, here) outlasted the longest
             cover, so their samples include host time.
+        retaken: Per baseline, the timed rounds taken again because its host outlasted its cover in them
+            (:attr:`TimingLoop.retake_limit`); their samples are not in ``samples``.
     """
 
     samples: dict[str, Samples]
@@ -282,6 +285,7 @@ class TimingRun:
     stop_reason: str = ""
     cover_us: dict[str, float] = field(default_factory=dict)
     outlasted_us: dict[str, float] = field(default_factory=dict)
+    retaken: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -367,6 +371,9 @@ class TimingLoop:
             reference does not write to its inputs: it then leaves the set as it found it).
         between_contenders: Called before each contender's block after the first (not interleaved), before its
             warm-up: where the harness gives the last one's cached blocks back.
+        retake_limit: With sized covers, a timed round in which a baseline's host took longer to return than its
+            cover lasted is dropped and taken again, up to this many rounds per block (0: never). A baseline
+            whose host outlasts the longest cover (``TimingRun.outlasted_us``) is never the reason.
     """
 
     contenders: list[Contender]
@@ -383,6 +390,7 @@ class TimingLoop:
     cover_sizing: CoverSizing | None = None
     baselines_share_inputs: bool = False
     between_contenders: Callable[[], None] | None = None
+    retake_limit: int = 0
 
     def run(self) -> TimingRun:
         """Warm up, then time rounds until the rule holds for every contender (or the cap or budget)."""
@@ -404,9 +412,10 @@ class TimingLoop:
                         run.cover_us[c.name] = self.cover_sizing.size(enqueue)
                         if self.cover_sizing.outlasted(enqueue):
                             run.outlasted_us[c.name] = self.cover_sizing.settled_enqueue_us(enqueue)
-            round_index = 0
+            round_index = retakes = 0
             while True:
-                self._round(group, round_index, run, timed=True)
+                kept = self._round(group, round_index, run, timed=True, may_retake=retakes < self.retake_limit)
+                retakes += not kept
                 round_index += 1
                 reason = self._stop_reason(group, run, deadline)
                 if reason:
@@ -415,8 +424,12 @@ class TimingLoop:
             run.rounds = max(run.rounds, round_index)
         return run
 
-    def _round(self, group: list[Contender], index: int, into: TimingRun, *, timed: bool) -> None:
-        """One call per contender on one input set, recorded in ``into`` (a warm-up's run has no sized covers).
+    def _round(self, group: list[Contender], index: int, into: TimingRun, *, timed: bool,
+               may_retake: bool = False) -> bool:
+        """One call per contender on one input set, recorded in ``into``; whether the round was kept.
+
+        A warm-up's run has no sized covers. With ``may_retake``, a round in which a baseline's host outlasted
+        its sized cover is not kept (:attr:`TimingLoop.retake_limit`): its spot checks ran, its samples go.
 
         Bounded memory: besides the round's inputs, only the first contender's outputs and the current
         contender's copy and outputs are alive; each later contender's are poisoned right after its call. A
@@ -425,6 +438,8 @@ class TimingLoop:
         """
         inputs = self.make_inputs(index)
         held: Any = None
+        taken: list[tuple[str, Measurement]] = []
+        leaked: list[str] = []
         for position, contender in enumerate(group):
             shared = contender.seen is not None or (contender.baseline and self.baselines_share_inputs)
             args = inputs if shared else clone_tree(inputs)
@@ -432,7 +447,10 @@ class TimingLoop:
             cover_us = into.cover_us.get(contender.name)
             measured = (contender.measure(args, cover_us) if contender.measure is not None
                         else self.timer.measure(functools.partial(contender.forward, args), cover_us))
-            into.samples[contender.name].add(measured)
+            taken.append((contender.name, dataclasses.replace(measured, outputs=None)))
+            if (contender.baseline and cover_us is not None and contender.name not in into.outlasted_us
+                    and measured.enqueue_us > cover_us):
+                leaked.append(contender.name)
             if timed:
                 seen = contender.seen() if contender.seen is not None else args
                 self.on_round.call(index, contender.name, inputs, seen, measured.outputs)
@@ -446,6 +464,13 @@ class TimingLoop:
         if timed:
             self.on_round.end(index)
         _poison_outputs(held, self.may_poison)
+        if timed and may_retake and leaked:
+            for name in leaked:
+                into.retaken[name] = into.retaken.get(name, 0) + 1
+            return False
+        for name, kept in taken:
+            into.samples[name].add(kept)
+        return True
 
     def _stop_reason(self, group: list[Contender], run: TimingRun, deadline: float) -> str:
         samples = [run.samples[c.name].time_us for c in group]
