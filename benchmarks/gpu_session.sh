@@ -5,7 +5,8 @@
 #   bash benchmarks/gpu_session.sh [SECONDS_PER_STEP [TOTAL_SECONDS [STEP ...]]]    (repository root, GPU host)
 # Steps: prebuild (prebuild1: bundled only) build formats local sandbox split split_gpu whitebox templates env hacks judge
 # bundled bench_bld bench_eval soak, and the later issues' runs: cupy sb3 ppo ray bench_gpu chat tuning bench
-# bench_rs (the bench resumed from $BENCH_DIR, carried) raw_rt raw_full (its full evaluation alone) vec scaling (two GPUs) memory sanit (default: the first list but soak). A step may carry its own limit: NAME:SECONDS.
+# bench_rs (the bench resumed from $BENCH_DIR, carried) raw_rt raw_full (its full evaluation alone) vec scaling (two GPUs) memory repeat (benchmarks/repeat_probe.py on
+# $REPEAT_TASK, a KernelBench task: carry .data/kb) sanit (default: the first list but soak). A step may carry its own limit: NAME:SECONDS.
 # Wheels the host lacks (gymnasium) are installed from .whl/ when it exists (../shared/tools/stage-wheels.sh);
 # bubblewrap from .debs/ (carry both).
 # The caches live in /tmp/cudagym-cache (outside the synced tree), so a later call on a still-warm host reuses them.
@@ -61,6 +62,9 @@ for s in $steps; do
     cupy)       run_step cupy       $pyt -m gpu tests/test_runtime.py tests/test_runtime_cupy.py tests/test_cuda_driver.py ;;
     sb3)        run_step sb3        $pyt -m gpu tests/test_sb3_gpu.py ;;
     memory)     run_step memory     $pyt -m gpu tests/test_harness_memory_gpu.py ;;
+    repeat)     run_step repeat     env CUDAGYM_KERNELBENCH_DIR="${CUDAGYM_KERNELBENCH_DIR:-.data/kb}" python3 \
+                                      benchmarks/repeat_probe.py --task "${REPEAT_TASK:-L2/77_ConvTranspose3d_Scale_BatchNorm_GlobalAvgPool}" \
+                                      --protocol "${REPEAT_PROTOCOL:-kernelbench}" --rounds "${REPEAT_ROUNDS:-4}" --out "$out/repeat" ;;
     sanit)      run_step sanit      $base tests/test_sanitizer_gpu.py benchmarks/bench_sanitizer.py \
                                       --benchmark-json "$out/bench_sanitizer.json" ;;
     ppo)        run_step ppo        $pyt -m gpu tests/test_ppo_gpu.py ;;

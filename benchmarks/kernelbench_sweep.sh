@@ -9,7 +9,10 @@
 # TOTAL_SECONDS defaults to 570 (a 10-minute call). A STEP is a protocol (kernelbench, cudagym, cuda-agent: its
 # sweep) or "throughput": the first $FIRST (default 20) L1 tasks under cudagym twice, the second time with a fresh
 # journal and the builds and baselines the first pass cached, for evaluations per GPU-hour and the time per phase
-# (throughput-cudagym-L1.md: its "This run" line). Steps default to "kernelbench
+# (throughput-cudagym-L1.md: its "This run" line); or "largest": the $LARGEST (default 10) tasks with the largest
+# input + output sets in the committed kernelbench-v0.4 tables, and those more than 0.9 GiB over their bound
+# there, under the kernelbench preset with a fresh journal
+# (the memory bound on the biggest tasks, on this tree: largest-L<level>.md). Steps default to "kernelbench
 # cudagym". Levels 1-3, and 4 when `transformers` imports (its tasks load Hugging Face weights from the judge's
 # model cache, CUDAGYM_MODEL_CACHE or .data/models; without one they fail at load as task errors, naming the
 # models). The baseline cache travels in the same file.
@@ -63,6 +66,24 @@ check() {  # check NAME PROTOCOL LEVEL JOURNAL [ARG...]: one `cudagym baselines 
   cp "$out/summary.txt" "$ret/summary.txt"; tar czf "$ret/sweep.tgz" -C "$out" .
 }
 for step in $steps; do
+  if [ "$step" = largest ]; then
+    python3 - "${LARGEST:-10}" benchmarks/results/kernelbench/kernelbench-v0.4-L*.csv > "$out/largest.txt" <<'PY'
+import csv, sys
+rows = [r for path in sys.argv[2:] for r in csv.DictReader(open(path))]
+rows.sort(key=lambda r: -float(r["input_output_gib"] or 0))
+by_level = {}
+over = [r for r in rows[int(sys.argv[1]):] if float(r["over_bound_gib"] or 0) > 0.9]  # and those over the bound
+for r in rows[: int(sys.argv[1])] + over:
+    by_level.setdefault(r["level"], []).append(r["task_id"])
+for level, ids in sorted(by_level.items()):
+    print(level, *ids)
+PY
+    journal="$out/largest-$(date +%s).jsonl"
+    while read -r level ids; do
+      check "largest-L$level" kernelbench "$level" "$journal" --tasks $ids
+    done < "$out/largest.txt"
+    continue
+  fi
   if [ "$step" = throughput ]; then
     check "throughput-warm-L1" cudagym 1 "$out/throughput-warm.jsonl" --first "${FIRST:-20}"
     check "throughput-cudagym-L1" cudagym 1 "$out/throughput-$(date +%s).jsonl" --first "${FIRST:-20}"
