@@ -8,8 +8,8 @@ Run on the GPU host (one GPU; a KernelBench task needs ``CUDAGYM_KERNELBENCH_DIR
 Each round runs two fresh processes:
 
 * ``cudagym baselines check`` on the task (the reference as its own candidate, guards off) with its own empty
-  cache folder, so eager, torch.compile and the candidate are all timed in that round: the judge's three medians
-  and the candidate's profiled kernels;
+  cache folder, so eager, torch.compile and the candidate are all timed in that round: the judge's three medians,
+  the verdict's own ratio (the protocol's statistic) and the candidate's profiled kernels;
 * a plain process (no judge, no sandbox) that builds the task's model (in the protocol's module mode) and inputs,
   applies the protocol's precision flags, and times the forward with CUDA events (median of ``--runs``), once
   with cuDNN's TF32 as the protocol sets it and once with it flipped, each with the kernels the profiler saw.
@@ -136,7 +136,8 @@ def _judge_round(task: str, protocol: str, folder: Path) -> dict[str, Any]:
         with table.open(newline="") as fh:
             found = list(csv.DictReader(fh))
         if found:
-            row.update({k: found[0][k] for k in ("status", "eager_us", "compile_us", "candidate_us", "message")})
+            row.update({k: found[0].get(k, "") for k in ("status", "eager_us", "compile_us", "candidate_us",
+                                                          "speedup_vs_eager", "message")})
     for line in (folder / "journal.jsonl").read_text().splitlines() if (folder / "journal.jsonl").exists() else ():
         record = json.loads(line)
         if record.get("kind") == "result":
@@ -152,6 +153,13 @@ def _plain_round(task: str, protocol: str, runs: int) -> dict[str, Any]:
         if line.startswith("PLAIN "):
             return json.loads(line[len("PLAIN "):])
     return {"error": (proc.stderr or proc.stdout)[-2000:]}
+
+
+def _ratio(value: Any) -> str:
+    try:
+        return f"{float(value):.3f}" if float(value) > 0 else "-"
+    except (TypeError, ValueError):
+        return "-"
 
 
 def _us(value: Any) -> str:
@@ -181,9 +189,10 @@ def main(argv: list[str] | None = None) -> int:
         rounds.append({"round": i, "judge": judged, "plain": plain})
         (out / "rounds.json").write_text(json.dumps(rounds, indent=1))
     lines = [f"# Repeatability of {args.task} under {args.protocol} ({args.rounds} rounds, fresh processes)", "",
-             "| round | status | eager µs | compile µs | candidate µs | cand/eager | plain µs (protocol TF32) "
+             "| round | status | eager µs | compile µs | candidate µs | cand/eager | verdict vs eager "
+             "| plain µs (protocol TF32) "
              "| plain µs (flipped) | SM MHz median / min | candidate's main kernel | plain main kernel (protocol) |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---|---|---|"]
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
     ok = True
     for r in rounds:
         j, p = r["judge"], r["plain"]
@@ -199,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         mhz = f"{c['sm_mhz_median']:.0f} / {c['sm_mhz_min']:.0f}" if "sm_mhz_median" in c else "-"
         lines.append(f"| {r['round']} | {j.get('status', 'rc=' + str(j.get('rc')))} | {_us(j.get('eager_us'))} | "
                      f"{_us(j.get('compile_us'))} | {_us(j.get('candidate_us'))} | {ratio} | "
+                     f"{_ratio(j.get('speedup_vs_eager'))} | "
                      f"{_us(prot.get('median_us'))} | {_us(p.get('flipped', {}).get('median_us'))} | {mhz} | "
                      f"`{cand_k}` | `{plain_k}` |")
     for r in rounds:  # what went wrong, in a line each, so a failed round is not just a dash

@@ -217,6 +217,29 @@ def test_check_writes_a_row_per_task_and_a_resumed_run_answers_from_the_journal(
     assert list(csv_rows(table)) == rows
 
 
+def test_from_journal_rewrites_the_table_from_a_runs_results_with_no_gpu(tmp_path, capsys):
+    """Through the CLI on a host without a GPU: the rows a run wrote come back from its journal alone; a task the
+    journal lacks is not_run; a missing journal is a clear error."""
+    tasks = resolve_tasks(_args(suite="bundled"))[:3]
+    code, table = _check_run(tmp_path, tasks[:2])
+    assert code == 0
+    ran = list(csv_rows(table))
+    again = tmp_path / "again" / "check.md"
+    code = cli_main(["baselines", "check", "--tasks", *(t.id for t in tasks), "--protocol", "kernelbench",
+                     "--journal", str(tmp_path / "journal.jsonl"), "--table", str(again), "--from-journal"])
+    assert code == 1 and "2 of 3 tasks loaded, checked and timed" in capsys.readouterr().err
+    rows = list(csv_rows(again))
+    assert rows[:2] == ran and rows[2]["status"] == "not_run" and rows[2]["message"] == "no result in the journal"
+    assert "3 tasks: 1 not_run, 2 ok; 2 loaded, checked and timed." in again.read_text()
+    code = cli_main(["baselines", "check", "--tasks", tasks[0].id, "--protocol", "kernelbench-v0.4",
+                     "--journal", str(tmp_path / "journal.jsonl"), "--table", str(again), "--from-journal"])
+    err = capsys.readouterr().err  # another protocol's journal: it names the protocols the journal does hold
+    assert code == 1 and "0 of 1 tasks" in err and "check results under kernelbench-v0.5-" in err
+    code = cli_main(["baselines", "check", "--tasks", tasks[0].id, "--journal", str(tmp_path / "none.jsonl"),
+                     "--table", str(again), "--from-journal"])
+    assert code != 0 and "no such file" in capsys.readouterr().err
+
+
 def csv_rows(table):
     import csv
 
@@ -265,6 +288,33 @@ def test_a_row_says_what_a_failed_task_lacks():
     text = to_markdown([row, timed], "t")
     assert "2 tasks: 1 ok, 1 task_too_large; 1 loaded, checked and timed." in text
     assert "the task does not fit / in this GPU's memory" in text  # a pipe would break the table
+
+
+def test_the_summary_names_tasks_where_the_verdicts_own_ratio_gave_the_same_code_a_tier():
+    """Under a mean statistic the medians can agree while the verdict's ratio (by the mean) passes the threshold:
+    L3/19_MobileNetV1 under kernelbench-v0.4, eager mean 1,025 us against a median of 823, judged 1.25x."""
+    from cudagym.judge.records import EvalResult, EvalStatus, TimingStats
+    from cudagym.judge.task_check import row_of, to_csv, to_markdown
+    from cudagym.suites import load_tasks
+
+    tasks = load_tasks("bundled")[:3]
+    eager = TimingStats(median_us=822.7, mean_us=1025.0, runs=100)
+    same = TimingStats(median_us=821.6, mean_us=822.1, runs=100)
+    rows = [row_of(tasks[0], EvalResult(EvalStatus.OK, "correct", eager=eager, compiled=stats(420.3), candidate=same,
+                                        speedup_vs_eager=1025.0 / 822.1, speedup_vs_compile=420.5 / 822.1)),
+            row_of(tasks[1], EvalResult(EvalStatus.OK, "correct", eager=stats(100.0), compiled=stats(90.0),
+                                        candidate=stats(103.0), speedup_vs_eager=100.0 / 103.0)),
+            row_of(tasks[2], EvalResult(EvalStatus.OK, "correct", eager=stats(100.0), compiled=stats(90.0),
+                                        candidate=stats(96.0), speedup_vs_eager=100.0 / 96.0))]  # 1.042: within 5%
+    assert rows[0].speedup_vs_eager == pytest.approx(1.2468, abs=1e-4) and rows[0].candidate_us == 821.6
+    text = to_markdown(rows, "t", threshold=0.05)
+    assert "Reference as candidate / eager (the same code, two clocks): median 0.999" in text  # medians agree
+    assert ("The verdict's own ratio vs eager (the protocol's statistic): median 1.042, range 0.971-1.247; 1 task(s) "
+            f"where the same code was judged more than 5% faster than eager, a tier it did not earn: {tasks[0].id}."
+            ) in text
+    assert f"| {tasks[0].id} | ok | 822.7 | 420.3 | 821.6 | 1.247 |" in text
+    assert "speedup_vs_eager,speedup_vs_compile" in to_csv(rows).splitlines()[0]
+    assert "0 task(s) where the same code" in to_markdown(rows, "t", threshold=0.3)
 
 
 def test_check_without_a_gpu_says_so(tmp_path, capsys):

@@ -75,6 +75,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     check.add_argument("--first", type=int, default=0, help="only the first N tasks of the selection (0: all)")
     check.add_argument("--retry-failed", action="store_true",
                        help="run once more the tasks whose journaled result is not OK")
+    check.add_argument("--from-journal", action="store_true",
+                       help="only rewrite the table from the results in --journal (runs nothing; no GPU needed)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -171,7 +173,32 @@ def _check(args: argparse.Namespace) -> int:
     tasks = resolve_tasks(args)
     if args.first > 0:
         tasks = tasks[:args.first]
+    if args.from_journal:
+        return _tables_from_journal(tasks, args)
     return check(tasks, args.protocol, plan, devices=devices, cache_dir=args.cache_dir, journal=args.journal)
+
+
+def _tables_from_journal(tasks: Sequence[Task], args: argparse.Namespace) -> int:
+    from cudagym.judge.journal import Journal
+    from cudagym.judge.protocol import get_protocol
+    from cudagym.judge.task_check import passed, tables_from_journal
+
+    if not args.journal:
+        raise ConfigError("--from-journal needs --journal PATH: the journal of the run whose table to rewrite")
+    if not Path(args.journal).is_file():
+        raise ConfigError(f"--journal {args.journal}: no such file")
+    protocol, journal = get_protocol(args.protocol), Journal(args.journal)
+    rows = tables_from_journal(tasks, protocol, journal, args.table)
+    good = sum(map(passed, rows))
+    print(f"rewrote {args.table} from {args.journal}: {good} of {len(rows)} tasks loaded, checked and timed",
+          file=sys.stderr)
+    if not good:  # most likely another protocol's journal: say which protocols it holds
+        checks = [i for i in journal.done_ids() if i.startswith("check:") and i.count(":") >= 2]
+        held = sorted({i.split(":")[1] for i in checks} - {protocol.timing_key})
+        if held:
+            print(f"the journal has check results under {', '.join(held)}, none under {protocol.timing_key} "
+                  f"(--protocol {args.protocol}); give that protocol's id", file=sys.stderr)
+    return 0 if good == len(rows) else 1
 
 
 def check(

@@ -44,6 +44,10 @@ class TaskRow:
     eager_us: float = 0.0
     compile_us: float = 0.0
     candidate_us: float = 0.0
+    # the verdict's own ratios (the protocol's statistic, which the times above are not when it is the mean): for
+    # the reference as its candidate, above 1 + the protocol's threshold is a speedup tier the same code did not earn
+    speedup_vs_eager: float = 0.0
+    speedup_vs_compile: float = 0.0
     eager_over_compile: float = 0.0  # eager / torch.compile: above 1, torch.compile is faster
     compile_s: float = 0.0  # torch.compile's first call (0: baselines came from the cache)
     peak_memory_gib: float = 0.0
@@ -82,7 +86,8 @@ def row_of(task: Task, result: EvalResult) -> TaskRow:
     message = " ".join(result.message.split())
     return TaskRow(
         task_id=task.id, level=task.level, status=result.status.value, eager_us=eager, compile_us=compiled,
-        candidate_us=result.candidate.median_us, eager_over_compile=eager / compiled if compiled > 0 else 0.0,
+        candidate_us=result.candidate.median_us, speedup_vs_eager=result.speedup_vs_eager,
+        speedup_vs_compile=result.speedup_vs_compile, eager_over_compile=eager / compiled if compiled > 0 else 0.0,
         compile_s=cost.compile_s, peak_memory_gib=cost.peak_device_memory_bytes / GIB,
         reference_peak_gib=cost.reference_peak_bytes / GIB, compiled_peak_gib=cost.compiled_peak_bytes / GIB,
         input_output_gib=io_bytes / GIB, bound_gib=bound / GIB,
@@ -127,31 +132,39 @@ class RunFacts:
     gpus: int = 1
 
 
-def to_markdown(rows: Sequence[TaskRow], title: str, facts: RunFacts | None = None) -> str:
-    """A summary (counts by status, throughput, median time per phase) and the per-task table as markdown."""
+def to_markdown(rows: Sequence[TaskRow], title: str, facts: RunFacts | None = None, threshold: float = 0.05) -> str:
+    """A summary (counts by status, throughput, median time per phase, unearned tiers) and the per-task table.
+
+    ``threshold`` is the protocol's: a verdict ratio above 1 + it is a speedup tier.
+    """
     counts: dict[str, int] = {}
     for row in rows:
         counts[row.status] = counts.get(row.status, 0) + 1
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     lines = [f"# {title}", "", f"{len(rows)} tasks: {summary or 'none'}; {sum(map(passed, rows))} loaded, checked "
              "and timed.", ""]
-    lines += _phase_summary([r for r in rows if passed(r)], facts)
-    lines += ["| task | status | eager us | compile us | ref-as-candidate us | eager/compile | compile s | peak GiB "
+    lines += _phase_summary([r for r in rows if passed(r)], facts, threshold)
+    lines += ["| task | status | eager us | compile us | ref-as-candidate us | verdict vs eager | eager/compile "
+              "| compile s | peak GiB "
               "| ref peak GiB | compiled peak GiB | in+out GiB | bound GiB | over bound GiB | load s | check s "
               "| timing s | profile s | message |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         note = "" if passed(r) else r.message.replace("|", "/")
         lines.append(f"| {r.task_id} | {r.status} | {r.eager_us:.1f} | {r.compile_us:.1f} | {r.candidate_us:.1f} | "
-                     f"{r.eager_over_compile:.3f} | {r.compile_s:.1f} | {r.peak_memory_gib:.2f} | "
+                     f"{r.speedup_vs_eager:.3f} | {r.eager_over_compile:.3f} | {r.compile_s:.1f} | "
+                     f"{r.peak_memory_gib:.2f} | "
                      f"{r.reference_peak_gib:.2f} | {r.compiled_peak_gib:.2f} | {r.input_output_gib:.2f} | "
                      f"{r.bound_gib:.2f} | {r.over_bound_gib:.2f} | "
                      f"{r.load_s:.2f} | {r.check_s:.2f} | {r.timing_s:.2f} | {r.profile_s:.2f} | {note} |")
     return "\n".join(lines) + "\n"
 
 
-def _phase_summary(rows: Sequence[TaskRow], facts: RunFacts | None) -> list[str]:
-    """Median seconds per phase over the passed rows, and this run's evaluations per GPU-hour of wall time."""
+def _phase_summary(rows: Sequence[TaskRow], facts: RunFacts | None, threshold: float) -> list[str]:
+    """The passed rows' median seconds per phase, the clocks' agreement and unearned tiers; this run's rate.
+
+    The rate is evaluations per GPU-hour of wall time.
+    """
     lines = []
     if rows:
         import statistics
@@ -168,6 +181,14 @@ def _phase_summary(rows: Sequence[TaskRow], facts: RunFacts | None) -> list[str]
             lines.append(f"Reference as candidate / eager (the same code, two clocks): median "
                          f"{statistics.median(ratios):.3f}, range {ratios[0]:.3f}-{ratios[-1]:.3f}; {hosted} task(s) "
                          "with a baseline whose host outlasted its cover.")
+        verdicts = sorted((r.speedup_vs_eager, r.task_id) for r in rows if r.speedup_vs_eager > 0)
+        if verdicts:
+            free = [task for ratio, task in reversed(verdicts) if ratio > 1.0 + threshold]
+            named = ", ".join(free[:8]) + (f" and {len(free) - 8} more" if len(free) > 8 else "")
+            lines.append(f"The verdict's own ratio vs eager (the protocol's statistic): median "
+                         f"{statistics.median(v for v, _ in verdicts):.3f}, range {verdicts[0][0]:.3f}-"
+                         f"{verdicts[-1][0]:.3f}; {len(free)} task(s) where the same code was judged more than "
+                         f"{threshold:.0%} faster than eager, a tier it did not earn{': ' + named if free else ''}.")
     if facts is not None and facts.evaluated and facts.wall_s > 0:
         rate = 3600.0 * facts.evaluated / (facts.wall_s * max(1, facts.gpus))
         lines.append(f"This run: {facts.evaluated} evaluations in {facts.wall_s:.0f} s of wall time on {facts.gpus} "
@@ -176,15 +197,40 @@ def _phase_summary(rows: Sequence[TaskRow], facts: RunFacts | None) -> list[str]
 
 
 def write_tables(rows: Sequence[TaskRow], path: str | os.PathLike[str], title: str,
-                 facts: RunFacts | None = None) -> None:
+                 facts: RunFacts | None = None, threshold: float = 0.05) -> None:
     """Write ``path`` (markdown) and the same rows beside it as ``.csv``, each atomically."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     ordered = sorted(rows, key=lambda r: (r.level, _natural(r.task_id)))
-    for where, text in ((target, to_markdown(ordered, title, facts)), (target.with_suffix(".csv"), to_csv(ordered))):
+    markdown = to_markdown(ordered, title, facts, threshold)
+    for where, text in ((target, markdown), (target.with_suffix(".csv"), to_csv(ordered))):
         tmp = where.with_name(f".{where.name}.tmp")
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, where)
+
+
+def check_job_id(protocol: Protocol, task: Task) -> str:
+    """The stable id of ``task``'s check job under ``protocol`` (its timing key: guards do not change it)."""
+    return f"check:{protocol.timing_key}:{task.content_hash[:16]}"
+
+
+def _title(protocol: Protocol) -> str:
+    return f"Reference-as-candidate check, protocol {protocol.id} (guards off)"
+
+
+def tables_from_journal(tasks: Sequence[Task], protocol: Protocol, journal: Any,
+                        table: str | os.PathLike[str]) -> list[TaskRow]:
+    """Rewrite the check's table from the results ``journal`` holds, running nothing (no GPU needed).
+
+    A task's retry supersedes its failure, as in a run; a task the journal has no result for is :data:`NOT_RUN`.
+    """
+    rows = []
+    for task in tasks:
+        result = journal.result(_job_id(check_job_id(protocol, task), journal, False))
+        rows.append(row_of(task, result) if result is not None else
+                    TaskRow(task.id, task.level, NOT_RUN, message="no result in the journal"))
+    write_tables(rows, table, _title(protocol), None, protocol.threshold)
+    return rows
 
 
 def _job_id(base: str, journal: Any, retry_failed: bool) -> str:
@@ -255,13 +301,13 @@ def check_tasks(
     rows: dict[str, TaskRow] = {}
     flying: dict[Future[EvalResult], Task] = {}
     queue = list(tasks)
-    title = f"Reference-as-candidate check, protocol {protocol.id} (guards off)"
+    title = _title(protocol)
     evaluated = answered = 0
     while queue or flying:
         budget_over = plan.stop_after_s > 0 and time.monotonic() - started > plan.stop_after_s
         while queue and len(flying) < window and not budget_over:
             task = queue.pop(0)
-            job_id = _job_id(f"check:{protocol.timing_key}:{task.content_hash[:16]}", journal, plan.retry_failed)
+            job_id = _job_id(check_job_id(protocol, task), journal, plan.retry_failed)
             known = journal is not None and journal.result(job_id) is not None
             answered, evaluated = answered + known, evaluated + (not known)
             flying[judge.submit(task, solution_of(task), EvalMode.PROFILE, job_id=job_id)] = task
@@ -276,9 +322,9 @@ def check_tasks(
                   f"eager {row.eager_us:.1f} us, compile {row.compile_us:.1f} us, peak {row.peak_memory_gib:.2f} GiB",
                   file=stream, flush=True)
         facts = RunFacts(time.monotonic() - started, evaluated, answered, gpus)
-        write_tables(list(rows.values()), plan.table, title, facts)
+        write_tables(list(rows.values()), plan.table, title, facts, protocol.threshold)
     for task in queue:
         rows[task.id] = TaskRow(task.id, task.level, NOT_RUN, message="not reached within --stop-after-s")
     facts = RunFacts(time.monotonic() - started, evaluated, answered, gpus)
-    write_tables(list(rows.values()), plan.table, title, facts)
+    write_tables(list(rows.values()), plan.table, title, facts, protocol.threshold)
     return [rows[t.id] for t in tasks]
