@@ -64,7 +64,7 @@ for s in $steps; do
     memory)     run_step memory     $pyt -m gpu tests/test_harness_memory_gpu.py ;;
     repeat)     run_step repeat     env CUDAGYM_KERNELBENCH_DIR="${CUDAGYM_KERNELBENCH_DIR:-.data/kb}" python3 \
                                       benchmarks/repeat_probe.py --task "${REPEAT_TASK:-L2/77_ConvTranspose3d_Scale_BatchNorm_GlobalAvgPool}" \
-                                      --protocol "${REPEAT_PROTOCOL:-kernelbench}" --rounds "${REPEAT_ROUNDS:-4}" --out "$out/repeat" ;;
+                                      --protocol "${REPEAT_PROTOCOL:-kernelbench}" --rounds "${REPEAT_ROUNDS:-4}" --out "$out/repeat" ${REPEAT_ARGS:-} ;;  # e.g. REPEAT_ARGS="--env CUDNN_LOGLEVEL_DBG=2"
     sanit)      run_step sanit      $base tests/test_sanitizer_gpu.py benchmarks/bench_sanitizer.py \
                                       --benchmark-json "$out/bench_sanitizer.json" ;;
     ppo)        run_step ppo        $pyt -m gpu tests/test_ppo_gpu.py ;;

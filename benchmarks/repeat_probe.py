@@ -119,7 +119,7 @@ class _ClockSampler:
                 "power_w_max": max(power), "temp_c_max": max(temp), "event_reasons": sorted(reasons)}
 
 
-def _judge_round(task: str, protocol: str, folder: Path) -> dict[str, Any]:
+def _judge_round(task: str, protocol: str, folder: Path, env: dict[str, str]) -> dict[str, Any]:
     """One ``baselines check`` in a fresh process and cache: the three medians and the candidate's top kernels."""
     folder.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-c", "from cudagym.cli import main; raise SystemExit(main())", "baselines", "check",
@@ -127,7 +127,7 @@ def _judge_round(task: str, protocol: str, folder: Path) -> dict[str, Any]:
            "--journal", str(folder / "journal.jsonl"), "--table", str(folder / "check.md")]
     started = time.monotonic()
     with _ClockSampler(folder / "clocks.csv") as clocks:
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env})
     (folder / "check.log").write_text(proc.stdout + proc.stderr)
     row: dict[str, Any] = {"rc": proc.returncode, "wall_s": round(time.monotonic() - started, 1),
                            "clocks": clocks.summary()}
@@ -177,14 +177,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="fresh-process rounds (default 3)")
     parser.add_argument("--runs", type=int, default=50, help="timed forwards per plain measurement (default 50)")
     parser.add_argument("--out", default=None, help="output folder (default: a new temporary folder)")
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help="set in the judge round's processes (repeatable), e.g. CUDNN_LOGLEVEL_DBG=2 "
+                             "CUDNN_LOGDEST_DBG=stderr: the sandbox passes CUDNN_*, TORCH_* and CUDA_* through")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.runs < 1:
         parser.error("--rounds and --runs must be at least 1")
+    bad = [item for item in args.env if "=" not in item or not item.split("=", 1)[0]]
+    if bad:
+        parser.error(f"--env expects KEY=VALUE, got {', '.join(map(repr, bad))}")
+    env = dict(item.split("=", 1) for item in args.env)
     out = Path(args.out or tempfile.mkdtemp(prefix="repeat-probe-"))
     out.mkdir(parents=True, exist_ok=True)
     rounds = []
     for i in range(args.rounds):
-        judged = _judge_round(args.task, args.protocol, out / f"round{i}")
+        judged = _judge_round(args.task, args.protocol, out / f"round{i}", env)
         plain = _plain_round(args.task, args.protocol, args.runs)
         rounds.append({"round": i, "judge": judged, "plain": plain})
         (out / "rounds.json").write_text(json.dumps(rounds, indent=1))

@@ -48,6 +48,8 @@ def test_a_round_on_a_host_without_a_gpu_fails_with_both_reasons_in_the_summary(
     assert rounds[0]["judge"]["rc"] == 1 and "error" in rounds[0]["plain"]
 
 
-def test_rounds_must_be_positive() -> None:
+def test_rounds_must_be_positive_and_env_items_key_value() -> None:
     with pytest.raises(SystemExit):
         rp.main(["--task", "bundled/L1/01_Swish", "--rounds", "0"])
+    with pytest.raises(SystemExit):
+        rp.main(["--task", "bundled/L1/01_Swish", "--env", "CUDNN_LOGLEVEL_DBG"])
