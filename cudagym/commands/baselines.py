@@ -181,7 +181,7 @@ def _check(args: argparse.Namespace) -> int:
 def _tables_from_journal(tasks: Sequence[Task], args: argparse.Namespace) -> int:
     from cudagym.judge.journal import Journal
     from cudagym.judge.protocol import get_protocol
-    from cudagym.judge.task_check import passed, tables_from_journal
+    from cudagym.judge.task_check import journaled_timing_keys, passed, tables_from_journal
 
     if not args.journal:
         raise ConfigError("--from-journal needs --journal PATH: the journal of the run whose table to rewrite")
@@ -193,8 +193,7 @@ def _tables_from_journal(tasks: Sequence[Task], args: argparse.Namespace) -> int
     print(f"rewrote {args.table} from {args.journal}: {good} of {len(rows)} tasks loaded, checked and timed",
           file=sys.stderr)
     if not good:  # most likely another protocol's journal: say which protocols it holds
-        checks = [i for i in journal.done_ids() if i.startswith("check:") and i.count(":") >= 2]
-        held = sorted({i.split(":")[1] for i in checks} - {protocol.timing_key})
+        held = sorted(journaled_timing_keys(journal) - {protocol.timing_key})
         if held:
             print(f"the journal has check results under {', '.join(held)}, none under {protocol.timing_key} "
                   f"(--protocol {args.protocol}); give that protocol's id", file=sys.stderr)

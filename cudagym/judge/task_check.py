@@ -214,6 +214,11 @@ def check_job_id(protocol: Protocol, task: Task) -> str:
     return f"check:{protocol.timing_key}:{task.content_hash[:16]}"
 
 
+def journaled_timing_keys(journal: Any) -> set[str]:
+    """The protocol timing keys that ``journal`` holds check results under (the inverse of :func:`check_job_id`)."""
+    return {i.split(":")[1] for i in journal.done_ids() if i.startswith("check:") and i.count(":") >= 2}
+
+
 def _title(protocol: Protocol) -> str:
     return f"Reference-as-candidate check, protocol {protocol.id} (guards off)"
 
