@@ -53,6 +53,21 @@ def test_each_job_gets_only_its_own_output(pool):
         assert not any(f"marker-{k}" in result.log for k in range(4) if k != i)
 
 
+def test_the_lane_counts_its_jobs_and_the_time_it_spent_on_them(pool):
+    before = pool.info()[0]
+    assert (before.lane_jobs, before.busy_s) == (0, 0.0)
+    seen: list[float] = []
+    future = pool.submit(make_job(script("import time\ndef run():\n    time.sleep(0.3)\n    return 1\n")))
+    future.add_done_callback(lambda f: (time.sleep(0.2), seen.append(1.0)))  # runs on the lane's thread
+    assert future.result(timeout=300).status is EvalStatus.OK
+    deadline = time.monotonic() + 10
+    while pool.info()[0].lane_jobs < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    after = pool.info()[0]
+    assert after.lane_jobs == 1 and seen == [1.0]
+    assert after.callbacks_s >= 0.2 and after.busy_s >= 0.3 + after.callbacks_s - 0.05
+
+
 def test_timeout_kills_the_worker_group_and_the_next_job_gets_a_new_worker(pool):
     before = run(pool, PID).message
     worker_pid = pool.info()[0].pid

@@ -93,6 +93,9 @@ class WorkerInfo:
     jobs_done: int  # by the current worker
     sandbox: SandboxInfo | None = None
     isolation: Isolation | None = None  # what confines it (bubblewrap's namespaces and view)
+    busy_s: float = 0.0  # seconds this device's lane has spent on jobs since the pool started (all workers)
+    lane_jobs: int = 0  # jobs this device's lane has finished since the pool started
+    callbacks_s: float = 0.0  # the part of busy_s spent handing results on (the result future's callbacks)
 
     @property
     def network_isolated(self) -> bool:
@@ -595,6 +598,9 @@ class _Lane:
         self.worker: _Worker | None = None
         self.spares: list[_Worker] = []  # oldest first: the one most likely to have finished starting
         self.runners: list[_Runner] = []  # started ahead of their jobs (the split), oldest first
+        self.busy_s = 0.0  # time spent on jobs, from taking one off the queue to setting its result
+        self.jobs_finished = 0
+        self.callbacks_s = 0.0  # the part of busy_s spent in the result future's callbacks
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._loop, name=f"cudagym-gpu{device}", daemon=True)
         self.thread.start()
@@ -648,6 +654,7 @@ class _Lane:
             if item is _STOP:
                 break
             job, future = item
+            took = time.monotonic()
             try:
                 result = self._run(job) if not self.closing.is_set() else _result(
                     job, EvalStatus.INFRA_ERROR, "the judge closed before the job ran")
@@ -656,7 +663,11 @@ class _Lane:
                 result = _result(job, EvalStatus.INFRA_ERROR, f"judge error: {exc!r}")
             with self.lock:
                 self.pending -= 1
-            future.set_result(result)
+            handed = time.monotonic()
+            future.set_result(result)  # its callbacks (the pipeline's journal and stamps) run on this thread
+            self.callbacks_s += time.monotonic() - handed
+            self.busy_s += time.monotonic() - took
+            self.jobs_finished += 1
         self._retire()
         while self.spares:
             self.spares.pop().close()
@@ -709,8 +720,10 @@ class _Lane:
     def info(self) -> WorkerInfo:
         w = self.worker
         if w is None or w.proc.poll() is not None:
-            return WorkerInfo(self.device, 0, self.generation, 0)
-        return WorkerInfo(self.device, w.pid, self.generation, w.jobs_done, w.info, w.isolation)
+            return WorkerInfo(self.device, 0, self.generation, 0, busy_s=self.busy_s, lane_jobs=self.jobs_finished,
+                              callbacks_s=self.callbacks_s)
+        return WorkerInfo(self.device, w.pid, self.generation, w.jobs_done, w.info, w.isolation, self.busy_s,
+                          self.jobs_finished, self.callbacks_s)
 
 
 def default_spare_runners(gpus: int) -> int:
