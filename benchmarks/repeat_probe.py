@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cudagym.judge.harness.runner import BASELINE_KERNELS_NOTE
+
 _PLAIN = r"""
 import json, statistics, sys, types
 import torch
@@ -143,6 +145,8 @@ def _judge_round(task: str, protocol: str, folder: Path, env: dict[str, str]) ->
         if record.get("kind") == "result":
             kernels = (record.get("result") or {}).get("kernels") or []
             row["candidate_kernels"] = [[k["name"][:110], round(k["time_us"], 1)] for k in kernels[:4]]
+            notes = (record.get("result") or {}).get("notes") or []
+            row["baseline_kernels"] = [n for n in notes if n.startswith(BASELINE_KERNELS_NOTE)]
     return row
 
 
@@ -226,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
         if "error" in r["plain"]:
             tail = r["plain"]["error"].strip().splitlines()
             lines.append(f"\nround {r['round']}: the plain run failed: {tail[-1] if tail else '(no output)'}")
+    for r in rounds:  # the kernels each baseline ran in the judge's own process: a plan change shows here
+        for note in r["judge"].get("baseline_kernels") or ():
+            lines.append(f"\nround {r['round']}: {note[:400]}")
     ratios = [float(r["judge"]["candidate_us"]) / float(r["judge"]["eager_us"]) for r in rounds
               if r["judge"].get("candidate_us") and r["judge"].get("eager_us")]
     if ratios:

@@ -42,7 +42,7 @@ from cudagym.judge.harness.inputs import clone_tree, nbytes, tree_digest, trees_
 from cudagym.judge.harness.integrity import AttributeSnapshot, TorchFlags
 from cudagym.judge.harness.loading import build_models, candidate_module, load_reference, unload_reference
 from cudagym.judge.harness.memory import DeviceMemoryMeter
-from cudagym.judge.harness.profiling import breakdown
+from cudagym.judge.harness.profiling import OTHER, DeviceEvent, breakdown, profile_calls
 from cudagym.judge.harness.stats import StoppingRule, median, quantile, speedup, statistic_of, summarize
 from cudagym.judge.harness.timing import Contender, CoverSizing, L2Flusher, Samples, TimingLoop, make_timer
 from cudagym.judge.interface import EvalMode
@@ -440,6 +440,8 @@ def _timing(ctx: EvalContext) -> None:
             counts = ", ".join(f"{name} {n}" for name, n in ctx.timing.retaken.items())
             ctx.note(f"{RETAKEN_NOTE} ({counts}): the host outlasted the cover, so the GPU waited for it")
     ctx.timed = {name: summarize(s.time_us) for name, s in ctx.timing.samples.items()}
+    if retime and not job.baselines.known and ctx.on_gpu:  # the times the cache will keep: say what ran
+        _note_baseline_kernels(ctx, [c for c in contenders if c.baseline])
     if not retime:
         ctx.timed["eager"], ctx.timed["compiled"] = job.baselines.eager, job.baselines.compiled
         ctx.note("baselines: cached eager and torch.compile times (not re-timed in PROFILE mode)")
@@ -457,6 +459,25 @@ def _timing(ctx: EvalContext) -> None:
         ctx.note(f"{PAIRED_NOTE} (median of {paired[1]} per-round ratios): {paired[0]:.4f}x")
 
 
+def _note_baseline_kernels(ctx: EvalContext, baselines: list[Contender]) -> None:
+    """One note per baseline naming its main kernels in one profiled call (its cuDNN plan is part of its time)."""
+    args = ctx.make_inputs(ctx.protocol.seed)
+    for contender in baselines:
+        rows = [k for k in breakdown(_profiled_call(ctx, contender, args), 1, limit=BASELINE_KERNEL_ROWS)
+                if k.name != OTHER]
+        named = "; ".join(f"{k.name[:120]} {k.time_us:.1f} us x{k.calls}" for k in rows)
+        ctx.note(f"{BASELINE_KERNELS_NOTE}: {contender.name}: {named or 'none recorded'}")
+
+
+def _profiled_call(ctx: EvalContext, contender: Contender, args: list[Any]) -> list[DeviceEvent]:
+    outputs: list[Any] = []
+    events = profile_calls(lambda: outputs.append(contender.forward(args)), ctx.device, 1)
+    ctx.poison_results(outputs)  # freed results hold poison, never answers
+    return events
+
+
+BASELINE_KERNELS_NOTE = "baseline kernels"  # the first timing of a task's baselines: which kernels they ran
+BASELINE_KERNEL_ROWS = 3
 PAIRED_NOTE = "paired speedup vs eager"
 COVER_NOTE = "launch covers (baselines' sized to their host enqueue time)"
 OUTLASTED_NOTE = "cover outlasted"  # a baseline timed with host time in it, which the split's candidate never is
