@@ -1,8 +1,9 @@
 """A baseline's host hiccup on a real GPU, through LocalJudge: ``kernelbench-v0.5`` takes those rounds again,
 ``kernelbench-v0.4`` kept them (and its mean then credited the candidate).
 
-The task's forward sleeps 5 ms on the host every fourth call, far beyond the cover its warm-up sizes (a relu of
-64 MiB: tens of microseconds), so in those calls the GPU waits for the host inside the baseline's timed region.
+The task's forward sleeps 20 ms on the host every eighth call: twice the longest cover the preset sizes (10 ms),
+so in those calls the GPU waits for the host inside the baseline's timed region whatever the warm-up calls saw
+(a warm-up that caught a sleep sizes the cover to its 10 ms cap; one that did not, to tens of microseconds).
 
     pytest -m gpu tests/test_baseline_retake_gpu.py -v -s
 """
@@ -35,8 +36,8 @@ _CALLS = [0]
 @torch.compiler.disable
 def _hiccup():
     _CALLS[0] += 1
-    if _CALLS[0] % 4 == 0:
-        time.sleep(0.005)
+    if _CALLS[0] % 8 == 0:
+        time.sleep(0.020)
 
 
 class Model(nn.Module):
