@@ -164,22 +164,25 @@ def evaluations_per_gpu_hour(judge: Any) -> tuple[float, int]:
     return done / elapsed * 3600 / gpus, done
 
 
-def _lanes(judge: Any) -> tuple[float, int, float]:
-    """Busy seconds, jobs and callback seconds summed over the judge's GPU lanes (zeros where it cannot tell)."""
+def _lanes(judge: Any) -> tuple[float, int, float, float]:
+    """Busy seconds, jobs, callback and teardown seconds summed over the judge's GPU lanes (zeros where it
+    cannot tell)."""
     infos = judge.workers()
-    return (sum(w.busy_s for w in infos), sum(w.lane_jobs for w in infos), sum(w.callbacks_s for w in infos))
+    return (sum(w.busy_s for w in infos), sum(w.lane_jobs for w in infos), sum(w.callbacks_s for w in infos),
+            sum(w.teardown_s for w in infos))
 
 
-def describe_lanes(before: tuple[float, int, float], after: tuple[float, int, float], elapsed_s: float,
-                   parts: list[dict[str, float]]) -> str:
-    """Where the lanes' time went over the run: on jobs at all, inside the harness, handing results on."""
-    busy, jobs, callbacks = (a - b for a, b in zip(after, before, strict=True))
+def describe_lanes(before: tuple[float, int, float, float], after: tuple[float, int, float, float],
+                   elapsed_s: float, parts: list[dict[str, float]]) -> str:
+    """Where the lanes' time went over the run: on jobs at all, inside the harness, after the verdict (the
+    runner's teardown), handing results on."""
+    busy, jobs, callbacks, teardown = (a - b for a, b in zip(after, before, strict=True))
     if not jobs:
         return "lane accounting not available from this judge"
     wall = sum(p["wall"] for p in parts)
     return (f"lanes busy {busy:.1f} s of {elapsed_s:.1f} s ({busy / elapsed_s:.1%}) on {jobs:.0f} jobs: "
             f"{busy / jobs:.3f} s per job, of it harness wall {wall / max(1, len(parts)):.3f} s (mean over the "
-            f"correct verdicts), result callbacks {callbacks / jobs:.3f} s")
+            f"correct verdicts), runner teardown {teardown / jobs:.3f} s, result callbacks {callbacks / jobs:.3f} s")
 
 
 LOAD_NOTE = re.compile(re.escape(runner.LOAD_NOTE).replace(re.escape("{:.2f}"), r"([\d.]+)"))

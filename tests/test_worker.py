@@ -66,6 +66,7 @@ def test_the_lane_counts_its_jobs_and_the_time_it_spent_on_them(pool):
     after = pool.info()[0]
     assert after.lane_jobs == 1 and seen == [1.0]
     assert after.callbacks_s >= 0.2 and after.busy_s >= 0.3 + after.callbacks_s - 0.05
+    assert 0.0 < after.teardown_s < after.busy_s - after.callbacks_s  # after the verdict, before the hand-off
 
 
 def test_timeout_kills_the_worker_group_and_the_next_job_gets_a_new_worker(pool):

@@ -96,6 +96,7 @@ class WorkerInfo:
     busy_s: float = 0.0  # seconds this device's lane has spent on jobs since the pool started (all workers)
     lane_jobs: int = 0  # jobs this device's lane has finished since the pool started
     callbacks_s: float = 0.0  # the part of busy_s spent handing results on (the result future's callbacks)
+    teardown_s: float = 0.0  # the part of busy_s after the worker's verdict: the runner killed, reaped and removed
 
     @property
     def network_isolated(self) -> bool:
@@ -601,6 +602,7 @@ class _Lane:
         self.busy_s = 0.0  # time spent on jobs, from taking one off the queue to setting its result
         self.jobs_finished = 0
         self.callbacks_s = 0.0  # the part of busy_s spent in the result future's callbacks
+        self.teardown_s = 0.0  # the part of busy_s after the worker's verdict (runner and folders cleaned up)
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._loop, name=f"cudagym-gpu{device}", daemon=True)
         self.thread.start()
@@ -688,8 +690,10 @@ class _Lane:
         timeout = self.options.job_timeout_s or job.protocol.eval_timeout_s
         started = time.monotonic()
         runner = self._take_runner() if self.options.uses_runner else None
+        judged = 0.0
         try:
             outcome = self.worker.run(job, timeout, self.closing, runner)
+            judged = time.monotonic()
             if runner is not None:
                 outcome.result = runner.finish(outcome.result)
         finally:
@@ -697,6 +701,7 @@ class _Lane:
                 runner.close()
         outcome.result = self._sanitized(job, outcome.result)
         shutil.rmtree(self.worker.root / "artifacts", ignore_errors=True)
+        self.teardown_s += time.monotonic() - judged if judged else 0.0
         outcome.result = dataclasses.replace(outcome.result, isolation=self.worker.isolation)
         if not outcome.result.wall_time_s:  # a result the judge made (crash, timeout) has no harness clock
             outcome.result = dataclasses.replace(outcome.result, wall_time_s=time.monotonic() - started)
@@ -721,9 +726,9 @@ class _Lane:
         w = self.worker
         if w is None or w.proc.poll() is not None:
             return WorkerInfo(self.device, 0, self.generation, 0, busy_s=self.busy_s, lane_jobs=self.jobs_finished,
-                              callbacks_s=self.callbacks_s)
+                              callbacks_s=self.callbacks_s, teardown_s=self.teardown_s)
         return WorkerInfo(self.device, w.pid, self.generation, w.jobs_done, w.info, w.isolation, self.busy_s,
-                          self.jobs_finished, self.callbacks_s)
+                          self.jobs_finished, self.callbacks_s, self.teardown_s)
 
 
 def default_spare_runners(gpus: int) -> int:
