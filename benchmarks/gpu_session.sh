@@ -6,7 +6,7 @@
 # Steps: prebuild (prebuild1: bundled only) build formats local sandbox split split_gpu whitebox templates env hacks judge
 # bundled bench_bld bench_eval soak, and the later issues' runs: cupy sb3 ppo ray bench_gpu chat tuning bench
 # bench_rs (the bench resumed from $BENCH_DIR, carried) placement (benchmarks/placement_probe.py on $REPEAT_TASK,
-# default allocator and expandable segments) retake (the baselines' retaken rounds) raw_rt raw_full (its full evaluation alone) vec scaling (two GPUs) memory repeat (benchmarks/repeat_probe.py on
+# default allocator and expandable segments, each with inputs from the allocator, from an arena, and beside 8 idle contexts) retake (the baselines' retaken rounds) raw_rt raw_full (its full evaluation alone) vec scaling (two GPUs) memory repeat (benchmarks/repeat_probe.py on
 # $REPEAT_TASK, a KernelBench task: carry .data/kb) sanit (default: the first list but soak). A step may carry its own limit: NAME:SECONDS.
 # Wheels the host lacks (gymnasium) are installed from .whl/ when it exists (../shared/tools/stage-wheels.sh);
 # bubblewrap from .debs/ (carry both).
@@ -66,10 +66,11 @@ for s in $steps; do
     repeat)     run_step repeat     env CUDAGYM_KERNELBENCH_DIR="${CUDAGYM_KERNELBENCH_DIR:-.data/kb}" python3 \
                                       benchmarks/repeat_probe.py --task "${REPEAT_TASK:-L2/77_ConvTranspose3d_Scale_BatchNorm_GlobalAvgPool}" \
                                       --protocol "${REPEAT_PROTOCOL:-kernelbench}" --rounds "${REPEAT_ROUNDS:-4}" --out "$out/repeat" ${REPEAT_ARGS:-} ;;  # e.g. REPEAT_ARGS="--env CUDNN_LOGLEVEL_DBG=2"
-    placement)  run_step placement  bash -c "for conf in '' expandable_segments:True; do env PYTORCH_CUDA_ALLOC_CONF=\$conf \
+    placement)  run_step placement  bash -c "for conf in '' expandable_segments:True; do for how in '--inputs allocator' '--inputs arena' \
+                                      '--inputs allocator --idle-contexts 8'; do env PYTORCH_CUDA_ALLOC_CONF=\$conf \
                                       CUDAGYM_KERNELBENCH_DIR=\${CUDAGYM_KERNELBENCH_DIR:-.data/kb} python3 benchmarks/placement_probe.py \
                                       --task '${REPEAT_TASK:-L2/77_ConvTranspose3d_Scale_BatchNorm_GlobalAvgPool}' \
-                                      --protocol '${REPEAT_PROTOCOL:-kernelbench}' --trials 8 --out '$out/placement' || exit 1; done" ;;
+                                      --protocol '${REPEAT_PROTOCOL:-kernelbench}' --trials 8 \$how --out '$out/placement' || exit 1; done; done" ;;
     retake)     run_step retake     $pyt tests/test_baseline_retake_gpu.py -m gpu ;;
     sanit)      run_step sanit      $base tests/test_sanitizer_gpu.py benchmarks/bench_sanitizer.py \
                                       --benchmark-json "$out/bench_sanitizer.json" ;;

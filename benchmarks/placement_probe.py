@@ -6,8 +6,14 @@ afresh (new weight tensors) and draws a fresh input set, then times the forward 
 says the time moves with placement, not with the process; the addresses of the largest input, the output and
 the first weight are printed beside each trial.
 
+What the judge does differently from a plain process can be switched on one at a time: ``--inputs arena`` puts
+each trial's input set in an arena of its own (CUDA virtual memory, ``cuMemCreate``, as the trust split hands
+inputs to the runner), and ``--idle-contexts N`` keeps N other processes with a CUDA context (torch imported, one
+tiny kernel run, then idle) on the GPU while the trials run, as the judge's spare runners are.
+
     python benchmarks/placement_probe.py --task L2/77_ConvTranspose3d_Scale_BatchNorm_GlobalAvgPool \
-        --protocol kernelbench --trials 8 --out DIR    (a KernelBench task: CUDAGYM_KERNELBENCH_DIR)
+        --protocol kernelbench --trials 8 [--inputs arena] [--idle-contexts 8] --out DIR
+        (a KernelBench task: CUDAGYM_KERNELBENCH_DIR)
 """
 
 from __future__ import annotations
@@ -17,13 +23,19 @@ import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 import types
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 MIB = 1 << 20
+INPUTS = ("allocator", "arena")
+_IDLE = ("import time, torch; torch.ones(1, device='cuda').add_(1); torch.cuda.synchronize(); "
+         "print('ready', flush=True); time.sleep(3600)")
 
 
 def _tensors(tree: Any) -> list[Any]:
@@ -36,7 +48,36 @@ def _tensors(tree: Any) -> list[Any]:
     return []
 
 
-def probe(task_id: str, protocol_id: str, trials: int, runs: int, device_name: str, seed: int) -> dict[str, Any]:
+@contextmanager
+def idle_contexts(count: int, on_gpu: bool) -> Iterator[int]:
+    """``count`` other processes holding an idle CUDA context while the block runs (none off the GPU)."""
+    procs = [subprocess.Popen([sys.executable, "-c", _IDLE], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              text=True) for _ in range(count if on_gpu else 0)]
+    try:
+        started = sum(1 for p in procs if p.stdout is not None and p.stdout.readline().strip() == "ready")
+        yield started
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def _to_arena(inputs: list[Any], device: Any) -> tuple[list[Any], Any]:
+    """The input set moved into an arena of its own (the tensors become views of it), and the arena."""
+    import torch
+
+    from cudagym.judge.split.arena import layout, new_arena, place, views
+
+    tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+    slots, nbytes = layout(tensors)
+    arena = new_arena(max(1, nbytes), device)
+    place(arena.tensor, slots, tensors)
+    placed = iter(views(arena.tensor, slots))
+    return [next(placed) if isinstance(x, torch.Tensor) else x for x in inputs], arena
+
+
+def probe(task_id: str, protocol_id: str, trials: int, runs: int, device_name: str, seed: int,
+          inputs_in: str = "allocator", idle: int = 0) -> dict[str, Any]:
     """Per-trial medians (microseconds) and where the main tensors lay."""
     import torch
 
@@ -53,7 +94,21 @@ def probe(task_id: str, protocol_id: str, trials: int, runs: int, device_name: s
     on_gpu = device.type == "cuda"
     flush = torch.empty(256 * MIB // 4, dtype=torch.float32, device=device) if on_gpu else None
     rng = random.Random(seed)
-    rows = []
+    rows: list[dict[str, Any]] = []
+    with idle_contexts(idle, on_gpu) as others:
+        _trials(module, protocol, device, flush, rng, trials, runs, inputs_in, rows)
+    medians = [r["median_us"] for r in rows]
+    return {"task": task_id, "protocol": protocol_id, "device": device_name, "runs": runs,
+            "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), "inputs": inputs_in,
+            "idle_contexts": others, "trials": rows,
+            "spread": max(medians) / min(medians) if min(medians) > 0 else 0.0}
+
+
+def _trials(module: Any, protocol: Any, device: Any, flush: Any, rng: random.Random, trials: int, runs: int,
+            inputs_in: str, rows: list[dict[str, Any]]) -> None:
+    import torch
+
+    on_gpu = device.type == "cuda"
     for trial in range(trials):
         pad_mib = 0 if trial == 0 else 2 * rng.randrange(0, 512)
         pad = torch.empty(pad_mib * MIB, dtype=torch.uint8, device=device) if pad_mib else None
@@ -61,6 +116,9 @@ def probe(task_id: str, protocol_id: str, trials: int, runs: int, device_name: s
         model = module.Model(*module.get_init_inputs()).to(device)
         model.train(protocol.extra.get("module_mode", "eval") == "train")
         inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in module.get_inputs()]
+        arena = None
+        if inputs_in == "arena":
+            inputs, arena = _to_arena(inputs, device)
         times = []
         with torch.no_grad():
             out = model(*inputs)
@@ -84,19 +142,20 @@ def probe(task_id: str, protocol_id: str, trials: int, runs: int, device_name: s
                      "min_us": min(times), "input_ptr": hex(largest.data_ptr()),
                      "output_ptr": hex(_tensors(out)[0].data_ptr()) if _tensors(out) else "-",
                      "weight_ptr": hex(weight.data_ptr()) if weight is not None else "-"})
-        del model, inputs, out, pad
+        del model, inputs, out, pad, largest, weight
+        if arena is not None:
+            if on_gpu:
+                torch.cuda.synchronize()
+            arena.close()
         if on_gpu:
             torch.cuda.empty_cache()
-    medians = [r["median_us"] for r in rows]
-    return {"task": task_id, "protocol": protocol_id, "device": device_name, "runs": runs,
-            "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), "trials": rows,
-            "spread": max(medians) / min(medians) if min(medians) > 0 else 0.0}
 
 
 def render(found: dict[str, Any]) -> str:
     """A markdown table of one probe."""
     lines = [f"# Placement probe: {found['task']} under {found['protocol']} on {found['device']} "
-             f"(PYTORCH_CUDA_ALLOC_CONF={found['alloc_conf'] or '(unset)'}; median of {found['runs']} calls)", "",
+             f"(PYTORCH_CUDA_ALLOC_CONF={found['alloc_conf'] or '(unset)'}; inputs from the {found['inputs']}; "
+             f"{found['idle_contexts']} idle context(s) beside; median of {found['runs']} calls)", "",
              "| trial | pad MiB | median µs | min µs | largest input | output | first weight |",
              "|---:|---:|---:|---:|---|---|---|"]
     for r in found["trials"]:
@@ -114,15 +173,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=20, help="timed calls per trial")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--inputs", choices=INPUTS, default="allocator",
+                        help="where each trial's input set lies: torch's allocator, or an arena of its own "
+                        "(cuMemCreate)")
+    parser.add_argument("--idle-contexts", type=int, default=0, help="other processes with an idle CUDA context")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    if args.trials < 1 or args.runs < 1:
-        parser.error("--trials and --runs must be at least 1")
-    found = probe(args.task, args.protocol, args.trials, args.runs, args.device, args.seed)
+    if args.trials < 1 or args.runs < 1 or args.idle_contexts < 0:
+        parser.error("--trials and --runs must be at least 1, --idle-contexts at least 0")
+    found = probe(args.task, args.protocol, args.trials, args.runs, args.device, args.seed, args.inputs,
+                  args.idle_contexts)
     text = render(found)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        tag = found["alloc_conf"].replace(":", "-").replace(",", "_") or "default"
+        tag = "-".join([found["alloc_conf"].replace(":", "-").replace(",", "_") or "default", found["inputs"],
+                        f"idle{found['idle_contexts']}"])
         (args.out / f"placement-{os.getpid()}-{tag}.json").write_text(json.dumps(found, indent=1))
         (args.out / f"placement-{os.getpid()}-{tag}.md").write_text(text)
     print(text)

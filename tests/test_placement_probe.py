@@ -27,6 +27,17 @@ def test_the_probe_times_each_placement_and_writes_its_table(
     assert "slowest / fastest" in capsys.readouterr().out
 
 
+def test_the_probe_can_put_each_input_set_in_an_arena_of_its_own(tmp_path: Path) -> None:
+    assert placement_probe.main(["--task", "bundled/L1/01_Swish", "--device", "cpu", "--trials", "2", "--runs", "1",
+                                 "--inputs", "arena", "--idle-contexts", "2", "--out", str(tmp_path)]) == 0
+    found = json.loads(next(tmp_path.glob("placement-*-arena-idle0.json")).read_text())
+    assert found["inputs"] == "arena" and found["idle_contexts"] == 0  # no CUDA context to hold off the GPU
+    assert all(r["median_us"] > 0 for r in found["trials"])
+    assert "inputs from the arena" in next(tmp_path.glob("placement-*.md")).read_text()
+
+
 def test_the_probe_refuses_an_empty_run() -> None:
     with pytest.raises(SystemExit):
         placement_probe.main(["--task", "bundled/L1/01_Swish", "--trials", "0"])
+    with pytest.raises(SystemExit):
+        placement_probe.main(["--task", "bundled/L1/01_Swish", "--idle-contexts", "-1"])
