@@ -49,6 +49,7 @@ from cudagym.judge.harness import runner  # noqa: E402
 from cudagym.judge.pipeline import BuildService, Pipeline, PipelineJudge  # noqa: E402
 from cudagym.judge.protocol import Protocol  # noqa: E402
 from cudagym.judge.records import BuildResult, BuildStatus  # noqa: E402
+from cudagym.judge.split import runner as split_runner  # noqa: E402
 from cudagym.solution import Solution  # noqa: E402
 from cudagym.task import Task  # noqa: E402
 
@@ -186,7 +187,9 @@ def describe_lanes(before: tuple[float, int, float, float], after: tuple[float, 
 
 
 LOAD_NOTE = re.compile(re.escape(runner.LOAD_NOTE).replace(re.escape("{:.2f}"), r"([\d.]+)"))
-PARTS = ("wall", "load", "check", "timing", "profile", "primed", "runner ready", "calibration", "candidate load")
+PARTS = ("wall", "load", "check", "timing", "profile", "primed", "runner ready", "calibration", "candidate load",
+         "runner start")
+RUNNER_START = re.compile(re.escape(split_runner.START_STAGE) + r" ([\d.]+) s")  # in the runner's own account
 
 
 def job_parts(batch: dict[str, Any]) -> list[dict[str, float]]:
@@ -201,7 +204,10 @@ def job_parts(batch: dict[str, Any]) -> list[dict[str, float]]:
         for note in batch["notes"][i]:
             m = LOAD_NOTE.search(str(note))
             if m:
-                part.update(zip(PARTS[5:], map(float, m.groups()), strict=True))
+                part.update(zip(PARTS[5:9], map(float, m.groups()), strict=True))
+                started = RUNNER_START.search(str(note))
+                if started:  # how long the runner took to start (birth to ready), where it says
+                    part["runner start"] = float(started.group(1))
         found.append(part)
     return found
 

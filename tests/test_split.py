@@ -222,7 +222,10 @@ def test_honest_candidate_passes_and_is_timed_in_the_runner(pool: WorkerPool) ->
     assert "timing claims: median" in result.log
     load = next(n for n in result.notes if n.startswith("load:"))  # where the runner's start went, stage by stage
     assert re.search(r"the runner's account: setup [0-9.]+ s, source checks [0-9.]+ s, reference [0-9.]+ s, "
-                     r"candidate module [0-9.]+ s, models [0-9.]+ s, guards [0-9.]+ s\)$", load), load
+                     r"candidate module [0-9.]+ s, models [0-9.]+ s, guards [0-9.]+ s, start to ready ([0-9.]+) s\)$",
+                     load), load
+    started = float(re.search(r"start to ready ([0-9.]+) s", load).group(1))
+    assert 0.1 < started < 180  # the runner's own start (torch imported, the harness loaded) is in its account
 
 
 def test_a_patched_comparison_in_the_candidates_process_forges_nothing(pool: WorkerPool) -> None:

@@ -31,6 +31,7 @@ from cudagym.judge.split.channel import Channel, RunnerLost
 
 # what the runner's start spends its time on, in order (reported to the trusted side, which notes it)
 LOAD_STAGES = ("setup", "source checks", "reference", "candidate module", "models", "guards")
+START_STAGE = "start to ready"  # the runner's own start: from its process's birth to ready (imports, CUDA up)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     server = _Server(channel, Path(args.root), policy)
     try:
         server.warm()
+        server.started_s = process_age_s()
         channel.send({"kind": "ready"})
         server.serve()
     except RunnerLost:
@@ -67,6 +69,7 @@ class _Server:
         self.timer: Any = None
         self.flusher: Any = None
         self.side: Any = None  # the stream the armed signal goes out on
+        self.started_s = 0.0  # from the process's birth to ready
 
     def warm(self) -> None:
         """Import torch and the harness; on a GPU, create the context and calibrate the launch cover."""
@@ -185,9 +188,10 @@ class _Server:
             ctx.ref_model = None  # the runner never runs the reference: its outputs are the trusted side's
         except Exception as exc:
             return {**_failure_reply(exc), "violations": self._new_violations()}
-        stages = [round(b - a, 4) for a, b in zip(marks, marks[1:], strict=False)]
-        return {"kind": "loaded", "violations": self._new_violations(), "stages_s": dict(zip(LOAD_STAGES, stages,
-                                                                                              strict=False))}
+        stages = dict(zip(LOAD_STAGES, [round(b - a, 4) for a, b in zip(marks, marks[1:], strict=False)],
+                          strict=False))
+        return {"kind": "loaded", "violations": self._new_violations(),
+                "stages_s": {**stages, START_STAGE: round(self.started_s, 2)}}
 
     def _follow_device(self, name: Any) -> None:
         """Judge on the CPU when the trusted side does (the CPU path on a host that has a GPU too)."""
@@ -399,6 +403,18 @@ class _RunnerBracket:
             self.problem = self.server._queue_outputs(self.request, outputs)
         write_value(stream.cuda_stream, self.base + DONE, self.round)
         write_value(self.server.side.cuda_stream, self.base + ARMED, self.round)
+
+
+def process_age_s() -> float:
+    """Seconds since this process was born (Linux ``/proc``; 0.0 where it cannot tell)."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"))  # field 22: starttime in ticks
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def device_peak_bytes(device: Any) -> int:
