@@ -2,7 +2,8 @@
 
 Each trial holds a pad of a random size (so the allocator hands out other addresses), builds the task's model
 afresh (new weight tensors) and draws a fresh input set, then times the forward as the judge's timing loop does
-(CUDA events, the L2 flushed before each call) and keeps the median. A spread between trials of one process
+(CUDA events, the L2 flushed before each call) and keeps the median, beside the median host time a call takes
+to return (longer than its device time: the call waits for the GPU inside). A spread between trials of one process
 says the time moves with placement, not with the process; the addresses of the largest input, the output and
 the first weight are printed beside each trial.
 
@@ -119,7 +120,7 @@ def _trials(module: Any, protocol: Any, device: Any, flush: Any, rng: random.Ran
         arena = None
         if inputs_in == "arena":
             inputs, arena = _to_arena(inputs, device)
-        times = []
+        times, host = [], []
         with torch.no_grad():
             out = model(*inputs)
             for _ in range(runs):
@@ -128,7 +129,9 @@ def _trials(module: Any, protocol: Any, device: Any, flush: Any, rng: random.Ran
                 if on_gpu:
                     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     a.record()
+                    t0 = time.perf_counter()
                     out = model(*inputs)
+                    host.append((time.perf_counter() - t0) * 1e6)
                     b.record()
                     b.synchronize()
                     times.append(a.elapsed_time(b) * 1000.0)
@@ -139,7 +142,8 @@ def _trials(module: Any, protocol: Any, device: Any, flush: Any, rng: random.Ran
         largest = max(_tensors(inputs), key=lambda t: t.numel())
         weight = next(iter(model.parameters()), None)
         rows.append({"trial": trial, "pad_mib": pad_mib, "median_us": statistics.median(times),
-                     "min_us": min(times), "input_ptr": hex(largest.data_ptr()),
+                     "min_us": min(times), "host_us": statistics.median(host) if host else 0.0,
+                     "input_ptr": hex(largest.data_ptr()),
                      "output_ptr": hex(_tensors(out)[0].data_ptr()) if _tensors(out) else "-",
                      "weight_ptr": hex(weight.data_ptr()) if weight is not None else "-"})
         del model, inputs, out, pad, largest, weight
@@ -156,11 +160,11 @@ def render(found: dict[str, Any]) -> str:
     lines = [f"# Placement probe: {found['task']} under {found['protocol']} on {found['device']} "
              f"(PYTORCH_CUDA_ALLOC_CONF={found['alloc_conf'] or '(unset)'}; inputs from the {found['inputs']}; "
              f"{found['idle_contexts']} idle context(s) beside; median of {found['runs']} calls)", "",
-             "| trial | pad MiB | median µs | min µs | largest input | output | first weight |",
-             "|---:|---:|---:|---:|---|---|---|"]
+             "| trial | pad MiB | median µs | min µs | host µs per call | largest input | output | first weight |",
+             "|---:|---:|---:|---:|---:|---|---|---|"]
     for r in found["trials"]:
         lines.append(f"| {r['trial']} | {r['pad_mib']} | {r['median_us']:,.1f} | {r['min_us']:,.1f} | "
-                     f"`{r['input_ptr']}` | `{r['output_ptr']}` | `{r['weight_ptr']}` |")
+                     f"{r.get('host_us', 0.0):,.1f} | `{r['input_ptr']}` | `{r['output_ptr']}` | `{r['weight_ptr']}` |")
     lines += ["", f"slowest / fastest trial median: {found['spread']:.3f}"]
     return "\n".join(lines) + "\n"
 
