@@ -6,7 +6,8 @@ import math
 import pytest
 
 from cudagym.errors import ConfigError
-from cudagym.judge.protocol import CUDA_AGENT, CUDAGYM_V0, CUDAGYM_V1, CUDAGYM_V2, KERNELBENCH, get_protocol
+from cudagym.judge.protocol import (CUDA_AGENT, CUDAGYM_V0, CUDAGYM_V1, CUDAGYM_V2, CUDAGYM_V3, KERNELBENCH,
+                                   get_protocol)
 from cudagym.judge.records import (
     BuildResult,
     BuildStatus,
@@ -51,9 +52,13 @@ def test_presets_run_under_their_sources_precision_and_the_default_stays_strict_
                             launch_cover_max_us=10_000.0) == v04
     assert v03.launch_cover_us == v03.launch_cover_max_us == 0 and v03.timing_key != v04.timing_key
     # v0.5: v0.4 with a baseline's rounds retaken where its host outlasted its cover (a mean takes any such tail)
-    assert v04.with_changes(id=KERNELBENCH.id, description=KERNELBENCH.description,
-                            retake_leaked_baselines=True) == KERNELBENCH
-    assert not v04.retake_leaked_baselines and v04.timing_key != KERNELBENCH.timing_key
+    v05 = get_protocol("kernelbench-v0.5")
+    assert v04.with_changes(id=v05.id, description=v05.description, retake_leaked_baselines=True) == v05
+    assert not v04.retake_leaked_baselines and v04.timing_key != v05.timing_key
+    # v0.6: v0.5 with the speedups against the reference as timed in the candidate's own runner
+    assert v05.with_changes(id=KERNELBENCH.id, description=KERNELBENCH.description,
+                            runner_reference_runs=30) == KERNELBENCH
+    assert v05.timing_key == "kernelbench-v0.5-854494a5f3"  # it times no baseline differently: v0.5's key stays
     assert v04.timing_key == "kernelbench-v0.4-d12f807abb"  # the new field left the older keys (and caches) alone
     assert old_ca.with_changes(id=CUDA_AGENT.id, description=CUDA_AGENT.description,
                                baseline_precision="torch_default") == CUDA_AGENT
@@ -65,11 +70,12 @@ def test_presets_run_under_their_sources_precision_and_the_default_stays_strict_
 
 
 def test_get_protocol_resolves_names_and_rejects_unknown():
-    assert get_protocol(None) is CUDAGYM_V2 and get_protocol("cudagym") is CUDAGYM_V2
+    assert get_protocol(None) is CUDAGYM_V3 and get_protocol("cudagym") is CUDAGYM_V3
+    assert get_protocol("cudagym-v2") is CUDAGYM_V2
     assert get_protocol("cudagym-v1") is CUDAGYM_V1
     assert get_protocol("cudagym-v0") is CUDAGYM_V0  # old results stay reproducible by id
-    assert get_protocol("cuda-agent") is CUDA_AGENT and get_protocol("kernelbench-v0.5") is KERNELBENCH
-    assert get_protocol("kernelbench").id == "kernelbench-v0.5" and get_protocol("cuda-agent").id == "cuda-agent-v1"
+    assert get_protocol("cuda-agent") is CUDA_AGENT and get_protocol("kernelbench-v0.6") is KERNELBENCH
+    assert get_protocol("kernelbench").id == "kernelbench-v0.6" and get_protocol("cuda-agent").id == "cuda-agent-v1"
     assert get_protocol("kernelbench-v0.4").id == "kernelbench-v0.4"
     assert get_protocol(CUDA_AGENT) is CUDA_AGENT
     with pytest.raises(ConfigError, match="expected one of"):
@@ -152,6 +158,9 @@ def test_timing_key_changes_with_how_baselines_are_timed_only():
                     {"statistic": "mean"}, {"seed": 7}, {"warmup_ms": 0.0}, {"target_ci_pct": 1.0}):
         assert CUDAGYM_V0.with_changes(**changes).timing_key != key, changes
     for changes in ({"guards": ()}, {"atol": 1e-2}, {"threshold": 0.1}, {"eval_timeout_s": 10.0},
-                    {"description": "other words"}):
+                    {"description": "other words"}, {"runner_reference_runs": 30}):
         assert CUDAGYM_V0.with_changes(**changes).timing_key == key, changes
+    for runs in (-1, 1001):
+        with pytest.raises(ConfigError, match="runner_reference_runs"):
+            CUDAGYM_V0.with_changes(id="bad", runner_reference_runs=runs)
     assert len({p.timing_key for p in (CUDAGYM_V0, CUDAGYM_V1, CUDA_AGENT, KERNELBENCH)}) == 4

@@ -253,6 +253,9 @@ class EvalResult:
     context_poisoned: bool = False  # the candidate left the worker's CUDA context unusable: replace the process
     paired_speedup_vs_eager: float = 0.0  # median over interleaved rounds of eager / candidate; 0 when not timed
     paired_rounds: int = 0  # rounds behind paired_speedup_vs_eager
+    # the reference timed in the candidate's runner before it loaded the candidate (a protocol's
+    # runner_reference_runs): the speedups' yardstick; unmeasured under protocols without it
+    runner_reference: TimingStats = field(default_factory=TimingStats)
     notes: tuple[str, ...] = ()  # the harness's own notes (timing method, covers, ...), apart from ``log``
 
     @property

@@ -125,6 +125,7 @@ class EvalContext:
         self.primed = False  # the priming reference run is done
         self.reference_writes_inputs = False  # the priming reference run changed its inputs (found then)
         self.paired: tuple[float, int] | None = None  # paired speedup vs eager and its rounds, when interleaved
+        self.runner_reference = TimingStats()  # the reference timed in the runner before the candidate loaded
         self.runner_job: Job = job  # the job as the runner sees it (its own paths), in the split
 
     # ------------------------------------------------------------------------------------- reporting

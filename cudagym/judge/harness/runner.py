@@ -263,6 +263,8 @@ def _load_remote(ctx: EvalContext) -> None:
         # 1.4 ms for a timed one, so a forged timer passed; there the calibration runs back to back
         between = _baseline_round(ctx, inputs) if _retimes(ctx) and not ctx.on_gpu else None
         model.calibrate(inputs, between=between)
+        if ctx.protocol.runner_reference_runs:
+            _time_reference_in_runner(ctx, model, inputs)
     del inputs
     marks.append(time.perf_counter())
     stages = ctx.remote.start({"device": str(ctx.device), "output_dtype": str(ctx.output_dtype).removeprefix(
@@ -270,6 +272,48 @@ def _load_remote(ctx: EvalContext) -> None:
     marks.append(time.perf_counter())
     spent = [b - a for a, b in zip(marks, marks[1:], strict=False)]
     ctx.note(LOAD_NOTE.format(*spent) + (f" (the runner's account: {stages})" if stages else ""))
+
+
+REFERENCE_BUDGET_S = 3.0  # the reference's timed calls in the runner stop after this long (once 5 are in)
+RUNNER_REFERENCE_NOTE = "speedups against the reference in the candidate's runner"
+
+
+def _time_reference_in_runner(ctx: EvalContext, model: Any, inputs: list[Any]) -> None:
+    """The reference's time in the runner that will time the candidate, taken before it loads any candidate code."""
+    protocol = ctx.protocol
+    try:
+        samples = model.time_reference(inputs, protocol.runner_reference_runs, protocol.warmup_runs,
+                                       REFERENCE_BUDGET_S)
+    except CandidateFailure as exc:  # no candidate code is in the runner yet: the reference's (or the judge's) doing
+        ctx.note(f"{RUNNER_REFERENCE_NOTE}: not taken, the reference failed in the runner ({exc.text[:300]})")
+        return
+    ctx.runner_reference = summarize(samples)
+
+
+def _against_runner_reference(ctx: EvalContext) -> None:
+    """Scale the speedups by how the candidate's process runs the reference against how this one does.
+
+    The same code can run at other speeds in two processes of one GPU (where their tensors lie in device
+    memory; a call that waits for the GPU inside, behind its host): the reference's median in the runner, over
+    eager's median here, moves the baselines into the candidate's process (``Protocol.runner_reference_runs``).
+    """
+    if not ctx.protocol.runner_reference_runs or not ctx.timed.get("candidate", TimingStats()).measured:
+        return
+    own, eager = ctx.runner_reference, ctx.timed.get("eager", TimingStats())
+    if ctx.remote is None:
+        ctx.note(f"{RUNNER_REFERENCE_NOTE}: not taken, the candidate ran in the judge's process (no runner)")
+        return
+    if not (own.measured and eager.measured and own.median_us > 0 and eager.median_us > 0):
+        ctx.note(f"{RUNNER_REFERENCE_NOTE}: not taken, the reference has no time in the runner")
+        return
+    factor = own.median_us / eager.median_us
+    before = (ctx.speedup_vs_eager, ctx.speedup_vs_compile)
+    ctx.speedup_vs_eager *= factor
+    ctx.speedup_vs_compile *= factor
+    ctx.note(f"{RUNNER_REFERENCE_NOTE}: the reference took {own.median_us:.1f} us there (median of {own.runs}, timed "
+             f"before the candidate loaded) against eager's {eager.median_us:.1f} us here (x{factor:.3f}): "
+             f"{ctx.speedup_vs_eager:.3f}x vs eager, {ctx.speedup_vs_compile:.3f}x vs torch.compile (against this "
+             f"process's times alone: {before[0]:.3f}x, {before[1]:.3f}x)")
 
 
 # the split's load phase, part by part (benchmarks/bench_vec.py reads it back)
@@ -450,6 +494,7 @@ def _timing(ctx: EvalContext) -> None:
     cand = ctx.timed["candidate"]
     ctx.speedup_vs_eager = speedup(ctx.timed.get("eager", TimingStats()), cand, protocol.statistic)
     ctx.speedup_vs_compile = speedup(ctx.timed.get("compiled", TimingStats()), cand, protocol.statistic)
+    _against_runner_reference(ctx)
     ctx.note(f"timing: {ctx.timing.rounds} rounds ({ctx.timing.stop_reason}), timer {loop.timer.name}, "
              f"L2 flush {'on' if loop.flusher.enabled else 'off'}, "
              f"{'interleaved' if protocol.interleave else 'sequential'}, statistic {protocol.statistic}")
@@ -849,6 +894,7 @@ def _result(ctx: EvalContext, status: EvalStatus, message: str, wall_s: float, p
         context_poisoned=poisoned,
         paired_speedup_vs_eager=ctx.paired[0] if ctx.paired else 0.0,
         paired_rounds=ctx.paired[1] if ctx.paired else 0,
+        runner_reference=ctx.runner_reference,
         notes=tuple(ctx.notes),
     )
 

@@ -404,6 +404,27 @@ class RemoteModel:
                 self.link.handled_us["calibrate"].append(_number(reply.get("handled_us")))
                 self.link.phases_us["calibrate"].append(_numbers(reply.get("phases_us"), 3))
 
+    def time_reference(self, args: list[Any], runs: int, warmup: int, budget_s: float) -> list[float]:
+        """The task's reference timed in the runner, before it loads the candidate: the runner's own claims (µs).
+
+        No candidate code is in the runner's process yet, so its claims are the reference's time there; a claim
+        the trusted clock around it contradicts (beyond that clock, or not a time) is dropped. ``warmup`` calls
+        go first and are not kept; the timed calls stop early, after 5, once ``budget_s`` has passed.
+        """
+        kept: list[float] = []
+        began = time.monotonic()
+        for i in range(warmup + runs):
+            reply, wall, _ = self._timed_request("reference", args, "reference_timed", keep=False)
+            try:
+                claim = float(reply["time_us"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise RunnerLost(f"the runner sent a malformed reference time ({exc})") from None
+            if i >= warmup and math.isfinite(claim) and 0 < claim <= wall:
+                kept.append(claim)
+            if len(kept) >= 5 and time.monotonic() - began > budget_s:
+                break
+        return kept
+
     def profile(self) -> list[DeviceEvent]:
         """The runner's kernel profile of the candidate (as it reports it)."""
         reply = self.link.request({"kind": "profile"}, expect="profile")

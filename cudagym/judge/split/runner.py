@@ -2,7 +2,9 @@
 
 It is the only process that loads candidate code. Started ahead of its job (torch imported, CUDA up:
 nothing of any candidate yet), it receives one job from the trusted process, times empty calls for the
-trusted side's calibration (``calibrate``) while it still holds no candidate code, loads the solution, and
+trusted side's calibration (``calibrate``) and, where the protocol asks, the task's reference (``reference``: the
+speedups' yardstick, timed in the process that will time the candidate) while it still holds no candidate code,
+loads the solution, and
 then only answers requests: run ``ModelNew`` on the inputs the trusted side put in the input arena and
 copy what it returned into the output arena (``forward``), the same with the timer around it (``timed``),
 a kernel profile (``profile``), and the guard hooks that inspect this process (``hook``). It never sees a
@@ -70,6 +72,8 @@ class _Server:
         self.flusher: Any = None
         self.side: Any = None  # the stream the armed signal goes out on
         self.started_s = 0.0  # from the process's birth to ready
+        self.reference: Any = None  # the task's reference, loaded before the candidate (for its timed calls)
+        self.reference_model: Any = None  # its Model, dropped before the candidate loads
 
     def warm(self) -> None:
         """Import torch and the harness; on a GPU, create the context and calibrate the launch cover."""
@@ -109,6 +113,8 @@ class _Server:
                     reply = self._attach(start, fds)
                 elif kind == "calibrate":
                     reply = self._calibrate(job, start)
+                elif kind == "reference":
+                    reply = self._timed_reference(job, start)
                 else:
                     reply = {"kind": "error", "message": f"unknown request {str(kind)[:60]!r} before start"}
             except Exception as exc:
@@ -161,6 +167,7 @@ class _Server:
             ctx.side = "runner"
             ctx.reference_aliases = dict(start.get("reference_aliases") or {})
             self.ctx = ctx
+            self.reference_model = None  # the reference's timed calls are over: its weights go
             if ctx.on_gpu:
                 torch.cuda.set_device(device)
                 torch.cuda.empty_cache()  # the calibration's output-sized blocks: the candidate's sizes are its own
@@ -175,7 +182,7 @@ class _Server:
                 guard.check_sources(ctx)
             marks.append(time.perf_counter())
             torch.set_grad_enabled(False)
-            ctx.reference = load_reference(job.task)
+            ctx.reference = self.reference if self.reference is not None else load_reference(job.task)
             marks.append(time.perf_counter())
             ctx.module = self.stack.enter_context(candidate_module(job.build, ctx.workdir, lambda: _take_snapshot(ctx)))
             marks.append(time.perf_counter())
@@ -311,6 +318,28 @@ class _Server:
 
         flags = protocol_flags(job.protocol.matmul_tf32, job.protocol.cudnn_tf32)
         return {**self._timed_call(empty, request, flags, lambda fn: fn()), "kind": "calibrated"}
+
+    def _timed_reference(self, job: Any, request: dict[str, Any]) -> dict[str, Any]:
+        """One timed call of the task's reference, by the candidate's timed path: no candidate code is loaded yet."""
+        import torch
+
+        from cudagym.judge.harness.integrity import protocol_flags
+        from cudagym.judge.harness.loading import build_reference, load_reference
+
+        self._timing_tools(job.protocol)
+        flags = protocol_flags(job.protocol.matmul_tf32, job.protocol.cudnn_tf32)
+        flags.apply()  # the protocol's precision, as the judge's process runs its baselines
+        if self.reference_model is None:
+            if self.reference is None:
+                self.reference = load_reference(job.task)
+            train = job.protocol.extra.get("module_mode", "eval") == "train"
+            self.reference_model = build_reference(self.reference, self.device, job.protocol.seed, train)
+
+        def call(fn: Any) -> Any:
+            with torch.no_grad():
+                return fn()
+
+        return {**self._timed_call(self.reference_model, request, flags, call), "kind": "reference_timed"}
 
     def _timed(self, request: dict[str, Any]) -> dict[str, Any]:
         ctx = self.ctx

@@ -1,0 +1,146 @@
+"""The speedups' yardstick taken in the candidate's own process (``Protocol.runner_reference_runs``), on the CPU
+path through the real worker pool: a trusted worker and a fresh sandboxed runner per job.
+
+On the H200 the same code ran at other speeds in the judge's process and in the runner (where its tensors lay in
+device memory; a call that waits for the GPU inside), so the reference judged as its own candidate earned tiers
+it did not. Here a task whose forward is slower in the judge's process than in the runner stands in for that:
+without the runner's own time of the reference the same code is judged several times faster than eager; with it,
+as fast as eager.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from collections.abc import Iterator
+
+import pytest
+
+from cudagym.judge.interface import EvalMode
+from cudagym.judge.job import Job, KnownBaselines
+from cudagym.judge.protocol import CUDAGYM_V0, CUDAGYM_V3, DEFAULT_PROTOCOL, KERNELBENCH, Protocol
+from cudagym.judge.records import BuildResult, BuildStatus, EvalResult, EvalStatus
+from cudagym.judge.worker import PoolOptions, WorkerPool
+from cudagym.solution import Solution
+from cudagym.task import make_task
+
+# The runner is started with --sock (the channel to the judge); the judge's own worker never is.
+TASK = '''
+import sys
+import time
+import torch
+import torch.nn as nn
+
+IN_RUNNER = "--sock" in sys.argv
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+
+    def forward(self, x):
+        time.sleep(0.0015 if IN_RUNNER else 0.006)
+        return torch.relu(self.lin(x))
+
+def get_inputs():
+    return [torch.randn(8, 32)]
+
+def get_init_inputs():
+    return [32]
+'''
+
+# The reference's own code as the candidate: it earns no speedup on its merits.
+SAME_CODE = TASK.split("class Model(")[0] + "class ModelNew(" + TASK.split("class Model(")[1].split("def get_inputs")[0]
+
+# Slows, at import, the ops the reference uses in the candidate's process (the reference's yardstick there would
+# grow), and computes its own answer by other ops: the reference was timed before this ran, so it gains nothing.
+SLOWS_THE_REFERENCE = '''
+import time
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+_linear = F.linear
+
+def slow_linear(*args, **kwargs):
+    time.sleep(0.02)
+    return _linear(*args, **kwargs)
+
+F.linear = slow_linear
+torch.relu = lambda x, _relu=torch.relu: (time.sleep(0.02), _relu(x))[1]
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+
+    def forward(self, x):
+        time.sleep(0.0015)
+        return torch.clamp_min(torch.addmm(self.lin.bias, x, self.lin.weight.t()), 0)
+'''
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[WorkerPool]:
+    options = PoolOptions(job_fn="cudagym.judge.split.trusted:run_job_on_cpu", runner=True, startup_timeout_s=180.0,
+                          spare_runners=1)
+    with WorkerPool(["0"], options=options) as p:
+        yield p
+
+
+def protocol(runs: int) -> Protocol:
+    return CUDAGYM_V0.with_changes(id=f"test-runner-reference-{runs}", guards=(), num_inputs=2, warmup_runs=2,
+                                   warmup_ms=0.0, min_runs=15, max_runs=15, target_ci_pct=0.0,
+                                   runner_reference_runs=runs)
+
+
+def judge(pool: WorkerPool, candidate: str, proto: Protocol, mode: EvalMode = EvalMode.PROFILE,
+          job_id: str = "job") -> EvalResult:
+    job = Job(
+        job_id=job_id,
+        task=make_task(textwrap.dedent(TASK), id="test/runner-reference", suite="test", level=1, name="rr",
+                       origin="test"),
+        solution=Solution("inline", {"model_new.py": textwrap.dedent(candidate)}),
+        build=BuildResult(BuildStatus.OK, "inline"),
+        mode=mode,
+        protocol=proto,
+        baselines=KnownBaselines(),
+    )
+    return pool.submit(job).result(timeout=300)
+
+
+def test_the_same_code_is_as_fast_as_eager_when_the_yardstick_is_the_runners(pool: WorkerPool) -> None:
+    alone = judge(pool, SAME_CODE, protocol(0), job_id="alone")
+    assert alone.status is EvalStatus.OK, alone.message + alone.log[-3000:]
+    assert alone.speedup_vs_eager > 2.5, alone.message  # the process alone: a tier the code did not earn
+    assert not alone.runner_reference.measured
+    assert "speedups against the reference" not in alone.log
+
+    fair = judge(pool, SAME_CODE, protocol(10), job_id="fair")
+    assert fair.status is EvalStatus.OK, fair.message + fair.log[-3000:]
+    assert fair.runner_reference.runs == 10 and 1400 < fair.runner_reference.median_us < 5000
+    assert fair.eager.median_us > 5500  # the judge's process still times eager at its own speed ...
+    assert 0.8 < fair.speedup_vs_eager < 1.25, fair.message + fair.log[-3000:]  # ... and the verdict is fair
+    note = next(n for n in fair.notes if n.startswith("speedups against the reference in the candidate's runner"))
+    assert re.search(r"median of 10, timed before the candidate loaded\) against eager's [0-9.]+ us here "
+                     r"\(x0\.[0-9]+\): [0-9.]+x vs eager, [0-9.]+x vs torch.compile \(against this process's times "
+                     r"alone: [0-9.]+x", note), note
+    assert f"{fair.speedup_vs_eager:.3f}x vs eager" in fair.message
+
+
+def test_a_candidate_that_slows_the_reference_in_its_process_gains_nothing(pool: WorkerPool) -> None:
+    result = judge(pool, SLOWS_THE_REFERENCE, protocol(10), job_id="slows")
+    assert result.status is EvalStatus.OK, result.message + result.log[-3000:]
+    assert result.runner_reference.median_us < 5000  # timed before the candidate's import ran: no 40 ms sleeps
+    assert 0.8 < result.speedup_vs_eager < 1.25, result.message
+
+
+def test_verify_times_nothing_in_the_runner(pool: WorkerPool) -> None:
+    result = judge(pool, SAME_CODE, protocol(10), mode=EvalMode.VERIFY, job_id="verify")
+    assert result.status is EvalStatus.OK, result.message
+    assert not result.runner_reference.measured and result.speedup_vs_eager == 0.0
+
+
+def test_the_default_and_kernelbench_presets_take_the_runners_yardstick() -> None:
+    assert DEFAULT_PROTOCOL is CUDAGYM_V3 and CUDAGYM_V3.runner_reference_runs == 30
+    assert KERNELBENCH.id == "kernelbench-v0.6" and KERNELBENCH.runner_reference_runs == 30
