@@ -6,8 +6,7 @@ import math
 import pytest
 
 from cudagym.errors import ConfigError
-from cudagym.judge.protocol import (CUDA_AGENT, CUDAGYM_V0, CUDAGYM_V1, CUDAGYM_V2, CUDAGYM_V3, KERNELBENCH,
-                                   get_protocol)
+from cudagym.judge.protocol import CUDA_AGENT, CUDAGYM_V0, CUDAGYM_V1, CUDAGYM_V2, CUDAGYM_V3, KERNELBENCH, get_protocol
 from cudagym.judge.records import (
     BuildResult,
     BuildStatus,
