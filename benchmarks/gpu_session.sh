@@ -5,7 +5,7 @@
 #   bash benchmarks/gpu_session.sh [SECONDS_PER_STEP [TOTAL_SECONDS [STEP ...]]]    (repository root, GPU host)
 # Steps: prebuild (prebuild1: bundled only) build formats local sandbox split split_gpu whitebox templates env hacks judge
 # bundled bench_bld bench_eval soak, and the later issues' runs: cupy sb3 ppo ray bench_gpu chat tuning bench
-# bench_rs (the bench resumed from $BENCH_DIR, carried) placement (benchmarks/placement_probe.py on $REPEAT_TASK,
+# bench_rs (the bench resumed from $BENCH_DIR, carried) yardstick (the runner's reference time) placement (benchmarks/placement_probe.py on $REPEAT_TASK,
 # default allocator and expandable segments, each with inputs from the allocator, from an arena, and beside 8 idle contexts) retake (the baselines' retaken rounds) raw_rt raw_full (its full evaluation alone) vec scaling (two GPUs) memory repeat (benchmarks/repeat_probe.py on
 # $REPEAT_TASK, a KernelBench task: carry .data/kb) sanit (default: the first list but soak). A step may carry its own limit: NAME:SECONDS.
 # Wheels the host lacks (gymnasium) are installed from .whl/ when it exists (../shared/tools/stage-wheels.sh);
@@ -50,7 +50,9 @@ for s in $steps; do
     prebuild1)  run_step prebuild1  python3 benchmarks/prebuild.py --no-hacks ;;
     env)        run_step env        $pyt tests/test_env_gpu.py -m "gpu and not slow" ;;
     hacks)      run_step hacks      $pyt tests/test_guards_gpu.py -m gpu -k planted ;;
-    judge)      run_step judge      $pyt tests/test_guards_gpu.py tests/test_harness_timing.py tests/test_baseline_retake_gpu.py -m gpu -k "not planted and not bundled" ;;
+    judge)      run_step judge      $pyt tests/test_guards_gpu.py tests/test_harness_timing.py tests/test_baseline_retake_gpu.py \
+                                      tests/test_runner_reference_gpu.py -m gpu -k "not planted and not bundled" ;;
+    yardstick)  run_step yardstick  $pyt tests/test_runner_reference_gpu.py -m gpu ;;  # the runner's own reference time
     bundled)    run_step bundled    $pyt tests/test_guards_gpu.py tests/test_bundled_suite.py -m gpu -k bundled ;;
     formats)    run_step formats    $pyt tests/test_formats_gpu.py -m gpu ;;
     build)      run_step build      $pyt tests/test_build_extension.py tests/test_build_inline.py tests/test_runtime.py -m gpu ;;

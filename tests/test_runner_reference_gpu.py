@@ -1,0 +1,76 @@
+"""The speedups' yardstick taken in the candidate's own runner, on a real GPU through LocalJudge (``cudagym-v3``).
+
+The task's forward spins on the GPU four times as long in the judge's process as in the runner (it tells them
+apart by the runner's command line): a stand-in for the H200's process-to-process differences (where a process's
+tensors lie in device memory; a call that waits for the GPU inside). The reference judged as its own candidate is
+then about 3x faster than eager under ``cudagym-v2`` and as fast as eager under ``cudagym-v3``.
+
+    pytest -m gpu tests/test_runner_reference_gpu.py -v -s
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cudagym.judge.baselines import reference_solution
+from cudagym.judge.harness.runner import RUNNER_REFERENCE_NOTE
+from cudagym.judge.interface import EvalMode
+from cudagym.judge.protocol import get_protocol
+from cudagym.judge.records import EvalStatus
+from cudagym.task import make_task
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+UNEVEN = '''
+import sys
+import torch
+import torch.nn as nn
+
+IN_RUNNER = "--sock" in sys.argv
+
+
+@torch.compiler.disable
+def _spin():
+    torch.cuda._sleep(500_000 if IN_RUNNER else 2_000_000)
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        _spin()
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(1024, 1024)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+QUICK = dict(guards=(), warmup_ms=0.0, min_runs=30, max_runs=30, target_ci_pct=0.0)
+
+
+@needs_gpu
+@pytest.mark.parametrize("version", ["cudagym-v2", "cudagym-v3"])
+def test_the_same_code_is_as_fast_as_eager_against_the_runners_yardstick(tmp_path: Path, version: str) -> None:
+    from cudagym.judge.local import LocalJudge, probe_gpus
+
+    task = make_task(UNEVEN, id=f"test/uneven_{version[-2:]}", suite="test", level=1, name="uneven", origin="test")
+    protocol = get_protocol(version).with_changes(id=f"{version}-quick", **QUICK)
+    with LocalJudge(protocol, devices=list(probe_gpus("auto").device_ids[:1]), cache_dir=tmp_path / "cache") as j:
+        result = j.evaluate(task, reference_solution(task), EvalMode.SUBMIT)
+    assert result.status is EvalStatus.OK, result.message + result.log[-3000:]
+    print(f"{version}: eager {result.eager.median_us:.1f} us, candidate {result.candidate.median_us:.1f} us, "
+          f"runner's reference {result.runner_reference.median_us:.1f} us, {result.speedup_vs_eager:.3f}x vs eager")
+    assert result.eager.median_us > 2.5 * result.candidate.median_us  # the judge's process spins 4x as long
+    if version == "cudagym-v2":
+        assert result.speedup_vs_eager > 2.5 and not result.runner_reference.measured
+    else:
+        assert result.runner_reference.runs == 30
+        assert 0.9 < result.speedup_vs_eager < 1.1, result.log[-3000:]
+        assert any(n.startswith(RUNNER_REFERENCE_NOTE) for n in result.notes)
