@@ -263,5 +263,13 @@ def _timing_table(result: EvalResult) -> list[str]:
             f"  {name:<13}  {stats.median_us:>10.2f}  {stats.mean_us:>10.2f}  {stats.min_us:>10.2f}  "
             f"{stats.runs:>5}  {stats.ci95_halfwidth_pct:>5.1f}%  {ratio}"
         )
-    rows.append("  speedup = baseline time / candidate time (above 1 means the candidate is faster)")
+    own = result.runner_reference
+    if own.measured:
+        rows.append(f"  {'reference*':<13}  {own.median_us:>10.2f}  {own.mean_us:>10.2f}  {own.min_us:>10.2f}  "
+                    f"{own.runs:>5}  {own.ci95_halfwidth_pct:>5.1f}%")
+        rows.append("  speedup = baseline time / candidate time (above 1 means the candidate is faster), the baselines "
+                    "scaled by reference* / eager: *the reference timed in your forward's own process, before your "
+                    "code loaded")
+    else:
+        rows.append("  speedup = baseline time / candidate time (above 1 means the candidate is faster)")
     return rows

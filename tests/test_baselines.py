@@ -346,3 +346,15 @@ def test_retry_failed_runs_a_journaled_failure_once_more_under_its_own_resumable
     assert _check_run(tmp_path, tasks)[0] == 0
     assert [r["status"] for r in csv_rows(tmp_path / "out" / "check.md")] == ["ok", "ok"]
     assert (tmp_path / "journal.jsonl").read_text() == lines
+
+
+def test_the_table_states_how_the_candidates_runner_ran_the_reference_against_eager():
+    from cudagym.judge.task_check import TaskRow, to_csv, to_markdown
+
+    rows = [TaskRow(f"L1/{n}_t", 1, "ok", eager_us=100.0, compile_us=90.0, candidate_us=cand, runner_reference_us=own,
+                    speedup_vs_eager=own / cand) for n, (cand, own) in enumerate([(60.0, 61.0), (99.0, 100.0)])]
+    text = to_markdown(rows, "t")
+    assert "The reference in the candidate's runner / eager here (the yardstick's scale): median 0.805, range " \
+           "0.610-1.000." in text
+    assert "runner_reference_us" in to_csv(rows).splitlines()[0]
+    assert "yardstick" not in to_markdown([dataclasses.replace(r, runner_reference_us=0.0) for r in rows], "t")

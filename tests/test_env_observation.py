@@ -108,6 +108,17 @@ def test_profile_table_and_kernel_breakdown() -> None:
     assert text.splitlines()[-1] == "(protocol cudagym-v3, GPU NVIDIA H200)"
 
 
+def test_the_table_shows_the_reference_timed_in_the_candidates_process_when_it_scaled_the_speedups() -> None:
+    result = dataclasses.replace(timed_result(50.0, 100.0, 80.0), speedup_vs_eager=1.2, speedup_vs_compile=0.96,
+                                 runner_reference=TimingStats(60.0, 61.0, 59.0, 70.0, 1.0, 0.4, 30))
+    text = render_eval(result, "profile")
+    rows = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith("  ")}
+    assert rows["reference*"][1:5] == ["60.00", "61.00", "59.00", "30"]
+    assert rows["eager"][-1] == "1.20x" and rows["torch.compile"][-1] == "0.96x"
+    assert "the baselines scaled by reference* / eager: *the reference timed in your forward's own process" in text
+    assert "reference*" not in render_eval(timed_result(50.0, 100.0, 80.0), "profile")
+
+
 def test_no_gpu_and_build_failure_verdicts() -> None:
     text = render_eval(EvalResult(status=EvalStatus.NO_GPU, build=ok_build()), "profile")
     assert text.startswith("Profile: NOT RUN: no GPU is available on this judge")

@@ -44,6 +44,7 @@ class TaskRow:
     eager_us: float = 0.0
     compile_us: float = 0.0
     candidate_us: float = 0.0
+    runner_reference_us: float = 0.0  # the reference timed in the candidate's runner (0: the protocol takes none)
     # the verdict's own ratios (the protocol's statistic, which the times above are not when it is the mean): for
     # the reference as its candidate, above 1 + the protocol's threshold is a speedup tier the same code did not earn
     speedup_vs_eager: float = 0.0
@@ -86,7 +87,8 @@ def row_of(task: Task, result: EvalResult) -> TaskRow:
     message = " ".join(result.message.split())
     return TaskRow(
         task_id=task.id, level=task.level, status=result.status.value, eager_us=eager, compile_us=compiled,
-        candidate_us=result.candidate.median_us, speedup_vs_eager=result.speedup_vs_eager,
+        candidate_us=result.candidate.median_us, runner_reference_us=result.runner_reference.median_us,
+        speedup_vs_eager=result.speedup_vs_eager,
         speedup_vs_compile=result.speedup_vs_compile, eager_over_compile=eager / compiled if compiled > 0 else 0.0,
         compile_s=cost.compile_s, peak_memory_gib=cost.peak_device_memory_bytes / GIB,
         reference_peak_gib=cost.reference_peak_bytes / GIB, compiled_peak_gib=cost.compiled_peak_bytes / GIB,
@@ -181,6 +183,11 @@ def _phase_summary(rows: Sequence[TaskRow], facts: RunFacts | None, threshold: f
             lines.append(f"Reference as candidate / eager (the same code, two clocks): median "
                          f"{statistics.median(ratios):.3f}, range {ratios[0]:.3f}-{ratios[-1]:.3f}; {hosted} task(s) "
                          "with a baseline whose host outlasted its cover.")
+        factors = sorted(r.runner_reference_us / r.eager_us for r in rows
+                         if r.runner_reference_us > 0 and r.eager_us > 0)
+        if factors:
+            lines.append(f"The reference in the candidate's runner / eager here (the yardstick's scale): median "
+                         f"{statistics.median(factors):.3f}, range {factors[0]:.3f}-{factors[-1]:.3f}.")
         verdicts = sorted((r.speedup_vs_eager, r.task_id) for r in rows if r.speedup_vs_eager > 0)
         if verdicts:
             free = [task for ratio, task in reversed(verdicts) if ratio > 1.0 + threshold]
