@@ -142,5 +142,5 @@ def test_verify_times_nothing_in_the_runner(pool: WorkerPool) -> None:
 
 
 def test_the_default_and_kernelbench_presets_take_the_runners_yardstick() -> None:
-    assert DEFAULT_PROTOCOL is CUDAGYM_V3 and CUDAGYM_V3.runner_reference_runs == 30
-    assert KERNELBENCH.id == "kernelbench-v0.6" and KERNELBENCH.runner_reference_runs == 30
+    assert DEFAULT_PROTOCOL is CUDAGYM_V3 and CUDAGYM_V3.runner_reference_runs == 20
+    assert KERNELBENCH.id == "kernelbench-v0.6" and KERNELBENCH.runner_reference_runs == 20

@@ -68,8 +68,8 @@ class Protocol:
             candidate, 1.25x faster than eager (``L3/19_MobileNetV1`` under ``kernelbench-v0.4`` on the H200).
         runner_reference_runs: 0 takes the speedups against the baselines as the judge's own process times
             them. Above it, where the trust split runs the candidate (its runner), the runner first times the
-            *reference* on the timed path (this many calls after ``warmup_runs`` untimed ones, the same timer,
-            cover, flush and input arena), before it loads any candidate code, and the speedups are taken
+            *reference* on the timed path (this many calls after ``warmup_runs`` untimed ones, at most 5; the
+            same timer, cover, flush and input arena), before it loads any candidate code, and the speedups are taken
             against the reference's time in the candidate's own process: eager's time scaled by the ratio of the
             two processes' medians for the reference (torch.compile's by the same ratio). A process that runs the
             same code faster or slower than the judge's (where its tensors lie in device memory, its host) then
@@ -255,7 +255,7 @@ CUDAGYM_V2 = CUDAGYM_V1.with_changes(
     flat_reference_note=True,
 )
 
-# cudagym-v2 with the speedups taken against the reference timed in the candidate's own runner (30 calls before it
+# cudagym-v2 with the speedups taken against the reference timed in the candidate's own runner (20 calls before it
 # loads the candidate): under v2 the same code ran at other speeds in the judge's process and in the runner, from
 # the physical placement of its tensors (L2/77: one kernel, one clock, 4,135 against 5,700 us) and on tasks whose
 # call waits for the GPU inside (L1/71 under fp32: cuDNN's FFT path; eager's host took 16.9 ms to queue a call in
@@ -265,7 +265,7 @@ CUDAGYM_V3 = CUDAGYM_V2.with_changes(
     description="as cudagym-v2 (5 seeded inputs, atol=rtol=1e-4 with atol at most 1% of each output's RMS, a 4x "
     "input set, launch covers, L2 flush, interleaved median, every guard), plus speedups against the reference "
     "as timed in the candidate's own process before it loaded the candidate",
-    runner_reference_runs=30,
+    runner_reference_runs=20,
 )
 
 # The CUDA Agent scripts (verification.py / profiling.py): 5 random inputs at atol=rtol=1e-2, 5 warm-ups
@@ -363,7 +363,7 @@ KERNELBENCH = KERNELBENCH_V05.with_changes(
     "(cuDNN TF32 on, matmul TF32 off), CUDA events behind launch covers (every contender at device time; a "
     "baseline's call whose host outlasted its cover is retaken), L2 flush, 3 warm-ups + 100 trials, mean; speedups "
     "against the reference as timed in the candidate's own process",
-    runner_reference_runs=30,
+    runner_reference_runs=20,
 )
 
 PROTOCOLS: dict[str, Protocol] = {

@@ -26,6 +26,11 @@ calibration (T, N)     T: the arenas (S + O), no copy of the empty calls' output
                        the split's whole excess on the H200 with the L2 flush
                        buffer below); N: zeros of the outputs' shapes, released
                        before the candidate loads
+reference timed (N)    where the protocol takes the yardstick in the runner         N: its own R (the
+                       (``runner_reference_runs``): the reference's model and one   inputs are the
+                       run on the arena's views, its outputs copied into the        arena's views),
+                       output arena; model and cache released before the            released before the
+                       candidate loads                                              candidate loads
 check (T)              the set (the reference's input), the candidate's outputs     T: S + 2 O
                        copied out of the output arena (O), the reference's run,
                        the arenas. No trusted copy of the inputs: the input arena

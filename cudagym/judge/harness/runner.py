@@ -275,6 +275,7 @@ def _load_remote(ctx: EvalContext) -> None:
 
 
 REFERENCE_BUDGET_S = 3.0  # the reference's timed calls in the runner stop after this long (once 5 are in)
+REFERENCE_WARMUP_MAX = 5  # untimed calls first (the runner's first cuDNN or cuBLAS call sets up its handles)
 RUNNER_REFERENCE_NOTE = "speedups against the reference in the candidate's runner"
 
 
@@ -282,8 +283,8 @@ def _time_reference_in_runner(ctx: EvalContext, model: Any, inputs: list[Any]) -
     """The reference's time in the runner that will time the candidate, taken before it loads any candidate code."""
     protocol = ctx.protocol
     try:
-        samples = model.time_reference(inputs, protocol.runner_reference_runs, protocol.warmup_runs,
-                                       REFERENCE_BUDGET_S)
+        samples = model.time_reference(inputs, protocol.runner_reference_runs,
+                                       min(protocol.warmup_runs, REFERENCE_WARMUP_MAX), REFERENCE_BUDGET_S)
     except CandidateFailure as exc:  # no candidate code is in the runner yet: the reference's (or the judge's) doing
         ctx.note(f"{RUNNER_REFERENCE_NOTE}: not taken, the reference failed in the runner ({exc.text[:300]})")
         return
