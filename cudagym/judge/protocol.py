@@ -354,8 +354,8 @@ KERNELBENCH = KERNELBENCH_V04.with_changes(
 )
 
 # v0.5 with the speedups against the reference timed in the candidate's own runner (as cudagym-v3): KernelBench's
-# harness times reference and candidate in one process, which the trust split does not; under v0.5 the reference
-# as its own candidate was 1.056x faster than eager on L1/78 (a free tier 2), from the process alone.
+# harness times reference and candidate in one process, which the trust split does not; in the v0.4 sweep of L1 the
+# reference as its own candidate was 1.056x faster than eager on L1/78 (a free tier 2), from the process alone.
 KERNELBENCH_V05 = KERNELBENCH
 KERNELBENCH = KERNELBENCH_V05.with_changes(
     id="kernelbench-v0.6",
