@@ -80,6 +80,25 @@ class ModelNew(nn.Module):
 '''
 
 
+# A reference that fails in the runner (and only there), and one that takes 0.4 s a call there: the candidate is
+# its own code, an addmm and a clamp, fast and correct in both.
+FAILS_IN_RUNNER = TASK.replace("time.sleep(0.0015 if IN_RUNNER else 0.006)",
+                               "if IN_RUNNER:\n            raise RuntimeError('no such op here')")
+SLOW_IN_RUNNER = TASK.replace("time.sleep(0.0015 if IN_RUNNER else 0.006)", "time.sleep(0.4 if IN_RUNNER else 0.001)")
+OWN_CODE = """
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+
+    def forward(self, x):
+        return torch.clamp_min(torch.addmm(self.lin.bias, x, self.lin.weight.t()), 0)
+"""
+
+
 @pytest.fixture(scope="module")
 def pool() -> Iterator[WorkerPool]:
     options = PoolOptions(job_fn="cudagym.judge.split.trusted:run_job_on_cpu", runner=True, startup_timeout_s=180.0,
@@ -95,10 +114,10 @@ def protocol(runs: int) -> Protocol:
 
 
 def judge(pool: WorkerPool, candidate: str, proto: Protocol, mode: EvalMode = EvalMode.PROFILE,
-          job_id: str = "job") -> EvalResult:
+          job_id: str = "job", task: str = TASK) -> EvalResult:
     job = Job(
         job_id=job_id,
-        task=make_task(textwrap.dedent(TASK), id="test/runner-reference", suite="test", level=1, name="rr",
+        task=make_task(textwrap.dedent(task), id="test/runner-reference", suite="test", level=1, name="rr",
                        origin="test"),
         solution=Solution("inline", {"model_new.py": textwrap.dedent(candidate)}),
         build=BuildResult(BuildStatus.OK, "inline"),
@@ -139,6 +158,22 @@ def test_verify_times_nothing_in_the_runner(pool: WorkerPool) -> None:
     result = judge(pool, SAME_CODE, protocol(10), mode=EvalMode.VERIFY, job_id="verify")
     assert result.status is EvalStatus.OK, result.message
     assert not result.runner_reference.measured and result.speedup_vs_eager == 0.0
+
+
+def test_a_reference_that_fails_in_the_runner_leaves_the_speedups_unscaled_and_says_so(pool: WorkerPool) -> None:
+    result = judge(pool, OWN_CODE, protocol(10), job_id="fails", task=FAILS_IN_RUNNER)
+    assert result.status is EvalStatus.OK, result.message + result.log[-3000:]  # not the candidate's failure
+    assert not result.runner_reference.measured and result.speedup_vs_eager > 0
+    said = [n for n in result.notes if n.startswith("speedups against the reference in the candidate's runner")]
+    assert said == ["speedups against the reference in the candidate's runner: not taken, the reference failed in "
+                    "the runner (RuntimeError: no such op here)"], said
+
+
+def test_a_slow_reference_in_the_runner_stops_after_five_calls_and_its_budget(pool: WorkerPool) -> None:
+    result = judge(pool, OWN_CODE, protocol(20), job_id="slow", task=SLOW_IN_RUNNER)
+    assert result.status is EvalStatus.OK, result.message + result.log[-3000:]
+    assert 5 <= result.runner_reference.runs < 20 and result.runner_reference.median_us > 390_000
+    assert result.speedup_vs_eager > 100  # 0.4 s a call in the runner: the yardstick says so, and it counts
 
 
 def test_the_default_and_kernelbench_presets_take_the_runners_yardstick() -> None:

@@ -286,7 +286,8 @@ def _time_reference_in_runner(ctx: EvalContext, model: Any, inputs: list[Any]) -
         samples = model.time_reference(inputs, protocol.runner_reference_runs,
                                        min(protocol.warmup_runs, REFERENCE_WARMUP_MAX), REFERENCE_BUDGET_S)
     except CandidateFailure as exc:  # no candidate code is in the runner yet: the reference's (or the judge's) doing
-        ctx.note(f"{RUNNER_REFERENCE_NOTE}: not taken, the reference failed in the runner ({exc.text[:300]})")
+        last = next((line.strip() for line in reversed(exc.text.splitlines()) if line.strip()), "")
+        ctx.note(f"{RUNNER_REFERENCE_NOTE}: not taken, the reference failed in the runner ({last[:300]})")
         return
     ctx.runner_reference = summarize(samples)
 
@@ -305,7 +306,8 @@ def _against_runner_reference(ctx: EvalContext) -> None:
         ctx.note(f"{RUNNER_REFERENCE_NOTE}: not taken, the candidate ran in the judge's process (no runner)")
         return
     if not (own.measured and eager.measured and own.median_us > 0 and eager.median_us > 0):
-        ctx.note(f"{RUNNER_REFERENCE_NOTE}: not taken, the reference has no time in the runner")
+        if not any(n.startswith(f"{RUNNER_REFERENCE_NOTE}: not taken") for n in ctx.notes):  # said once
+            ctx.note(f"{RUNNER_REFERENCE_NOTE}: not taken, the reference has no time in the runner")
         return
     factor = own.median_us / eager.median_us
     before = (ctx.speedup_vs_eager, ctx.speedup_vs_compile)
