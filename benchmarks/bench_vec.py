@@ -187,8 +187,8 @@ def describe_lanes(before: tuple[float, int, float, float], after: tuple[float, 
 
 
 LOAD_NOTE = re.compile(re.escape(runner.LOAD_NOTE).replace(re.escape("{:.2f}"), r"([\d.]+)"))
-PARTS = ("wall", "load", "check", "timing", "profile", "primed", "runner ready", "calibration", "candidate load",
-         "runner start")
+PARTS = ("wall", "load", "check", "timing", "profile", "primed", "runner ready", "calibration", "yardstick",
+         "candidate load", "runner start")
 RUNNER_START = re.compile(re.escape(split_runner.START_STAGE) + r" ([\d.]+) s")  # in the runner's own account
 
 
@@ -204,7 +204,7 @@ def job_parts(batch: dict[str, Any]) -> list[dict[str, float]]:
         for note in batch["notes"][i]:
             m = LOAD_NOTE.search(str(note))
             if m:
-                part.update(zip(PARTS[5:9], map(float, m.groups()), strict=True))
+                part.update(zip(PARTS[5:10], map(float, m.groups()), strict=True))
                 started = RUNNER_START.search(str(note))
                 if started:  # how long the runner took to start (birth to ready), where it says
                     part["runner start"] = float(started.group(1))

@@ -17,7 +17,8 @@ from cudagym.judge.split.runner import START_STAGE
 
 def load_note(ready: float) -> str:
     """The harness's own load note (its format, not a copy), as a job that waited ``ready`` s for its runner."""
-    return LOAD_NOTE.format(0.02, ready, 0.07, 0.19) + f" (the runner's account: setup 0.03 s, {START_STAGE} 4.20 s)"
+    account = f" (the runner's account: setup 0.03 s, {START_STAGE} 4.20 s)"
+    return LOAD_NOTE.format(0.02, ready, 0.07, 0.11, 0.19) + account
 
 
 class NotedGpus(StubGpus):
@@ -45,7 +46,7 @@ def test_the_gpu_driver_counts_verdicts_and_says_where_their_time_went(tmp_path,
     assert f"PipelineJudge: {done} verdicts" in out
     assert re.search(r"wall [\d.]+ s \(p90 2\.400\)", out)  # every other verdict waited 1.4 s for its runner
     assert re.search(r"runner ready [\d.]+ s \(p90 1\.400\)", out)
-    assert "calibration 0.070 s (p90 0.070), candidate load 0.190 s (p90 0.190)" in out
+    assert "calibration 0.070 s (p90 0.070), yardstick 0.110 s (p90 0.110), candidate load 0.190 s (p90 0.190)" in out
     assert "check 0.200 s (p90 0.200), timing 0.400 s (p90 0.400), profile 0.100 s (p90 0.100)" in out
     assert "runner start 4.200 s (p90 4.200)" in out  # the runner's own start, read from its account
 
