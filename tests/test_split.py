@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import re
 import textwrap
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import pytest
+from split_pools import cpu_split_pool
 
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import Job, KnownBaselines
 from cudagym.judge.protocol import CUDAGYM_V0
 from cudagym.judge.records import BuildResult, BuildStatus, EvalResult, EvalStatus
-from cudagym.judge.worker import PoolOptions, WorkerPool
+from cudagym.judge.worker import WorkerPool
 from cudagym.solution import Solution
 from cudagym.task import make_task
 
@@ -189,12 +190,7 @@ EVERY_GUARD_BUT_FALLBACK = ("side_stream", "tampering", "timer_patch", "file_acc
                             "suspicious_speedup")
 
 
-@pytest.fixture(scope="module")
-def pool() -> Iterator[WorkerPool]:
-    options = PoolOptions(job_fn="cudagym.judge.split.trusted:run_job_on_cpu", runner=True, startup_timeout_s=180.0,
-                          spare_runners=1)
-    with WorkerPool(["0"], options=options) as p:
-        yield p
+pool = pytest.fixture(scope="module", name="pool")(cpu_split_pool)
 
 
 def judge(pool: WorkerPool, candidate: str, *, guards: Sequence[str] = (), mode: EvalMode = EvalMode.VERIFY,

@@ -16,15 +16,16 @@ asserts the verdict the judge must give, so fixing the judge turns it into an un
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import pytest
+from split_pools import cpu_split_pool
 
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import Job, KnownBaselines
 from cudagym.judge.protocol import CUDAGYM_V0
 from cudagym.judge.records import BuildResult, BuildStatus, EvalResult, EvalStatus, TimingStats
-from cudagym.judge.worker import PoolOptions, WorkerPool
+from cudagym.judge.worker import WorkerPool
 from cudagym.solution import Solution
 from cudagym.task import make_task
 
@@ -598,12 +599,7 @@ CACHED = KnownBaselines(TimingStats(median_us=1000.0, mean_us=1000.0, min_us=990
                         TimingStats(median_us=900.0, mean_us=900.0, min_us=890.0, max_us=910.0, runs=20))
 
 
-@pytest.fixture(scope="module")
-def pool() -> Iterator[WorkerPool]:
-    options = PoolOptions(job_fn="cudagym.judge.split.trusted:run_job_on_cpu", runner=True, startup_timeout_s=180.0,
-                          spare_runners=1)
-    with WorkerPool(["0"], options=options) as p:
-        yield p
+pool = pytest.fixture(scope="module", name="pool")(cpu_split_pool)
 
 
 def judge(pool: WorkerPool, code: str, *, guards: Sequence[str] = (), mode: EvalMode = EvalMode.VERIFY,
