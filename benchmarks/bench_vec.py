@@ -250,3 +250,23 @@ def test_gpu_evaluations_per_hour_local_vs_ray(benchmark):
     print(f"RayJudge: {ray_rate:,.0f} evaluations per GPU-hour ({ray_n}); Ray / local = {ray_rate / local_rate:.3f}")
     benchmark.extra_info.update(local_per_gpu_hour=local_rate, ray_per_gpu_hour=ray_rate,
                                 ray_over_local=ray_rate / local_rate)
+
+
+SPARES = [int(n) for n in os.environ.get("CUDAGYM_BENCH_SPARES", "").split(",") if n.strip()]
+
+
+@pytest.mark.skipif(not (GPU and SPARES), reason="set CUDAGYM_BENCH_GPU=1 and CUDAGYM_BENCH_SPARES=8,12 on a GPU host")
+def test_gpu_evaluations_per_hour_by_spare_runners(benchmark):
+    """LocalJudge with each count of spare runners per GPU in turn, in one run: the rate, and the runners' supply."""
+    from cudagym.judge.local import LocalJudge
+    from cudagym.judge.worker import PoolOptions
+
+    rates = {}
+    for spares in SPARES:
+        with LocalJudge(pool_options=PoolOptions(spare_runners=spares)) as judge:
+            rates[spares] = evaluations_per_gpu_hour(judge)[0]
+        print(f"{spares} spare runners: {rates[spares]:,.0f} evaluations per GPU-hour")
+    first = rates[SPARES[0]]
+    print("by spare runners: " + ", ".join(f"{n}: {r:,.0f} ({r / first:.3f}x)" for n, r in rates.items()))
+    benchmark.extra_info.update({f"spares_{n}_per_gpu_hour": r for n, r in rates.items()})
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)

@@ -5,7 +5,8 @@
 #   bash benchmarks/gpu_session.sh [SECONDS_PER_STEP [TOTAL_SECONDS [STEP ...]]]    (repository root, GPU host)
 # Steps: prebuild (prebuild1: bundled only) build formats local sandbox split split_gpu whitebox templates env hacks judge
 # bundled bench_bld bench_eval soak, and the later issues' runs: cupy sb3 ppo ray bench_gpu chat tuning bench
-# bench_rs (the bench resumed from $BENCH_DIR, carried) yardstick (the runner's reference time) placement (benchmarks/placement_probe.py on $REPEAT_TASK,
+# bench_rs (the bench resumed from $BENCH_DIR, carried) yardstick (the runner's reference time) spares (bench_vec's
+# LocalJudge rate by spare runners, $SPARES, default 8,12) placement (benchmarks/placement_probe.py on $REPEAT_TASK,
 # default allocator and expandable segments, each with inputs from the allocator, from an arena, and beside 8 idle contexts) retake (the baselines' retaken rounds) raw_rt raw_full (its full evaluation alone) vec scaling (two GPUs) memory repeat (benchmarks/repeat_probe.py on
 # $REPEAT_TASK, a KernelBench task: carry .data/kb) sanit (default: the first list but soak). A step may carry its own limit: NAME:SECONDS.
 # Wheels the host lacks (gymnasium) are installed from .whl/ when it exists (../shared/tools/stage-wheels.sh);
@@ -95,8 +96,10 @@ for s in $steps; do
                                       --benchmark-json "$out/bench_scaling.json" ;;  # issue 16: two GPUs
     raw_full)   run_step raw_full   $base benchmarks/bench_raw_runtime.py --benchmark-only -k full_evaluation \
                                       --benchmark-json "$out/bench_raw_full.json" ;;  # 8 rounds, 6 s apart
-    vec)        run_step vec        env CUDAGYM_BENCH_GPU=1 CUDAGYM_BENCH_SECONDS=60 $base benchmarks/bench_vec.py -k gpu \
-                                      --benchmark-json "$out/bench_vec.json" ;;
+    vec)        run_step vec        env CUDAGYM_BENCH_GPU=1 CUDAGYM_BENCH_SECONDS=60 $base benchmarks/bench_vec.py \
+                                      -k local_vs_ray --benchmark-json "$out/bench_vec.json" ;;
+    spares)     run_step spares     env CUDAGYM_BENCH_GPU=1 CUDAGYM_BENCH_SECONDS=60 CUDAGYM_BENCH_SPARES=${SPARES:-8,12} \
+                                      $base benchmarks/bench_vec.py -k spare_runners --benchmark-json "$out/bench_spares.json" ;;
     sandbox)    run_step sandbox    $pyt tests/test_sandbox_gpu.py tests/test_sandbox_escapes.py ;;
     bench_bld)  run_step bench_bld  $base benchmarks/bench_build.py --benchmark-only --benchmark-json "$out/bench_bld.json" ;;  # one load_inline: 25-60 s
     bench_eval) run_step bench_eval $base benchmarks/bench_eval.py --benchmark-only --benchmark-json "$out/bench_eval.json" ;;  # 20 SUBMITs per test

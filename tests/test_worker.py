@@ -126,15 +126,16 @@ def test_pool_options_out_of_range_are_a_config_error(changes, named):
         WorkerPool(["0"], options=options(**changes))
 
 
-def test_spare_runners_left_open_are_half_the_cores_shared_among_the_gpus(monkeypatch):
+def test_spare_runners_left_open_are_three_quarters_of_the_cores_shared_among_the_gpus(monkeypatch):
     from cudagym.judge import worker
 
-    for cores, gpus, expected in ((16, 1, 8), (2, 1, 2), (32, 2, 8), (128, 8, 8), (8, 4, 2), (12, 1, 6)):
+    for cores, gpus, expected in ((16, 1, 12), (2, 1, 2), (32, 2, 12), (128, 8, 12), (8, 4, 2), (12, 1, 9),
+                                  (64, 1, 12)):
         monkeypatch.setattr(worker.os, "sched_getaffinity", lambda _pid, n=cores: set(range(n)))
         assert worker.default_spare_runners(gpus) == expected, (cores, gpus)
     monkeypatch.setattr(worker.os, "sched_getaffinity", lambda _pid: set(range(12)))
     with WorkerPool(["0", "1"], options=options()) as pool:  # the pool's own GPUs share the cores
-        assert pool.options.spare_runners == 3
+        assert pool.options.spare_runners == 4
     with WorkerPool(["0"], options=options(spare_runners=5)) as pool:  # a given count stands
         assert pool.options.spare_runners == 5
 

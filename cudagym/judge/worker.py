@@ -732,17 +732,20 @@ class _Lane:
 
 
 def default_spare_runners(gpus: int) -> int:
-    """Spare runners per GPU where :class:`PoolOptions` leaves it open: half the host's cores per GPU, 2 to 8.
+    """Spare runners per GPU where :class:`PoolOptions` leaves it open: 3/4 of the host's cores per GPU, 2 to 12.
 
-    A runner starts in about 5 s of one core (importing torch, ``torch._dynamo`` and CuPy; CUDA up) and
-    serves one job of about a second, so a GPU kept busy back to back needs several starting at once (the
-    H200 host, 16 cores: 8; with three, two of eight back-to-back evaluations waited 5-6 s for one).
+    Each job takes one runner and starts the next, so at a steady rate about start time / job time runners are
+    always still starting (Little's law), and only the spares beyond those are ready for the next job. On the H200
+    host a runner took 9.2 s from its process's birth to ready, and a bundled evaluation held its lane 1.25 s
+    (session 16): about 7.4 starting, so the 8 spares then (half the 16 cores) left under one ready on average,
+    and one job in ten waited about a second for a runner. 12 leave four or five ready. A runner starts on about
+    one core for most of its start, so the cores bound how many may start at once.
     """
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 2
-    return max(2, min(8, cores // (2 * max(1, gpus))))
+    return max(2, min(12, 3 * cores // (4 * max(1, gpus))))
 
 
 class WorkerPool:
