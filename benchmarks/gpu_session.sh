@@ -6,7 +6,8 @@
 # Steps: prebuild (prebuild1: bundled only) build formats local sandbox split split_gpu whitebox templates env hacks judge
 # bundled bench_bld bench_eval soak, and the later issues' runs: cupy sb3 ppo ray bench_gpu chat tuning bench
 # bench_rs (the bench resumed from $BENCH_DIR, carried) yardstick (the runner's reference time) spares (bench_vec's
-# LocalJudge rate by spare runners, $SPARES, default 8,12) placement (benchmarks/placement_probe.py on $REPEAT_TASK,
+# LocalJudge rate by spare runners, $SPARES, default 8,12) memprobe (memory_probe.py on $PROBE_TASK, default L1/87,
+# under $PROBE_PROTOCOL, default cudagym, in the split) placement (benchmarks/placement_probe.py on $REPEAT_TASK,
 # default allocator and expandable segments, each with inputs from the allocator, from an arena, and beside 8 idle contexts) retake (the baselines' retaken rounds) raw_rt raw_full (its full evaluation alone) vec scaling (two GPUs) memory repeat (benchmarks/repeat_probe.py on
 # $REPEAT_TASK, a KernelBench task: carry .data/kb) sanit (default: the first list but soak). A step may carry its own limit: NAME:SECONDS.
 # Wheels the host lacks (gymnasium) are installed from .whl/ when it exists (../shared/tools/stage-wheels.sh);
@@ -74,6 +75,10 @@ for s in $steps; do
                                       CUDAGYM_KERNELBENCH_DIR=\${CUDAGYM_KERNELBENCH_DIR:-.data/kb} python3 benchmarks/placement_probe.py \
                                       --task '${REPEAT_TASK:-L2/77_ConvTranspose3d_Scale_BatchNorm_GlobalAvgPool}' \
                                       --protocol '${REPEAT_PROTOCOL:-kernelbench}' --trials 8 \$how --out '$out/placement' || exit 1; done; done" ;;
+    memprobe)   run_step memprobe   env CUDAGYM_KERNELBENCH_DIR="${CUDAGYM_KERNELBENCH_DIR:-.data/kb}" python3 \
+                                      benchmarks/memory_probe.py --task "${PROBE_TASK:-L1/87_conv_pointwise_2D}" \
+                                      --protocol "${PROBE_PROTOCOL:-cudagym}" --mode split --out "$out/memprobe" ;;  # what the
+                                      # interleaved timing phase holds beyond the bound (L1/87: 4 GiB, one output set)
     retake)     run_step retake     $pyt tests/test_baseline_retake_gpu.py -m gpu ;;
     sanit)      run_step sanit      $base tests/test_sanitizer_gpu.py benchmarks/bench_sanitizer.py \
                                       --benchmark-json "$out/bench_sanitizer.json" ;;
