@@ -139,7 +139,7 @@ def _judge_round(task: str, protocol: str, folder: Path, env: dict[str, str]) ->
             found = list(csv.DictReader(fh))
         if found:
             row.update({k: found[0].get(k, "") for k in ("status", "eager_us", "compile_us", "candidate_us",
-                                                          "speedup_vs_eager", "message")})
+                                                          "runner_reference_us", "speedup_vs_eager", "message")})
     for line in (folder / "journal.jsonl").read_text().splitlines() if (folder / "journal.jsonl").exists() else ():
         record = json.loads(line)
         if record.get("kind") == "result":
@@ -200,10 +200,11 @@ def main(argv: list[str] | None = None) -> int:
         rounds.append({"round": i, "judge": judged, "plain": plain})
         (out / "rounds.json").write_text(json.dumps(rounds, indent=1))
     lines = [f"# Repeatability of {args.task} under {args.protocol} ({args.rounds} rounds, fresh processes)", "",
-             "| round | status | eager µs | compile µs | candidate µs | cand/eager | verdict vs eager "
+             "| round | status | eager µs | compile µs | candidate µs | cand/eager | runner's reference µs "
+             "| verdict vs eager "
              "| plain µs (protocol TF32) "
              "| plain µs (flipped) | SM MHz median / min | candidate's main kernel | plain main kernel (protocol) |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
     ok = True
     for r in rounds:
         j, p = r["judge"], r["plain"]
@@ -215,11 +216,13 @@ def main(argv: list[str] | None = None) -> int:
         cand_k = (j.get("candidate_kernels") or [["-"]])[0][0][:60]
         prot = p.get("protocol", {})
         plain_k = (prot.get("kernels") or [["-"]])[0][0][:60]
+        own = _us(j.get("runner_reference_us"))  # the yardstick's time, where the protocol takes one
+        own = "-" if own == "0.0" else own
         c = j.get("clocks", {})
         mhz = f"{c['sm_mhz_median']:.0f} / {c['sm_mhz_min']:.0f}" if "sm_mhz_median" in c else "-"
         lines.append(f"| {r['round']} | {j.get('status', 'rc=' + str(j.get('rc')))} | {_us(j.get('eager_us'))} | "
                      f"{_us(j.get('compile_us'))} | {_us(j.get('candidate_us'))} | {ratio} | "
-                     f"{_ratio(j.get('speedup_vs_eager'))} | "
+                     f"{own} | {_ratio(j.get('speedup_vs_eager'))} | "
                      f"{_us(prot.get('median_us'))} | {_us(p.get('flipped', {}).get('median_us'))} | {mhz} | "
                      f"`{cand_k}` | `{plain_k}` |")
     for r in rounds:  # what went wrong, in a line each, so a failed round is not just a dash
