@@ -19,7 +19,7 @@ from split_pools import cpu_split_pool
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import Job, KnownBaselines
 from cudagym.judge.protocol import CUDAGYM_V0, CUDAGYM_V3, DEFAULT_PROTOCOL, KERNELBENCH, Protocol
-from cudagym.judge.records import BuildResult, BuildStatus, EvalResult, EvalStatus
+from cudagym.judge.records import BuildResult, BuildStatus, EvalResult, EvalStatus, TimingStats
 from cudagym.judge.worker import WorkerPool
 from cudagym.solution import Solution
 from cudagym.task import make_task
@@ -109,7 +109,7 @@ def protocol(runs: int) -> Protocol:
 
 
 def judge(pool: WorkerPool, candidate: str, proto: Protocol, mode: EvalMode = EvalMode.PROFILE,
-          job_id: str = "job", task: str = TASK) -> EvalResult:
+          job_id: str = "job", task: str = TASK, baselines: KnownBaselines | None = None) -> EvalResult:
     job = Job(
         job_id=job_id,
         task=make_task(textwrap.dedent(task), id="test/runner-reference", suite="test", level=1, name="rr",
@@ -118,7 +118,7 @@ def judge(pool: WorkerPool, candidate: str, proto: Protocol, mode: EvalMode = Ev
         build=BuildResult(BuildStatus.OK, "inline"),
         mode=mode,
         protocol=proto,
-        baselines=KnownBaselines(),
+        baselines=baselines or KnownBaselines(),
     )
     return pool.submit(job).result(timeout=300)
 
@@ -140,6 +140,17 @@ def test_the_same_code_is_as_fast_as_eager_when_the_yardstick_is_the_runners(poo
                      r"\(x0\.[0-9]+\): [0-9.]+x vs eager, [0-9.]+x vs torch.compile \(against this process's times "
                      r"alone: [0-9.]+x", note), note
     assert f"{fair.speedup_vs_eager:.3f}x vs eager" in fair.message
+
+
+def test_cached_baselines_from_another_process_are_scaled_to_the_candidates_too(pool: WorkerPool) -> None:
+    """PROFILE looks the baselines up (timed in some earlier process): the runner's own reference time scales them."""
+    cached = KnownBaselines(TimingStats(median_us=1000.0, mean_us=1000.0, min_us=990.0, max_us=1010.0, runs=20),
+                            TimingStats(median_us=800.0, mean_us=800.0, min_us=790.0, max_us=810.0, runs=20))
+    result = judge(pool, SAME_CODE, protocol(10), job_id="cached", baselines=cached)
+    assert result.status is EvalStatus.OK, result.message + result.log[-3000:]
+    assert result.eager.median_us == 1000.0 and result.candidate.median_us > 1400  # 1.5 ms sleeps in the runner
+    assert 0.8 < result.speedup_vs_eager < 1.25, result.message  # against the cached 1 ms alone: about 0.6x
+    assert 0.8 * 0.8 < result.speedup_vs_compile < 0.8 * 1.25  # torch.compile's cached 0.8 ms, by the same scale
 
 
 def test_a_candidate_that_slows_the_reference_in_its_process_gains_nothing(pool: WorkerPool) -> None:
