@@ -140,6 +140,10 @@ def test_the_same_code_is_as_fast_as_eager_when_the_yardstick_is_the_runners(poo
                      r"\(x0\.[0-9]+\): [0-9.]+x vs eager, [0-9.]+x vs torch.compile \(against this process's times "
                      r"alone: [0-9.]+x", note), note
     assert f"{fair.speedup_vs_eager:.3f}x vs eager" in fair.message
+    # what each kind of timed request cost the judge, beside the runner's own part: 2 warm-ups + 10 reference calls
+    cost = next(n for n in fair.notes if n.startswith("timed requests, this process's wall time each (median): "))
+    assert re.search(r"calibrate 15 x [0-9.]+ ms \(the runner's own [0-9.]+ ms\), reference 12 x [0-9.]+ ms "
+                     r"\(the runner's own [0-9.]+ ms\), timed \d+ x [0-9.]+ ms", cost), cost
 
 
 def test_cached_baselines_from_another_process_are_scaled_to_the_candidates_too(pool: WorkerPool) -> None:

@@ -596,6 +596,7 @@ def verify_claims(ctx: EvalContext) -> None:
     link, timing = ctx.remote, ctx.timing
     if link is None or timing is None or not link.claimed_us:
         return
+    _note_request_cost(ctx, link)
     if link.bracket_us:
         _verify_bracketed_claims(ctx)
         return
@@ -642,6 +643,23 @@ def verify_claims(ctx: EvalContext) -> None:
         ctx.flag(UNVERIFIABLE_TIMING, f"the runner timed the candidate at {claim:.1f} us per call, but the judge's "
                  f"clock saw {seen:.1f} us per timed call beyond what an empty call costs (allowed shortfall "
                  f"{allowed:.1f} us): work ran outside the timed region")
+
+
+REQUESTS_NOTE = "timed requests, this process's wall time each"
+
+
+def _note_request_cost(ctx: EvalContext, link: RunnerLink) -> None:
+    """What each kind of timed request cost this process (median), beside the runner's own part of it."""
+    parts = []
+    for kind, seconds in link.request_s.items():
+        if not seconds:
+            continue
+        own = [x for x in link.handled_us.get(kind, []) if x >= 0]
+        mine = f"{median(seconds) * 1000:.2f} ms"
+        parts.append(f"{kind} {len(seconds)} x {mine}" + (f" (the runner's own {median(own) / 1000:.2f} ms)"
+                                                         if own else ""))
+    if parts:
+        ctx.note(f"{REQUESTS_NOTE} (median): " + ", ".join(parts))
 
 
 BRACKET_QUANTILE = 0.2  # of the timed calls' gaps: a busy GPU (another context's time slice) only adds to one

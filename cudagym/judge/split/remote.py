@@ -93,6 +93,7 @@ class RunnerLink:
         # the judge's own part of each bracket (inputs into the arena, the L2 flush), until its go: timed and empty
         self.staged_us: dict[str, list[float]] = {"timed": [], "calibrate": []}
         self.last_staged_us = 0.0  # the latest bracket's
+        self.request_s: dict[str, list[float]] = {}  # this process's wall time per timed request, by kind
         self.bracket = False  # time the candidate's calls on the GPU's clock (set by the harness on the GPU path)
         self.flusher: Any = None  # the trusted side's L2 flush, queued inside each bracket
         self._round = 0
@@ -313,14 +314,17 @@ class RemoteModel:
         the host path, the wall time (the outputs ``None``: read from the arena after the reply).
         """
         request = {"kind": kind, "outputs": [s.to_json() for s in self.out_slots], "container": self.container}
+        began = time.perf_counter()
         if self.bracketed:
             spec, stage = self._staged(tuple(args))
             reply, bracket, outs = self.link.bracketed({**request, "args": spec}, stage, self.out_slots, expect,
                                                        keep)
+            self.link.request_s.setdefault(kind, []).append(time.perf_counter() - began)
             return reply, bracket, outs
         spec = self._place(tuple(args))
         t0 = time.perf_counter()
         reply = self.link.request({**request, "args": spec}, expect=expect)
+        self.link.request_s.setdefault(kind, []).append(time.perf_counter() - began)
         return reply, (time.perf_counter() - t0) * 1e6, None
 
     def inputs_seen(self) -> list[Any]:
@@ -421,6 +425,7 @@ class RemoteModel:
                 raise RunnerLost(f"the runner sent a malformed reference time ({exc})") from None
             if i >= warmup and math.isfinite(claim) and 0 < claim <= wall:
                 kept.append(claim)
+            self.link.handled_us.setdefault("reference", []).append(_number(reply.get("handled_us")))
             if len(kept) >= 5 and time.monotonic() - began > budget_s:
                 break
         return kept
