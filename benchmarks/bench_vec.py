@@ -161,6 +161,7 @@ def evaluations_per_gpu_hour(judge: Any) -> tuple[float, int]:
     lanes = _lanes(judge)
     venv.close()
     print(f"\n{type(judge).__name__}: {describe_parts(parts, elapsed, gpus)}")
+    print(f"{type(judge).__name__}: {describe_requests(parts)}")
     print(f"{type(judge).__name__}: {describe_lanes(lanes_before, lanes, elapsed, parts)}")
     return done / elapsed * 3600 / gpus, done
 
@@ -190,6 +191,8 @@ LOAD_NOTE = re.compile(re.escape(runner.LOAD_NOTE).replace(re.escape("{:.2f}"), 
 PARTS = ("wall", "load", "check", "timing", "profile", "primed", "runner ready", "calibration", "yardstick",
          "candidate load", "runner start")
 RUNNER_START = re.compile(re.escape(split_runner.START_STAGE) + r" ([\d.]+) s")  # in the runner's own account
+REQUEST_KINDS = ("calibrate", "reference", "timed")  # the harness's note of what each timed request cost the judge
+REQUEST = re.compile(r"(\w+) \d+ x ([\d.]+) ms")
 
 
 def job_parts(batch: dict[str, Any]) -> list[dict[str, float]]:
@@ -208,8 +211,21 @@ def job_parts(batch: dict[str, Any]) -> list[dict[str, float]]:
                 started = RUNNER_START.search(str(note))
                 if started:  # how long the runner took to start (birth to ready), where it says
                     part["runner start"] = float(started.group(1))
+            if str(note).startswith(runner.REQUESTS_NOTE):  # per kind, milliseconds each (median)
+                part.update({f"{kind} request ms": float(ms) for kind, ms in REQUEST.findall(str(note))
+                             if kind in REQUEST_KINDS})
         found.append(part)
     return found
+
+
+def describe_requests(parts: list[dict[str, float]]) -> str:
+    """Median (and 90th percentile) of what each kind of timed request cost the judge, over the verdicts."""
+    cells = []
+    for kind in REQUEST_KINDS:
+        xs = sorted(p[f"{kind} request ms"] for p in parts if f"{kind} request ms" in p)
+        if xs:
+            cells.append(f"{kind} {statistics.median(xs):.2f} ms (p90 {xs[int(0.9 * (len(xs) - 1))]:.2f})")
+    return "per timed request, the judge's wall time: " + (", ".join(cells) if cells else "not noted")
 
 
 def describe_parts(parts: list[dict[str, float]], elapsed_s: float, gpus: int) -> str:

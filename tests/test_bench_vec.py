@@ -9,7 +9,7 @@ import re
 from judge_stubs import StubGpus, stub_judge
 from script_module import load_script
 
-from cudagym.judge.harness.runner import LOAD_NOTE
+from cudagym.judge.harness.runner import LOAD_NOTE, REQUESTS_NOTE
 from cudagym.judge.job import JobSpec
 from cudagym.judge.records import EvalCost, EvalResult
 from cudagym.judge.split.runner import START_STAGE
@@ -31,8 +31,10 @@ class NotedGpus(StubGpus):
         self.count = getattr(self, "count", 0) + 1
         ready = 1.4 if self.count % 2 else 0.0
         cost = EvalCost(load_s=0.3 + ready, check_s=0.2, timing_s=0.4, profile_s=0.1)
+        requests = (f"{REQUESTS_NOTE} (median): calibrate 15 x 0.48 ms (the runner's own 0.19 ms), reference 25 x "
+                    f"{1.5 + ready:.2f} ms, timed 33 x 2.21 ms (the runner's own 1.90 ms)")
         return dataclasses.replace(result, cost=cost, wall_time_s=1.0 + ready,
-                                   notes=(load_note(ready), "timing: 30 rounds"))
+                                   notes=(load_note(ready), "timing: 30 rounds", requests))
 
 
 def test_the_gpu_driver_counts_verdicts_and_says_where_their_time_went(tmp_path, monkeypatch, capsys):
@@ -49,6 +51,8 @@ def test_the_gpu_driver_counts_verdicts_and_says_where_their_time_went(tmp_path,
     assert "calibration 0.070 s (p90 0.070), yardstick 0.110 s (p90 0.110), candidate load 0.190 s (p90 0.190)" in out
     assert "check 0.200 s (p90 0.200), timing 0.400 s (p90 0.400), profile 0.100 s (p90 0.100)" in out
     assert "runner start 4.200 s (p90 4.200)" in out  # the runner's own start, read from its account
+    assert ("per timed request, the judge's wall time: calibrate 0.48 ms (p90 0.48), reference 2.20 ms (p90 2.90), "
+            "timed 2.21 ms (p90 2.21)") in out
 
 
 def test_parts_of_a_batch_skip_failed_verdicts_and_notes_without_the_load_line():
