@@ -699,9 +699,11 @@ class _Lane:
         finally:
             if runner is not None:
                 runner.close()
+        gating = time.monotonic()
         outcome.result = self._sanitized(job, outcome.result)
+        gated_s = time.monotonic() - gating  # the sanitizer gates' own runs (SUBMIT, where the protocol asks)
         shutil.rmtree(self.worker.root / "artifacts", ignore_errors=True)
-        self.teardown_s += time.monotonic() - judged if judged else 0.0
+        self.teardown_s += time.monotonic() - judged - gated_s if judged else 0.0
         outcome.result = dataclasses.replace(outcome.result, isolation=self.worker.isolation)
         if not outcome.result.wall_time_s:  # a result the judge made (crash, timeout) has no harness clock
             outcome.result = dataclasses.replace(outcome.result, wall_time_s=time.monotonic() - started)

@@ -317,15 +317,15 @@ class RemoteModel:
         began = time.perf_counter()
         if self.bracketed:
             spec, stage = self._staged(tuple(args))
-            reply, bracket, outs = self.link.bracketed({**request, "args": spec}, stage, self.out_slots, expect,
-                                                       keep)
-            self.link.request_s.setdefault(kind, []).append(time.perf_counter() - began)
-            return reply, bracket, outs
-        spec = self._place(tuple(args))
-        t0 = time.perf_counter()
-        reply = self.link.request({**request, "args": spec}, expect=expect)
+            reply, clock_us, outs = self.link.bracketed({**request, "args": spec}, stage, self.out_slots, expect,
+                                                        keep)
+        else:
+            spec = self._place(tuple(args))
+            t0 = time.perf_counter()
+            reply = self.link.request({**request, "args": spec}, expect=expect)
+            clock_us, outs = (time.perf_counter() - t0) * 1e6, None
         self.link.request_s.setdefault(kind, []).append(time.perf_counter() - began)
-        return reply, (time.perf_counter() - t0) * 1e6, None
+        return reply, clock_us, outs
 
     def inputs_seen(self) -> list[Any]:
         """The candidate's copy of the last call's arguments after the call: views of the input arena.
