@@ -6,7 +6,15 @@ import math
 import pytest
 
 from cudagym.errors import ConfigError
-from cudagym.judge.protocol import CUDA_AGENT, CUDAGYM_V0, CUDAGYM_V1, CUDAGYM_V2, CUDAGYM_V3, KERNELBENCH, get_protocol
+from cudagym.judge.protocol import (
+    CUDA_AGENT,
+    CUDAGYM_V0,
+    CUDAGYM_V1,
+    CUDAGYM_V2,
+    CUDAGYM_V4,
+    KERNELBENCH,
+    get_protocol,
+)
 from cudagym.judge.records import (
     BuildResult,
     BuildStatus,
@@ -55,8 +63,11 @@ def test_presets_run_under_their_sources_precision_and_the_default_stays_strict_
     assert v04.with_changes(id=v05.id, description=v05.description, retake_leaked_baselines=True) == v05
     assert not v04.retake_leaked_baselines and v04.timing_key != v05.timing_key
     # v0.6: v0.5 with the speedups against the reference as timed in the candidate's own runner
-    assert v05.with_changes(id=KERNELBENCH.id, description=KERNELBENCH.description,
-                            runner_reference_runs=20) == KERNELBENCH
+    v06 = get_protocol("kernelbench-v0.6")
+    assert v05.with_changes(id=v06.id, description=v06.description, runner_reference_runs=20) == v06
+    # v0.7: v0.6 with that reference timed as many times as the candidate (20 calls missed a host-bound forward)
+    assert v06.with_changes(id=KERNELBENCH.id, description=KERNELBENCH.description,
+                            runner_reference_runs=100) == KERNELBENCH
     assert v05.timing_key == "kernelbench-v0.5-854494a5f3"  # it times no baseline differently: v0.5's key stays
     assert v04.timing_key == "kernelbench-v0.4-d12f807abb"  # the new field left the older keys (and caches) alone
     assert old_ca.with_changes(id=CUDA_AGENT.id, description=CUDA_AGENT.description,
@@ -69,12 +80,12 @@ def test_presets_run_under_their_sources_precision_and_the_default_stays_strict_
 
 
 def test_get_protocol_resolves_names_and_rejects_unknown():
-    assert get_protocol(None) is CUDAGYM_V3 and get_protocol("cudagym") is CUDAGYM_V3
+    assert get_protocol(None) is CUDAGYM_V4 and get_protocol("cudagym") is CUDAGYM_V4
     assert get_protocol("cudagym-v2") is CUDAGYM_V2
     assert get_protocol("cudagym-v1") is CUDAGYM_V1
     assert get_protocol("cudagym-v0") is CUDAGYM_V0  # old results stay reproducible by id
-    assert get_protocol("cuda-agent") is CUDA_AGENT and get_protocol("kernelbench-v0.6") is KERNELBENCH
-    assert get_protocol("kernelbench").id == "kernelbench-v0.6" and get_protocol("cuda-agent").id == "cuda-agent-v1"
+    assert get_protocol("cuda-agent") is CUDA_AGENT and get_protocol("kernelbench-v0.7") is KERNELBENCH
+    assert get_protocol("kernelbench").id == "kernelbench-v0.7" and get_protocol("cuda-agent").id == "cuda-agent-v1"
     assert get_protocol("kernelbench-v0.4").id == "kernelbench-v0.4"
     assert get_protocol(CUDA_AGENT) is CUDA_AGENT
     with pytest.raises(ConfigError, match="expected one of"):

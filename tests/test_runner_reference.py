@@ -18,7 +18,7 @@ from split_pools import cpu_split_pool
 
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import Job, KnownBaselines
-from cudagym.judge.protocol import CUDAGYM_V0, CUDAGYM_V3, DEFAULT_PROTOCOL, KERNELBENCH, Protocol
+from cudagym.judge.protocol import CUDAGYM_V0, CUDAGYM_V3, CUDAGYM_V4, DEFAULT_PROTOCOL, KERNELBENCH, Protocol
 from cudagym.judge.records import BuildResult, BuildStatus, EvalResult, EvalStatus, TimingStats
 from cudagym.judge.worker import WorkerPool
 from cudagym.solution import Solution
@@ -136,7 +136,8 @@ def test_the_same_code_is_as_fast_as_eager_when_the_yardstick_is_the_runners(poo
     assert fair.eager.median_us > 5500  # the judge's process still times eager at its own speed ...
     assert 0.8 < fair.speedup_vs_eager < 1.25, fair.message + fair.log[-3000:]  # ... and the verdict is fair
     note = next(n for n in fair.notes if n.startswith("speedups against the reference in the candidate's runner"))
-    assert re.search(r"median of 10, timed before the candidate loaded\) against eager's [0-9.]+ us here "
+    assert re.search(r"median of 10, 95% interval \+-[0-9.]+%, timed before the candidate loaded\) against "
+                     r"eager's [0-9.]+ us here "
                      r"\(x0\.[0-9]+\): [0-9.]+x vs eager, [0-9.]+x vs torch.compile \(against this process's times "
                      r"alone: [0-9.]+x", note), note
     assert f"{fair.speedup_vs_eager:.3f}x vs eager" in fair.message
@@ -186,6 +187,23 @@ def test_a_slow_reference_in_the_runner_stops_after_five_calls_and_its_budget(po
     assert result.speedup_vs_eager > 100  # 0.4 s a call in the runner: the yardstick says so, and it counts
 
 
+def test_the_runners_reference_stops_once_its_median_is_as_precise_as_the_protocol_asks(pool: WorkerPool) -> None:
+    # up to 200 calls (about 1.5 ms each here, well inside the 3 s budget), stopping at a multiple of 10 calls
+    # from min_runs on once the median's 95% interval is within 5%
+    proto = protocol(200).with_changes(id="test-runner-reference-precise", min_runs=10, max_runs=15,
+                                       target_ci_pct=5.0)
+    result = judge(pool, SAME_CODE, proto, job_id="precise")
+    assert result.status is EvalStatus.OK, result.message + result.log[-3000:]
+    own = result.runner_reference
+    assert 10 <= own.runs < 200 and own.runs % 10 == 0 and own.ci95_halfwidth_pct <= 5.0, own
+    assert re.search(rf"median of {own.runs}, 95% interval \+-\d+\.\d%", result.log), result.log[-2000:]
+    # without a precision target it takes every call the protocol names
+    plain = judge(pool, SAME_CODE, protocol(40), job_id="plain")
+    assert plain.status is EvalStatus.OK and plain.runner_reference.runs == 40, plain.log[-2000:]
+
+
 def test_the_default_and_kernelbench_presets_take_the_runners_yardstick() -> None:
-    assert DEFAULT_PROTOCOL is CUDAGYM_V3 and CUDAGYM_V3.runner_reference_runs == 20
-    assert KERNELBENCH.id == "kernelbench-v0.6" and KERNELBENCH.runner_reference_runs == 20
+    assert DEFAULT_PROTOCOL is CUDAGYM_V4 and CUDAGYM_V4.runner_reference_runs == 200
+    assert CUDAGYM_V4.min_runs < 200 and CUDAGYM_V4.target_ci_pct > 0  # it stops once precise enough
+    assert CUDAGYM_V3.runner_reference_runs == 20  # kept by id
+    assert KERNELBENCH.id == "kernelbench-v0.7" and KERNELBENCH.runner_reference_runs == 100

@@ -47,6 +47,7 @@ from cudagym.judge.harness.stats import StoppingRule, median, quantile, speedup,
 from cudagym.judge.harness.timing import Contender, CoverSizing, L2Flusher, Samples, TimingLoop, make_timer
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import Job
+from cudagym.judge.protocol import Protocol
 from cudagym.judge.records import EvalCost, EvalResult, EvalStatus, Hardware, Precision, TimingStats
 from cudagym.judge.split.channel import RunnerLost
 from cudagym.judge.split.remote import RunnerLink
@@ -290,12 +291,29 @@ def _time_reference_in_runner(ctx: EvalContext, model: Any) -> None:
     inputs = ctx.make_inputs(TIMING_SEED_OFFSET + secrets.randbelow(2**30))
     try:
         samples = model.time_reference(inputs, protocol.runner_reference_runs,
-                                       min(protocol.warmup_runs, REFERENCE_WARMUP_MAX), REFERENCE_BUDGET_S)
+                                       min(protocol.warmup_runs, REFERENCE_WARMUP_MAX), REFERENCE_BUDGET_S,
+                                       enough=_reference_enough(protocol))
     except CandidateFailure as exc:  # no candidate code is in the runner yet: the reference's (or the judge's) doing
         last = next((line.strip() for line in reversed(exc.text.splitlines()) if line.strip()), "")
         ctx.note(f"{RUNNER_REFERENCE_NOTE}: not taken, the reference failed in the runner ({last[:300]})")
         return
     ctx.runner_reference = summarize(samples)
+
+
+def _reference_enough(protocol: Protocol) -> Callable[[list[float]], bool] | None:
+    """When the runner's reference samples may stop before ``runner_reference_runs``.
+
+    Under a protocol with a precision target: once ``min_runs`` are in (looked at every 10th call) and the
+    median's 95% interval is within it. Without one, never.
+    """
+    if protocol.target_ci_pct <= 0 or protocol.min_runs >= protocol.runner_reference_runs:
+        return None
+
+    def enough(kept: list[float]) -> bool:
+        return (len(kept) >= protocol.min_runs and len(kept) % 10 == 0
+                and summarize(kept).ci95_halfwidth_pct <= protocol.target_ci_pct)
+
+    return enough
 
 
 def _against_runner_reference(ctx: EvalContext) -> None:
@@ -319,8 +337,9 @@ def _against_runner_reference(ctx: EvalContext) -> None:
     before = (ctx.speedup_vs_eager, ctx.speedup_vs_compile)
     ctx.speedup_vs_eager *= factor
     ctx.speedup_vs_compile *= factor
-    ctx.note(f"{RUNNER_REFERENCE_NOTE}: the reference took {own.median_us:.1f} us there (median of {own.runs}, timed "
-             f"before the candidate loaded) against eager's {eager.median_us:.1f} us here (x{factor:.3f}): "
+    ctx.note(f"{RUNNER_REFERENCE_NOTE}: the reference took {own.median_us:.1f} us there (median of {own.runs}, "
+             f"95% interval +-{own.ci95_halfwidth_pct:.1f}%, timed before the candidate loaded) against eager's "
+             f"{eager.median_us:.1f} us here (x{factor:.3f}): "
              f"{ctx.speedup_vs_eager:.3f}x vs eager, {ctx.speedup_vs_compile:.3f}x vs torch.compile (against this "
              f"process's times alone: {before[0]:.3f}x, {before[1]:.3f}x)")
 

@@ -408,12 +408,14 @@ class RemoteModel:
                 self.link.handled_us["calibrate"].append(_number(reply.get("handled_us")))
                 self.link.phases_us["calibrate"].append(_numbers(reply.get("phases_us"), 3))
 
-    def time_reference(self, args: list[Any], runs: int, warmup: int, budget_s: float) -> list[float]:
+    def time_reference(self, args: list[Any], runs: int, warmup: int, budget_s: float,
+                       enough: Callable[[list[float]], bool] | None = None) -> list[float]:
         """The task's reference timed in the runner, before it loads the candidate: the runner's own claims (µs).
 
         No candidate code is in the runner's process yet, so its claims are the reference's time there; a claim
         the trusted clock around it contradicts (beyond that clock, or not a time) is dropped. ``warmup`` calls
-        go first and are not kept; the timed calls stop early, after 5, once ``budget_s`` has passed.
+        go first and are not kept; the timed calls stop early once ``enough`` says so of the claims kept, or,
+        after 5, once ``budget_s`` has passed.
         """
         kept: list[float] = []
         began = time.monotonic()
@@ -426,7 +428,7 @@ class RemoteModel:
             if i >= warmup and math.isfinite(claim) and 0 < claim <= wall:
                 kept.append(claim)
             self.link.handled_us.setdefault("reference", []).append(_number(reply.get("handled_us")))
-            if len(kept) >= 5 and time.monotonic() - began > budget_s:
+            if (len(kept) >= 5 and time.monotonic() - began > budget_s) or (enough is not None and enough(kept)):
                 break
         return kept
 

@@ -1,0 +1,193 @@
+"""Does a task's forward wait for the GPU inside, behind its host? One process, three looks.
+
+1. ``waits``: the CUDA runtime calls one forward makes (``torch.profiler``, CPU side), by name: how many and how
+   long the host spent in each. A synchronous ``cudaMemcpy``, ``cudaFree`` or ``cudaStreamSynchronize`` among them
+   waits for the GPU.
+2. ``behind a spin``: the forward's host time with a GPU spin of ``--spin-ms`` queued before it, against none. A
+   forward whose host time grows by about the spin waits for the GPU inside; the judge's launch cover then cannot
+   hide its host work, and its timed region holds host time.
+3. ``windows``: ``--runs`` calls timed as the judge times a candidate (the L2 flushed, a short spin before the start
+   event, CUDA events), in windows of ``--window`` calls: the median and the share of calls over 1.2x the fastest,
+   per window. Early slow windows say warm-up; slow calls spread through say a steady lottery.
+
+    python benchmarks/sync_probe.py --task L1/71_conv_transposed_2D__asymmetric_input__square_kernel \
+        --protocol cudagym --out DIR      (a KernelBench task: CUDAGYM_KERNELBENCH_DIR)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import types
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+MIB = 1 << 20
+
+
+def _setup(task_id: str, protocol_id: str, device_name: str) -> tuple[Any, list[Any], Any]:
+    """The task's reference model, one input set and an L2 flush buffer, under the protocol's precision."""
+    import torch
+
+    from cudagym.judge.protocol import get_protocol
+    from cudagym.suites import get_task
+
+    task, protocol = get_task(task_id), get_protocol(protocol_id)
+    device = torch.device(device_name)
+    module = types.ModuleType("reference")
+    exec(compile(task.source, task.id, "exec"), module.__dict__)  # the task's own reference, as the judge loads it
+    torch.backends.cuda.matmul.allow_tf32 = protocol.matmul_tf32
+    torch.backends.cudnn.allow_tf32 = protocol.cudnn_tf32
+    torch.backends.cudnn.benchmark = False
+    torch.manual_seed(0)
+    model = module.Model(*module.get_init_inputs()).to(device)
+    model.train(protocol.extra.get("module_mode", "eval") == "train")
+    inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in module.get_inputs()]
+    flush = torch.empty(256 * MIB // 4, dtype=torch.float32, device=device)
+    return model, inputs, flush
+
+
+def waits(model: Any, inputs: list[Any], calls: int = 3) -> list[dict[str, Any]]:
+    """The CUDA runtime and driver calls of ``calls`` forwards: name, count per forward, host µs per forward."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            model(*inputs)
+        torch.cuda.synchronize()
+    found: dict[str, list[float]] = defaultdict(list)
+    for event in prof.events():
+        name = event.name
+        if name.startswith(("cuda", "cu")) and not name.startswith("cudnn") and event.device_type.name == "CPU":
+            found[name].append(event.cpu_time_total)
+    return sorted(({"call": k, "per_forward": len(v) / calls, "host_us_per_forward": sum(v) / calls}
+                   for k, v in found.items()), key=lambda r: -r["host_us_per_forward"])
+
+
+_CYCLES_PER_MS: list[float] = []
+
+
+def _spin(ms: float) -> None:
+    """Keep the GPU busy for about ``ms`` (``torch.cuda._sleep``, its cycles per ms measured once)."""
+    import torch
+
+    if not _CYCLES_PER_MS:
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1_000_000)
+        a.record()
+        torch.cuda._sleep(10_000_000)
+        b.record()
+        b.synchronize()
+        _CYCLES_PER_MS.append(10_000_000 / max(a.elapsed_time(b), 1e-3))
+    torch.cuda._sleep(int(ms * _CYCLES_PER_MS[0]))
+
+
+def behind_spin(model: Any, inputs: list[Any], spin_ms: float, runs: int = 10) -> dict[str, float]:
+    """The forward's median host time (µs) alone and behind a GPU spin of ``spin_ms``."""
+    import torch
+
+    out: dict[str, float] = {}
+    with torch.no_grad():
+        for label, spin in (("alone", 0.0), ("behind_spin", spin_ms)):
+            host = []
+            for _ in range(runs):
+                torch.cuda.synchronize()
+                if spin:
+                    _spin(spin)
+                t0 = time.perf_counter()
+                model(*inputs)
+                host.append((time.perf_counter() - t0) * 1e6)
+            torch.cuda.synchronize()
+            out[f"host_us_{label}"] = statistics.median(host)
+    out["spin_ms"] = spin_ms
+    return out
+
+
+def windows(model: Any, inputs: list[Any], flush: Any, runs: int, window: int, cover_ms: float) -> dict[str, Any]:
+    """``runs`` calls timed the judge's way, summarised per window of ``window`` calls."""
+    import torch
+
+    times, host = [], []
+    with torch.no_grad():
+        for _ in range(runs):
+            flush.zero_()
+            _spin(cover_ms)
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            t0 = time.perf_counter()
+            model(*inputs)
+            host.append((time.perf_counter() - t0) * 1e6)
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) * 1000.0)
+    fastest = min(times)
+    rows = []
+    for i in range(0, runs, window):
+        part, part_host = times[i:i + window], host[i:i + window]
+        rows.append({"calls": f"{i + 1}-{i + len(part)}", "median_us": statistics.median(part),
+                     "slow_share": sum(t > 1.2 * fastest for t in part) / len(part),
+                     "host_us": statistics.median(part_host)})
+    return {"fastest_us": fastest, "median_us": statistics.median(times), "windows": rows}
+
+
+def render(found: dict[str, Any]) -> str:
+    """The three looks as markdown."""
+    spin = found["spin"]
+    lines = [f"# Sync probe: {found['task']} under {found['protocol']}", "",
+             "CUDA runtime calls per forward (host side, torch.profiler):", "",
+             "| call | per forward | host µs per forward |", "|---|---:|---:|"]
+    lines += [f"| `{r['call']}` | {r['per_forward']:.1f} | {r['host_us_per_forward']:,.1f} |"
+              for r in found["waits"][:12]]
+    lines += ["", f"Host time per forward: {spin['host_us_alone']:,.1f} µs alone, "
+              f"{spin['host_us_behind_spin']:,.1f} µs behind a {spin['spin_ms']:.0f} ms GPU spin (about the spin "
+              "more: the forward waits for the GPU inside).",
+              "", f"Timed calls (L2 flushed, {found['cover_ms']} ms spin before the start event, CUDA events): "
+              f"fastest {found['timed']['fastest_us']:,.1f} µs, median {found['timed']['median_us']:,.1f} µs", "",
+              "| calls | median µs | share over 1.2x fastest | host µs |", "|---|---:|---:|---:|"]
+    lines += [f"| {w['calls']} | {w['median_us']:,.1f} | {w['slow_share']:.2f} | {w['host_us']:,.1f} |"
+              for w in found["timed"]["windows"]]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--protocol", default="cudagym")
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--window", type=int, default=20)
+    parser.add_argument("--spin-ms", type=float, default=50.0)
+    parser.add_argument("--cover-ms", type=float, default=0.1)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    if args.runs < 1 or args.window < 1 or args.spin_ms <= 0 or args.cover_ms < 0:
+        parser.error("--runs and --window must be at least 1, --spin-ms above 0, --cover-ms at least 0")
+    import torch
+
+    if not torch.cuda.is_available():
+        print("sync_probe: no CUDA device here; it looks at GPU waits only", file=sys.stderr)
+        return 2
+    model, inputs, flush = _setup(args.task, args.protocol, args.device)
+    with torch.no_grad():
+        for _ in range(3):
+            model(*inputs)
+    found = {"task": args.task, "protocol": args.protocol, "cover_ms": args.cover_ms,
+             "timed": windows(model, inputs, flush, args.runs, args.window, args.cover_ms),
+             "spin": behind_spin(model, inputs, args.spin_ms), "waits": waits(model, inputs)}
+    text = render(found)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        stem = args.task.replace("/", "_")[:60]
+        (args.out / f"sync-{stem}.json").write_text(json.dumps(found, indent=1))
+        (args.out / f"sync-{stem}.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
