@@ -16,6 +16,7 @@ from cudagym.baselines.scripted import ScriptedAgent, replay
 
 from cudagym.env import CudaKernelEnv
 from cudagym.errors import DataUnavailableError
+from cudagym.judge.protocol import DEFAULT_PROTOCOL
 from cudagym.sources.bundled import BundledSource
 
 
@@ -94,7 +95,8 @@ def test_profile_observation_has_the_tables(local_env: CudaKernelEnv) -> None:
     agent = ScriptedAgent.from_bundled(task_id, steps=("profile",))
     record = replay(local_env, agent, observation=observation, max_steps=len(agent.plan()))
     text = record.turns[-1].observation
-    assert "Correctness: 5/5 inputs pass" in text
+    sets = DEFAULT_PROTOCOL.num_inputs + len(DEFAULT_PROTOCOL.scaled_inputs)  # 5 seeded and one at 4x scale
+    assert f"Correctness: {sets}/{sets} inputs pass" in text
     assert "Timing (microseconds per forward pass):" in text and "torch.compile" in text
     assert "Kernel breakdown" in text
 
