@@ -163,6 +163,8 @@ def evaluations_per_gpu_hour(judge: Any) -> tuple[float, int]:
     print(f"\n{type(judge).__name__}: {describe_parts(parts, elapsed, gpus)}")
     print(f"{type(judge).__name__}: {describe_requests(parts)}")
     print(f"{type(judge).__name__}: {describe_lanes(lanes_before, lanes, elapsed, parts)}")
+    print(f"{type(judge).__name__}: {done} correct verdicts in {elapsed:.1f} s of steps on {gpus} GPU(s) (the steps "
+          f"began in the first {GPU_SECONDS:.0f} s)")
     return done / elapsed * 3600 / gpus, done
 
 
@@ -255,7 +257,7 @@ def test_gpu_evaluations_per_hour_local_vs_ray(benchmark):
 
     with LocalJudge() as local:
         local_rate, local_n = benchmark.pedantic(evaluations_per_gpu_hour, args=(local,), rounds=1, iterations=1)
-    print(f"\nLocalJudge: {local_rate:,.0f} evaluations per GPU-hour ({local_n} in {GPU_SECONDS:.0f} s, 16 clients)")
+    print(f"\nLocalJudge: {local_rate:,.0f} evaluations per GPU-hour ({local_n} verdicts, 16 clients)")
     ray = pytest.importorskip("ray")
     from cudagym.judge.ray_judge import RayJudge
 

@@ -7,7 +7,8 @@
 # bundled bench_bld bench_eval soak, and the later issues' runs: cupy sb3 ppo ray bench_gpu chat tuning bench
 # bench_rs (the bench resumed from $BENCH_DIR, carried) yardstick (the runner's reference time) spares (bench_vec's
 # LocalJudge rate by spare runners, $SPARES, default 8,12) memprobe (memory_probe.py on $PROBE_TASK, default L1/87,
-# under $PROBE_PROTOCOL, default cudagym, in the split) placement (benchmarks/placement_probe.py on $REPEAT_TASK,
+# under $PROBE_PROTOCOL, default cudagym, in the split) sync (benchmarks/sync_probe.py on $SYNC_TASK, default L1/71,
+# and its GPU test: does the forward wait for the GPU inside, how many launches, how its time moves) placement (benchmarks/placement_probe.py on $REPEAT_TASK,
 # default allocator and expandable segments, each with inputs from the allocator, from an arena, and beside 8 idle contexts) retake (the baselines' retaken rounds) raw_rt raw_full (its full evaluation alone) vec scaling (two GPUs) memory repeat (benchmarks/repeat_probe.py on
 # $REPEAT_TASK, a KernelBench task: carry .data/kb) sanit (default: the first list but soak). A step may carry its own limit: NAME:SECONDS.
 # Wheels the host lacks (gymnasium) are installed from .whl/ when it exists (../shared/tools/stage-wheels.sh);
@@ -75,6 +76,9 @@ for s in $steps; do
                                       CUDAGYM_KERNELBENCH_DIR=\${CUDAGYM_KERNELBENCH_DIR:-.data/kb} python3 benchmarks/placement_probe.py \
                                       --task '${REPEAT_TASK:-L2/77_ConvTranspose3d_Scale_BatchNorm_GlobalAvgPool}' \
                                       --protocol '${REPEAT_PROTOCOL:-kernelbench}' --trials 8 \$how --out '$out/placement' || exit 1; done; done" ;;
+    sync)       run_step sync       bash -c "env CUDAGYM_KERNELBENCH_DIR=\${CUDAGYM_KERNELBENCH_DIR:-.data/kb} python3 \
+                                      benchmarks/sync_probe.py --task '${SYNC_TASK:-L1/71_conv_transposed_2D__asymmetric_input__square_kernel}' \
+                                      --protocol '${PROBE_PROTOCOL:-cudagym}' --out '$out/sync' && $pyt -m gpu tests/test_sync_probe.py" ;;
     memprobe)   run_step memprobe   env CUDAGYM_KERNELBENCH_DIR="${CUDAGYM_KERNELBENCH_DIR:-.data/kb}" python3 \
                                       benchmarks/memory_probe.py --task "${PROBE_TASK:-L1/87_conv_pointwise_2D}" \
                                       --protocol "${PROBE_PROTOCOL:-cudagym}" --mode split --out "$out/memprobe" ;;  # what the
@@ -101,7 +105,7 @@ for s in $steps; do
                                       --benchmark-json "$out/bench_scaling.json" ;;  # issue 16: two GPUs
     raw_full)   run_step raw_full   $base benchmarks/bench_raw_runtime.py --benchmark-only -k full_evaluation \
                                       --benchmark-json "$out/bench_raw_full.json" ;;  # 8 rounds, 6 s apart
-    vec)        run_step vec        env CUDAGYM_BENCH_GPU=1 CUDAGYM_BENCH_SECONDS=60 $base benchmarks/bench_vec.py \
+    vec)        run_step vec        env CUDAGYM_BENCH_GPU=1 CUDAGYM_BENCH_SECONDS=${VEC_SECONDS:-60} $base benchmarks/bench_vec.py \
                                       -k local_vs_ray --benchmark-json "$out/bench_vec.json" ;;
     spares)     run_step spares     env CUDAGYM_BENCH_GPU=1 CUDAGYM_BENCH_SECONDS=60 CUDAGYM_BENCH_SPARES=${SPARES:-8,12} \
                                       $base benchmarks/bench_vec.py -k spare_runners --benchmark-json "$out/bench_spares.json" ;;

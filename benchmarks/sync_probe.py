@@ -143,9 +143,10 @@ def render(found: dict[str, Any]) -> str:
              "| call | per forward | host µs per forward |", "|---|---:|---:|"]
     lines += [f"| `{r['call']}` | {r['per_forward']:.1f} | {r['host_us_per_forward']:,.1f} |"
               for r in found["waits"][:12]]
+    waits_inside = spin["host_us_behind_spin"] - spin["host_us_alone"] > 0.5 * spin["spin_ms"] * 1000
     lines += ["", f"Host time per forward: {spin['host_us_alone']:,.1f} µs alone, "
-              f"{spin['host_us_behind_spin']:,.1f} µs behind a {spin['spin_ms']:.0f} ms GPU spin (about the spin "
-              "more: the forward waits for the GPU inside).",
+              f"{spin['host_us_behind_spin']:,.1f} µs behind a {spin['spin_ms']:.0f} ms GPU spin: the forward "
+              + ("waits for the GPU inside." if waits_inside else "does not wait for the GPU inside."),
               "", f"Timed calls (L2 flushed, {found['cover_ms']} ms spin before the start event, CUDA events): "
               f"fastest {found['timed']['fastest_us']:,.1f} µs, median {found['timed']['median_us']:,.1f} µs", "",
               "| calls | median µs | share over 1.2x fastest | host µs |", "|---|---:|---:|---:|"]
