@@ -314,8 +314,59 @@ class Recorder:
     def call(self, index, name, inputs, args, outputs):
         self.calls.append((name, index, args is inputs, args[0].clone(), inputs[0].clone(), id(args[0])))
 
+    def done_with_first(self, index):
+        return False
+
     def end(self, index):
         pass
+
+
+class ComparesWithEager(Recorder):
+    """A round hook done with the candidate's outputs once eager's came back (as the spot check is)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.eager_seen = False
+
+    def call(self, index, name, inputs, args, outputs):
+        super().call(index, name, inputs, args, outputs)
+        self.eager_seen = name == "eager" or (self.eager_seen and name != "candidate")
+
+    def done_with_first(self, index):
+        return self.eager_seen
+
+
+@pytest.mark.parametrize("hook_done", [False, True])
+def test_the_candidates_outputs_are_poisoned_before_the_next_baseline_once_the_round_is_done_with_them(hook_done):
+    # Interleaved rounds held the candidate's outputs through torch.compile's call, one output set over the
+    # bound on the H200's largest convolutions; once eager's outputs were compared with them they go first.
+    from cudagym.judge.harness.inputs import poison_count
+    from cudagym.judge.harness.stats import StoppingRule
+    from cudagym.judge.harness.timing import Contender, L2Flusher, TimingLoop, make_timer
+
+    cpu = torch.device("cpu")
+    last: dict[str, torch.Tensor] = {}
+    poisoned_at_compiled: list[bool] = []
+
+    def candidate(args):
+        last["candidate"] = args[0] * 2.0
+        return last["candidate"]
+
+    def compiled(args):
+        poisoned_at_compiled.append(poison_count(last["candidate"]) == last["candidate"].numel())
+        return args[0] * 2.0
+
+    loop = TimingLoop(
+        contenders=[Contender("candidate", candidate), Contender("eager", lambda a: a[0] * 2.0, baseline=True),
+                    Contender("compiled", compiled, baseline=True)],
+        make_inputs=lambda r: [torch.full((4, 3), float(r))], timer=make_timer("cuda_events", cpu),
+        flusher=L2Flusher(cpu, 0, True), rule=StoppingRule(3, 3, 0.0, "median"), warmup_runs=1, warmup_s=0.0,
+        interleave=True, budget_s=60.0, may_poison=lambda t: True,
+        on_round=ComparesWithEager() if hook_done else Recorder())
+    loop.run()
+    timed = poisoned_at_compiled[-3:]  # the warm-up round's call came first
+    assert timed == [hook_done] * 3, poisoned_at_compiled
+    assert poison_count(last["candidate"]) == last["candidate"].numel()  # poisoned by the round's end either way
 
 
 @pytest.mark.parametrize("share", [True, False])

@@ -811,6 +811,13 @@ class SpotCheck:
         elif name == "eager" and self.inputs is not None:
             self._compare(index, outputs)
 
+    def done_with_first(self, index: int) -> bool:
+        """Once eager's outputs were compared with the candidate's, the round needs the candidate's no more."""
+        if not self.compared:
+            return False
+        self.outputs = None
+        return True
+
     def end(self, index: int) -> None:
         """Restore torch's switches if the candidate changed them; the every-tenth reference run; forget the round."""
         ctx = self.ctx

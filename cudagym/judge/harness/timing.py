@@ -329,11 +329,15 @@ class RoundHook(Protocol):
 
     ``call`` runs after each timed call, before that call's inputs are dropped and (for every contender but
     the first) its outputs poisoned; ``end`` runs once the round's calls are done, before the first
-    contender's outputs are poisoned. Warm-up rounds call neither.
+    contender's outputs are poisoned, unless ``done_with_first`` said earlier that they were no longer needed
+    (they are poisoned then, before the next contender's call). Warm-up rounds call none of them.
     """
 
     def call(self, index: int, name: str, inputs: list[Any], args: list[Any], outputs: Any) -> None:
         """Contender ``name`` of round ``index`` returned ``outputs`` for its copy ``args`` of ``inputs``."""
+
+    def done_with_first(self, index: int) -> bool:
+        """Whether round ``index`` needs its first contender's outputs no more (after a ``call``)."""
 
     def end(self, index: int) -> None:
         """Round ``index`` is over: drop anything kept from it."""
@@ -344,6 +348,10 @@ class NoHook:
 
     def call(self, index: int, name: str, inputs: list[Any], args: list[Any], outputs: Any) -> None:
         """Nothing."""
+
+    def done_with_first(self, index: int) -> bool:
+        """Never asked for them: done."""
+        return True
 
     def end(self, index: int) -> None:
         """Nothing."""
@@ -431,8 +439,9 @@ class TimingLoop:
         A warm-up's run has no sized covers. With ``may_retake``, a round in which a baseline's host outlasted
         its sized cover is not kept (:attr:`TimingLoop.retake_limit`): its spot checks ran, its samples go.
 
-        Bounded memory: besides the round's inputs, only the first contender's outputs and the current
-        contender's copy and outputs are alive; each later contender's are poisoned right after its call. A
+        Bounded memory: besides the round's inputs, only the first contender's outputs (until the hook is done
+        with them) and the current contender's copy and outputs are alive; each later contender's are poisoned
+        right after its call. A
         contender that copies the inputs itself (``seen``: the split's runner) gets the round's set, and so do
         the baselines where they leave it unchanged (``baselines_share_inputs``).
         """
@@ -460,6 +469,10 @@ class TimingLoop:
                 held = measured.outputs
             else:
                 _poison_outputs(measured.outputs, self.may_poison)
+                if held is not None and timed and self.on_round.done_with_first(index):
+                    # compared already: not held through the next contender's call (its peak is its own)
+                    _poison_outputs(held, self.may_poison)
+                    held = None
             del measured
         if timed:
             self.on_round.end(index)
