@@ -21,7 +21,6 @@ import json
 import statistics
 import sys
 import time
-import types
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -30,23 +29,24 @@ MIB = 1 << 20
 
 
 def _setup(task_id: str, protocol_id: str, device_name: str) -> tuple[Any, list[Any], Any]:
-    """The task's reference model, one input set and an L2 flush buffer, under the protocol's precision."""
+    """The task's reference model, one input set and an L2 flush buffer, under the protocol's precision.
+
+    Loaded and built by the judge's own loader (``load_reference``, ``build_reference``), with the switches
+    the judge runs its baselines under.
+    """
     import torch
 
+    from cudagym.judge.harness.integrity import protocol_flags
+    from cudagym.judge.harness.loading import build_reference, load_reference
     from cudagym.judge.protocol import get_protocol
     from cudagym.suites import get_task
 
     task, protocol = get_task(task_id), get_protocol(protocol_id)
     device = torch.device(device_name)
-    module = types.ModuleType("reference")
-    exec(compile(task.source, task.id, "exec"), module.__dict__)  # the task's own reference, as the judge loads it
-    torch.backends.cuda.matmul.allow_tf32 = protocol.matmul_tf32
-    torch.backends.cudnn.allow_tf32 = protocol.cudnn_tf32
-    torch.backends.cudnn.benchmark = False
-    torch.manual_seed(0)
-    model = module.Model(*module.get_init_inputs()).to(device)
-    model.train(protocol.extra.get("module_mode", "eval") == "train")
-    inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in module.get_inputs()]
+    protocol_flags(protocol.matmul_tf32, protocol.cudnn_tf32).apply()
+    reference = load_reference(task)
+    model = build_reference(reference, device, protocol.seed, protocol.extra.get("module_mode", "eval") == "train")
+    inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in reference.get_inputs()]
     flush = torch.empty(256 * MIB // 4, dtype=torch.float32, device=device)
     return model, inputs, flush
 
