@@ -439,9 +439,9 @@ class TimingLoop:
         A warm-up's run has no sized covers. With ``may_retake``, a round in which a baseline's host outlasted
         its sized cover is not kept (:attr:`TimingLoop.retake_limit`): its spot checks ran, its samples go.
 
-        Bounded memory: besides the round's inputs, only the first contender's outputs (until the hook is done
-        with them) and the current contender's copy and outputs are alive; each later contender's are poisoned
-        right after its call. A
+        Bounded memory: besides the round's inputs, only the first contender's outputs (in a timed round, until
+        the hook is done with them) and the current contender's copy and outputs are alive; each later
+        contender's are poisoned right after its call. A
         contender that copies the inputs itself (``seen``: the split's runner) gets the round's set, and so do
         the baselines where they leave it unchanged (``baselines_share_inputs``).
         """
@@ -465,7 +465,7 @@ class TimingLoop:
                 self.on_round.call(index, contender.name, inputs, seen, measured.outputs)
                 del seen
             del args
-            if position == 0:
+            if position == 0 and timed:  # a warm-up round compares nothing: its outputs go at once
                 held = measured.outputs
             else:
                 _poison_outputs(measured.outputs, self.may_poison)
