@@ -312,7 +312,7 @@ def test_the_summary_names_tasks_where_the_verdicts_own_ratio_gave_the_same_code
     assert ("The verdict's own ratio vs eager (the protocol's statistic): median 1.042, range 0.971-1.247; 1 task(s) "
             f"where the same code was judged more than 5% faster than eager, a tier it did not earn: {tasks[0].id}."
             ) in text
-    assert f"| {tasks[0].id} | ok | 822.7 | 420.3 | 821.6 | 1.247 |" in text
+    assert f"| {tasks[0].id} | ok | 822.7 | 420.3 | 821.6 | - | 1.247 |" in text  # no runner: no yardstick
     assert "speedup_vs_eager,speedup_vs_compile" in to_csv(rows).splitlines()[0]
     assert "0 task(s) where the same code" in to_markdown(rows, "t", threshold=0.3)
 
@@ -352,9 +352,12 @@ def test_the_table_states_how_the_candidates_runner_ran_the_reference_against_ea
     from cudagym.judge.task_check import TaskRow, to_csv, to_markdown
 
     rows = [TaskRow(f"L1/{n}_t", 1, "ok", eager_us=100.0, compile_us=90.0, candidate_us=cand, runner_reference_us=own,
-                    speedup_vs_eager=own / cand) for n, (cand, own) in enumerate([(60.0, 61.0), (99.0, 100.0)])]
+                    runner_reference_runs=runs, runner_reference_ci_pct=ci, speedup_vs_eager=own / cand)
+            for n, (cand, own, runs, ci) in enumerate([(60.0, 61.0, 30, 0.41), (99.0, 100.0, 200, 2.5)])]
     text = to_markdown(rows, "t")
     assert "The reference in the candidate's runner / eager here (the yardstick's scale): median 0.805, range " \
-           "0.610-1.000." in text
-    assert "runner_reference_us" in to_csv(rows).splitlines()[0]
+           "0.610-1.000; its timed calls there: median 115, range 30-200." in text
+    assert "| 61.0 (30, +-0.4%) | 1.017 |" in text and "| 100.0 (200, +-2.5%) |" in text
+    header = to_csv(rows).splitlines()[0]
+    assert "runner_reference_us" in header and "runner_reference_runs" in header and "runner_reference_ci_pct" in header
     assert "yardstick" not in to_markdown([dataclasses.replace(r, runner_reference_us=0.0) for r in rows], "t")

@@ -45,6 +45,8 @@ class TaskRow:
     compile_us: float = 0.0
     candidate_us: float = 0.0
     runner_reference_us: float = 0.0  # the reference timed in the candidate's runner (0: the protocol takes none)
+    runner_reference_runs: int = 0  # its timed calls there
+    runner_reference_ci_pct: float = 0.0  # its median's 95% interval there, half-width in % of the median
     # the verdict's own ratios (the protocol's statistic, which the times above are not when it is the mean): for
     # the reference as its candidate, above 1 + the protocol's threshold is a speedup tier the same code did not earn
     speedup_vs_eager: float = 0.0
@@ -88,6 +90,8 @@ def row_of(task: Task, result: EvalResult) -> TaskRow:
     return TaskRow(
         task_id=task.id, level=task.level, status=result.status.value, eager_us=eager, compile_us=compiled,
         candidate_us=result.candidate.median_us, runner_reference_us=result.runner_reference.median_us,
+        runner_reference_runs=result.runner_reference.runs,
+        runner_reference_ci_pct=result.runner_reference.ci95_halfwidth_pct,
         speedup_vs_eager=result.speedup_vs_eager,
         speedup_vs_compile=result.speedup_vs_compile, eager_over_compile=eager / compiled if compiled > 0 else 0.0,
         compile_s=cost.compile_s, peak_memory_gib=cost.peak_device_memory_bytes / GIB,
@@ -146,15 +150,17 @@ def to_markdown(rows: Sequence[TaskRow], title: str, facts: RunFacts | None = No
     lines = [f"# {title}", "", f"{len(rows)} tasks: {summary or 'none'}; {sum(map(passed, rows))} loaded, checked "
              "and timed.", ""]
     lines += _phase_summary([r for r in rows if passed(r)], facts, threshold)
-    lines += ["| task | status | eager us | compile us | ref-as-candidate us | verdict vs eager | eager/compile "
-              "| compile s | peak GiB "
+    lines += ["| task | status | eager us | compile us | ref-as-candidate us | runner's reference us (calls, "
+              "95% interval) | verdict vs eager | eager/compile | compile s | peak GiB "
               "| ref peak GiB | compiled peak GiB | in+out GiB | bound GiB | over bound GiB | load s | check s "
               "| timing s | profile s | message |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         note = "" if passed(r) else r.message.replace("|", "/")
+        own = (f"{r.runner_reference_us:.1f} ({r.runner_reference_runs}, +-{r.runner_reference_ci_pct:.1f}%)"
+               if r.runner_reference_us > 0 else "-")
         lines.append(f"| {r.task_id} | {r.status} | {r.eager_us:.1f} | {r.compile_us:.1f} | {r.candidate_us:.1f} | "
-                     f"{r.speedup_vs_eager:.3f} | {r.eager_over_compile:.3f} | {r.compile_s:.1f} | "
+                     f"{own} | {r.speedup_vs_eager:.3f} | {r.eager_over_compile:.3f} | {r.compile_s:.1f} | "
                      f"{r.peak_memory_gib:.2f} | "
                      f"{r.reference_peak_gib:.2f} | {r.compiled_peak_gib:.2f} | {r.input_output_gib:.2f} | "
                      f"{r.bound_gib:.2f} | {r.over_bound_gib:.2f} | "
@@ -186,8 +192,10 @@ def _phase_summary(rows: Sequence[TaskRow], facts: RunFacts | None, threshold: f
         factors = sorted(r.runner_reference_us / r.eager_us for r in rows
                          if r.runner_reference_us > 0 and r.eager_us > 0)
         if factors:
+            calls = sorted(r.runner_reference_runs for r in rows if r.runner_reference_us > 0)
             lines.append(f"The reference in the candidate's runner / eager here (the yardstick's scale): median "
-                         f"{statistics.median(factors):.3f}, range {factors[0]:.3f}-{factors[-1]:.3f}.")
+                         f"{statistics.median(factors):.3f}, range {factors[0]:.3f}-{factors[-1]:.3f}; its timed "
+                         f"calls there: median {statistics.median(calls):.0f}, range {calls[0]}-{calls[-1]}.")
         verdicts = sorted((r.speedup_vs_eager, r.task_id) for r in rows if r.speedup_vs_eager > 0)
         if verdicts:
             free = [task for ratio, task in reversed(verdicts) if ratio > 1.0 + threshold]
