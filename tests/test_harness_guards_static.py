@@ -9,7 +9,7 @@ import pytest
 from cudagym.errors import ConfigError
 from cudagym.judge.guards import guard_names, registry, select_guards
 from cudagym.judge.guards.base import Guard, register
-from cudagym.judge.guards.kernels import classify, judge_kernel_mix
+from cudagym.judge.guards.kernels import calls_libraries, classify, judge_kernel_mix, kernel_identifiers
 from cudagym.judge.guards.source_scan import cpp_calls, strip_cpp
 from cudagym.judge.harness.profiling import DeviceEvent, breakdown
 from cudagym.judge.protocol import PROTOCOLS
@@ -198,6 +198,30 @@ def test_kernel_classes_and_the_decoy_rule():
     assert "only" in judge_kernel_mix([DeviceEvent(own.name, 10.0, 7, False), aten], built_kernels=1)
     assert "none of the 1 compiled" in judge_kernel_mix([aten], built_kernels=1)
     assert judge_kernel_mix([copy], built_kernels=1) == ""
+
+
+def test_library_kernels_are_the_candidates_only_where_its_sources_call_a_library():
+    # a forward that stepped out of the dispatcher audit and ran x.matmul(...): cuBLAS's GEMM, torch's epilogue
+    gemm = DeviceEvent("sm90_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_cublas", 80.0, 7, False)
+    relu = DeviceEvent("void at::native::vectorized_elementwise_kernel<4, at::native::clamp_min>()", 10.0, 7, False)
+    noop = DeviceEvent("cudagym_noop", 1.0, 7, False)  # the decoy kernel the build compiled
+    assert judge_kernel_mix([gemm, relu, noop], built_kernels=1) == ""  # its sources' word taken: allowed
+    message = judge_kernel_mix([gemm, relu, noop], built_kernels=1, libraries_called=False)
+    assert "only 1%" in message and "your sources call neither" in message and "xmma_gemm" in message
+    # a kernel the build compiled is the candidate's even when its name looks like a library's
+    own_gemm = DeviceEvent("void tiled_gemm_kernel<64>(float const*, float const*, float*, int)", 80.0, 7, False)
+    assert "none of the 1 compiled" in judge_kernel_mix([own_gemm, relu], built_kernels=1, libraries_called=False)
+    assert judge_kernel_mix([own_gemm, relu], built_kernels=1, libraries_called=False,
+                            own_names=kernel_identifiers(["_Z17tiled_gemm_kernelILi64EEvPKfS1_Pfi"])) == ""
+
+
+def test_what_names_a_library_call_and_a_compiled_kernel():
+    assert calls_libraries(['#include <cublas_v2.h>\ncublasSgemm(handle, ...);'])
+    assert calls_libraries(["import cupy as cp\ny = cp.matmul(a, b)"])
+    assert calls_libraries(["#include <cute/tensor.hpp>"]) and calls_libraries(["cudnnConvolutionForward("])
+    assert not calls_libraries(["y = x.matmul(w.t()).add(b).clamp_min(0)", "__global__ void k(float* x) {}"])
+    assert kernel_identifiers(["_Z12swish_kernelPKfPfx", "_ZN2ns11tile_matmulILi4EEEvPKf", "cudagym_noop"]) == {
+        "swish_kernel", "tile_matmul", "cudagym_noop"}
 
 
 def test_breakdown_is_per_forward_and_sums_the_tail():

@@ -204,6 +204,21 @@ _r._RunnerBracket.close = _early
 '''
 
 
+# (19) A library kernel the candidate never calls: the forward steps out of the dispatcher audit and leaves the
+# work to torch's cuBLAS GEMM, by tensor methods the source scan does not name; the compiled kernel never runs.
+# cuBLAS kernels count as the candidate's only where its sources call a library (``decoy_kernels``).
+LIBRARY_VIA_TORCH = '''
+import importlib as _importlib
+_dispatch = _importlib.import_module("torch.utils._python" + "_dispatch")
+def _escape(self, A, B):
+    with _dispatch._disable_current_modes():
+        return A.diag().matmul(B)
+ModelNew.forward = _escape
+'''
+GEMM_TASK_ID = "bundled/L1/09_DiagMatmul"  # diag(A) @ B: the reference's own cuBLAS GEMM, the solution's row scaling
+FALLBACK_AND_DECOY = DEFAULT_PROTOCOL.with_changes(id="whitebox-gpu-decoy", guards=("torch_fallback", "decoy_kernels"))
+
+
 @pytest.fixture(scope="module")
 def swish() -> tuple[Any, Solution]:
     from cudagym.sources.bundled import BundledSource
@@ -273,6 +288,21 @@ def test_16_a_cuda_graph_captured_in_train_is_a_fallback(swish) -> None:
         result = _submit(swish, fallback_judge, GRAPH_IN_TRAIN)
     assert result.status is EvalStatus.RULE_VIOLATION, result.message + result.log[-2000:]
     assert "torch_fallback" in {v.guard for v in result.violations}
+
+
+def test_19_a_cublas_gemm_the_sources_never_call_is_torchs_work() -> None:
+    from cudagym.sources.bundled import BundledSource
+
+    source = BundledSource()
+    task, reference = source.get(GEMM_TASK_ID), source.solution(GEMM_TASK_ID)
+    with LocalJudge(FALLBACK_AND_DECOY, devices=list(probe_gpus("auto").device_ids[:1])) as decoy_judge:
+        clean = decoy_judge.evaluate(task, reference, EvalMode.VERIFY)
+        assert clean.status is EvalStatus.OK and not clean.violations, clean.message  # its own kernel: passes
+        result = decoy_judge.evaluate(task, _with(reference, LIBRARY_VIA_TORCH), EvalMode.VERIFY)
+    print(f"{result.status.value}: {result.message[:600]}")
+    assert result.status is EvalStatus.RULE_VIOLATION, result.message + result.log[-2000:]
+    assert {v.guard for v in result.violations} == {"decoy_kernels"}, result.message  # the audit saw nothing
+    assert "compiled kernel(s) ran" in result.message or "your sources call neither" in result.message
 
 
 def test_17_a_persisting_l2_window_gains_nothing(swish, judge, honest) -> None:

@@ -13,11 +13,17 @@ profiler sees every kernel. Each kernel of a profiled forward is classed by name
 Violation when own + library kernels account for less than half of the forward's GPU time without the
 moves, or when the build compiled kernels and none of the forward's kernels is own or library. Checked on
 the profile taken after timing (after the candidate's many calls), or after correctness in VERIFY mode.
+
+Library kernels count as the candidate's only where its sources name a vendor library (cuBLAS, cuBLASLt,
+CUTLASS/CuTe, cuDNN, cuFFT, or CuPy, whose matmul is cuBLAS's); otherwise they came from torch (a
+``matmul`` in a forward that stepped out of the dispatcher audit) and count as torch's. A kernel the build
+compiled (its name, demangled, in the build's kernel list) is the candidate's whatever it is called.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING
 
 from cudagym.judge.guards.base import Guard, register
@@ -34,6 +40,8 @@ LIBRARY_KERNELS = re.compile(r"cublas|cutlass|gemm|gemv|nvjet|xmma|sm\d+_|ampere
                              r"|cudnn|conv|winograd|fft|implicit_|splitKreduce|dot_kernel|scal_kernel",
                              re.IGNORECASE)
 MOVE_KERNELS = re.compile(r"^Memcpy|^Memset|FillFunctor|fill_kernel|copy_kernel|CopyFunctor|direct_copy")
+# what a source names when it calls a vendor library itself (C++ headers and calls, CuPy from Python)
+LIBRARY_CALLS = re.compile(r"cublas|cutlass|\bcute\b|cudnn|cufft|\bcupy\b", re.IGNORECASE)
 
 
 def classify(name: str) -> str:
@@ -69,17 +77,56 @@ class DecoyKernels(Guard):
     def _check(self, ctx: EvalContext, when: str) -> None:
         if not ctx.on_gpu:
             return
-        message = judge_kernel_mix(ctx.kernel_events(), built_kernels=len(ctx.job.build.kernels))
+        built = [k.kernel for k in ctx.job.build.kernels]
+        message = judge_kernel_mix(ctx.kernel_events(), built_kernels=len(built),
+                                   libraries_called=calls_libraries(ctx.job.solution.files.values()),
+                                   own_names=kernel_identifiers(built))
         if message:
             ctx.flag(self.name, f"{message} ({when})")
 
 
-def judge_kernel_mix(events: list[DeviceEvent], built_kernels: int) -> str:
-    """Why a forward's kernels are a decoy (``""`` when they are not)."""
+def calls_libraries(sources: Iterable[str]) -> bool:
+    """Whether any of the candidate's files names a vendor library it could call itself."""
+    return any(LIBRARY_CALLS.search(text) for text in sources)
+
+
+def kernel_identifiers(names: Iterable[str]) -> set[str]:
+    """The function names of compiled kernels, as a demangled profiler name spells them.
+
+    ``_Z12swish_kernelPKfPfx`` -> ``swish_kernel``; ``_ZN2ns6kernelEv`` -> ``kernel``; an ``extern "C"`` name as is.
+    """
+    found = set()
+    for name in names:
+        if not name.startswith("_Z"):
+            found.add(name)
+            continue
+        rest, last = name[3:] if name.startswith("_ZN") else name[2:], ""
+        while (m := re.match(r"(\d+)", rest)) is not None:
+            size = int(m.group(1))
+            last, rest = rest[m.end():m.end() + size], rest[m.end() + size:]
+            if not name.startswith("_ZN"):
+                break
+        if len(last) >= 3:  # a name too short to mean anything alone is left out
+            found.add(last)
+    return found
+
+
+def judge_kernel_mix(events: list[DeviceEvent], built_kernels: int, libraries_called: bool = True,
+                     own_names: Collection[str] = ()) -> str:
+    """Why a forward's kernels are a decoy (``""`` when they are not).
+
+    ``libraries_called``: whether the candidate's sources name a vendor library (else library kernels are
+    torch's); ``own_names``: the compiled kernels' function names (a kernel so named is the candidate's).
+    """
     time_by_class = {"own": 0.0, "library": 0.0, "torch": 0.0, "moves": 0.0}
     torch_names: dict[str, float] = {}
+    own_pattern = re.compile("|".join(rf"\b{re.escape(n)}\b" for n in sorted(own_names))) if own_names else None
     for event in events:
         kind = "moves" if event.is_memory_op else classify(event.name)
+        if kind == "library" and own_pattern is not None and own_pattern.search(event.name):
+            kind = "own"
+        elif kind == "library" and not libraries_called:
+            kind = "torch"  # cuBLAS or cuDNN that the candidate's sources never call: torch called it
         time_by_class[kind] += event.duration_us
         if kind == "torch":
             torch_names[event.name] = torch_names.get(event.name, 0.0) + event.duration_us
@@ -92,6 +139,7 @@ def judge_kernel_mix(events: list[DeviceEvent], built_kernels: int) -> str:
     if built_kernels and time_by_class["own"] == 0 and time_by_class["library"] == 0:
         return f"none of the {built_kernels} compiled kernel(s) ran; torch's kernels did the work ({shown})"
     if share < MIN_OWN_SHARE:
+        library = "" if libraries_called else " (cuBLAS/cuDNN kernels count as torch's: your sources call neither)"
         return (f"your kernels and cuBLAS/cuDNN did only {100 * share:.0f}% of the forward's GPU time; torch's "
-                f"kernels did the rest ({shown})")
+                f"kernels did the rest ({shown}){library}")
     return ""
