@@ -222,6 +222,15 @@ def test_what_names_a_library_call_and_a_compiled_kernel():
     assert not calls_libraries(["y = x.matmul(w.t()).add(b).clamp_min(0)", "__global__ void k(float* x) {}"])
     assert kernel_identifiers(["_Z12swish_kernelPKfPfx", "_ZN2ns11tile_matmulILi4EEEvPKf", "cudagym_noop"]) == {
         "swish_kernel", "tile_matmul", "cudagym_noop"}
+    # as the builds list them (demangled, here the bundled L2/01 solution's), and as the profiler names them
+    built = ["(anonymous namespace)::gemm_gelu_kernel(float const*, float const*, float*, int, int)",
+             "void ns::conv_tile<4, std::pair<int, int>>(float*)"]
+    assert kernel_identifiers(built) == {"gemm_gelu_kernel", "conv_tile"}
+    ran = DeviceEvent("void (anonymous namespace)::gemm_gelu_kernel(float const*, float const*, float*, int, int)",
+                      90.0, 7, False)
+    assert classify(ran.name) == "library"  # by its name alone
+    assert judge_kernel_mix([ran], built_kernels=1, libraries_called=False,
+                            own_names=kernel_identifiers(built)) == ""
 
 
 def test_breakdown_is_per_forward_and_sums_the_tail():

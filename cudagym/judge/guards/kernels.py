@@ -91,24 +91,37 @@ def calls_libraries(sources: Iterable[str]) -> bool:
 
 
 def kernel_identifiers(names: Iterable[str]) -> set[str]:
-    """The function names of compiled kernels, as a demangled profiler name spells them.
+    """The function names of compiled kernels, as a profiler's demangled name spells them.
 
-    ``_Z12swish_kernelPKfPfx`` -> ``swish_kernel``; ``_ZN2ns6kernelEv`` -> ``kernel``; an ``extern "C"`` name as is.
+    The build lists them demangled (``(anonymous namespace)::gemm_gelu_kernel(float const*, int)`` ->
+    ``gemm_gelu_kernel``), mangled (``_Z12swish_kernelPKfPfx`` -> ``swish_kernel``) or as ``extern "C"``
+    names (as is). Names under 3 characters are left out: too short to mean anything alone.
     """
     found = set()
     for name in names:
-        if not name.startswith("_Z"):
-            found.add(name)
-            continue
-        rest, last = name[3:] if name.startswith("_ZN") else name[2:], ""
-        while (m := re.match(r"(\d+)", rest)) is not None:
-            size = int(m.group(1))
-            last, rest = rest[m.end():m.end() + size], rest[m.end() + size:]
-            if not name.startswith("_ZN"):
-                break
-        if len(last) >= 3:  # a name too short to mean anything alone is left out
-            found.add(last)
+        ident = _mangled_name(name) if name.startswith("_Z") else _demangled_name(name)
+        if len(ident) >= 3:
+            found.add(ident)
     return found
+
+
+def _mangled_name(name: str) -> str:
+    nested = name.startswith("_ZN")
+    rest, last = name[3:] if nested else name[2:], ""
+    while (m := re.match(r"(\d+)", rest)) is not None:
+        size = int(m.group(1))
+        last, rest = rest[m.end():m.end() + size], rest[m.end() + size:]
+        if not nested:
+            break
+    return last
+
+
+def _demangled_name(name: str) -> str:
+    text = name.replace("(anonymous namespace)", "").split("(", 1)[0]
+    while (shorter := re.sub(r"<[^<>]*>", "", text)) != text:  # template arguments, innermost first
+        text = shorter
+    words = text.split("::")[-1].split()
+    return words[-1] if words else ""
 
 
 def judge_kernel_mix(events: list[DeviceEvent], built_kernels: int, libraries_called: bool = True,
