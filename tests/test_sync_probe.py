@@ -32,10 +32,18 @@ def test_the_table_says_whether_the_forward_waits_for_the_gpu_inside() -> None:
 
 
 def test_the_probe_loads_the_task_as_the_judge_does(tmp_path: Path) -> None:
-    model, inputs, flush = sync_probe._setup("bundled/L1/01_Swish", "cudagym", "cpu")
-    with torch.no_grad():
-        out = model(*inputs)
+    from cudagym.judge.harness.integrity import TorchFlags
+
+    before = TorchFlags.capture()  # the probe sets the judge's switches for its process (grad mode off among them)
+    try:
+        model, inputs, flush = sync_probe._setup("bundled/L1/01_Swish", "cudagym", "cpu")
+        assert not torch.is_grad_enabled() and not torch.backends.cudnn.allow_tf32  # cudagym: strict fp32
+        with torch.no_grad():
+            out = model(*inputs)
+    finally:
+        before.apply()  # the rest of this test process (a TRL training step among it) needs them back
     assert out.shape == inputs[0].shape and flush.numel() * 4 == 256 << 20
+    assert torch.is_grad_enabled()
 
 
 def test_off_the_gpu_it_says_so_and_bad_arguments_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
