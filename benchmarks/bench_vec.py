@@ -222,12 +222,19 @@ def job_parts(batch: dict[str, Any]) -> list[dict[str, float]]:
 
 def describe_requests(parts: list[dict[str, float]]) -> str:
     """Median (and 90th percentile) of what each kind of timed request cost the judge, over the verdicts."""
-    cells = []
-    for kind in REQUEST_KINDS:
-        xs = sorted(p[f"{kind} request ms"] for p in parts if f"{kind} request ms" in p)
-        if xs:
-            cells.append(f"{kind} {statistics.median(xs):.2f} ms (p90 {xs[int(0.9 * (len(xs) - 1))]:.2f})")
+    cells = _spreads(parts, [(kind, f"{kind} request ms") for kind in REQUEST_KINDS], "ms", 2)
     return "per timed request, the judge's wall time: " + (", ".join(cells) if cells else "not noted")
+
+
+def _spreads(parts: list[dict[str, float]], keys: list[tuple[str, str]], unit: str, digits: int) -> list[str]:
+    """``label median unit (p90 ...)`` for each (label, key) some part has."""
+    cells = []
+    for label, key in keys:
+        xs = sorted(p[key] for p in parts if key in p)
+        if xs:
+            p90 = xs[int(0.9 * (len(xs) - 1))]
+            cells.append(f"{label} {statistics.median(xs):.{digits}f} {unit} (p90 {p90:.{digits}f})")
+    return cells
 
 
 def describe_parts(parts: list[dict[str, float]], elapsed_s: float, gpus: int) -> str:
@@ -235,11 +242,7 @@ def describe_parts(parts: list[dict[str, float]], elapsed_s: float, gpus: int) -
     if not parts:
         return "no correct verdict"
     per_verdict = elapsed_s * gpus / len(parts)
-    cells = []
-    for name in PARTS:
-        xs = sorted(p[name] for p in parts if name in p)
-        if xs:
-            cells.append(f"{name} {statistics.median(xs):.3f} s (p90 {xs[int(0.9 * (len(xs) - 1))]:.3f})")
+    cells = _spreads(parts, [(name, name) for name in PARTS], "s", 3)
     return f"{len(parts)} verdicts, {per_verdict:.3f} s of GPU time each; per verdict: " + ", ".join(cells)
 
 

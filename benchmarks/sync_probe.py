@@ -63,7 +63,7 @@ def waits(model: Any, inputs: list[Any], calls: int = 3) -> list[dict[str, Any]]
     found: dict[str, list[float]] = defaultdict(list)
     for event in prof.events():
         name = event.name
-        if name.startswith(("cuda", "cu")) and not name.startswith("cudnn") and event.device_type.name == "CPU":
+        if name.startswith("cu") and not name.startswith("cudnn") and event.device_type.name == "CPU":
             found[name].append(event.cpu_time_total)
     return sorted(({"call": k, "per_forward": len(v) / calls, "host_us_per_forward": sum(v) / calls}
                    for k, v in found.items()), key=lambda r: -r["host_us_per_forward"])

@@ -199,7 +199,7 @@ def _judging(protocol: Protocol, hardware: Hardware, reward: RewardConfig) -> st
         f"{'; L2 cache flushed before each run' if protocol.l2_flush else ''}."
         + (" Speedups are taken against the reference as timed the same way in your forward's own process (before "
            "your code loads there): eager's and torch.compile's times are scaled by how that process runs the "
-           "reference against the judge's, so where a process lands in memory counts for neither side."
+           "reference against the judge's, so how fast a process runs the same code counts for neither side."
            if protocol.runner_reference_runs else ""),
         reward_text,
     ])

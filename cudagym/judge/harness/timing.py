@@ -469,7 +469,7 @@ class TimingLoop:
                 held = measured.outputs
             else:
                 _poison_outputs(measured.outputs, self.may_poison)
-                if held is not None and timed and self.on_round.done_with_first(index):
+                if held is not None and self.on_round.done_with_first(index):  # held: a timed round
                     # compared already: not held through the next contender's call (its peak is its own)
                     _poison_outputs(held, self.may_poison)
                     held = None
