@@ -738,6 +738,27 @@ def test_13_in_submit_every_interleaved_round_is_compared(pool: WorkerPool) -> N
     assert "outputs during timing did not match" in result.message
 
 
+# (20) The profiled forwards told apart: a profiler is on only while the judge profiles the candidate's kernels (the
+# ``decoy_kernels`` attribution and the observation's table), so a forward that computes otherwise under it (here:
+# a cheap wrong answer; on a GPU, its own kernels while profiled and torch's the rest of the time) shows the
+# profiler a forward that never ran when timed. The profiled forwards' outputs are checked like timed ones.
+TELLS_PROFILED_FROM_OTHERS = textwrap.dedent(BASE) + textwrap.dedent('''
+def _forward(self, x):
+    if torch.autograd._profiler_enabled():
+        return self._wrong(x)
+    return self._right(x)
+
+ModelNew.forward = _forward
+''')  # (no frame helpers: the static scan has nothing to name; only the profiled forwards' check can fire)
+
+
+def test_20_a_forward_that_changes_under_the_profiler_is_wrong(pool: WorkerPool) -> None:
+    for mode in (EvalMode.PROFILE, EvalMode.SUBMIT):
+        result = judge(pool, TELLS_PROFILED_FROM_OTHERS, mode=mode, guards=EVERY_GUARD_BUT_FALLBACK, baselines=CACHED)
+        assert_minus_one(result, EvalStatus.INCORRECT)
+        assert "outputs of the profiled forwards did not match" in result.message, result.message
+
+
 # (18) The reference imported at run time, out of the static scan's sight: model_new.py writes the task's source
 # to model.py in its own folder and loads it by a dotted name built from pieces (``pkgutil``, no ``import model``,
 # no ``Model`` name), then runs the reference's forward on its own weights. Only the loaded-module check of

@@ -37,7 +37,7 @@ from cudagym.judge.harness.inputs import clone_tree, generate_inputs, poison_tre
 from cudagym.judge.harness.integrity import PRISTINE, AttributeSnapshot, TorchFlags, protocol_flags
 from cudagym.judge.harness.loading import Reference
 from cudagym.judge.harness.memory import DeviceMemoryMeter, PhaseClock, any_negative
-from cudagym.judge.harness.profiling import DeviceEvent, profile_calls
+from cudagym.judge.harness.profiling import DeviceEvent, profile_forward
 from cudagym.judge.harness.scrub import scrub_free_blocks
 from cudagym.judge.harness.timing import Cover, TimingRun
 from cudagym.judge.job import Job
@@ -46,6 +46,7 @@ from cudagym.judge.records import InputCheck, KernelTime, TimingStats, Violation
 from cudagym.judge.split.channel import RunnerLost
 
 PROFILE_REPEATS = 3  # forward passes per kernel profile
+PROFILED_CALL = "profiled call"  # how a spot failure of the profiled forwards begins
 
 
 @dataclass
@@ -320,18 +321,38 @@ class EvalContext:
         return PRISTINE.current_stream(self.device) if self.on_gpu else None
 
     def kernel_events(self) -> list[DeviceEvent]:
-        """Device events of :data:`PROFILE_REPEATS` candidate forwards on the first input set (cached)."""
-        if self._kernel_events is None and self.remote is not None:
-            remote_model: Any = self.cand_model
-            self._kernel_events = remote_model.profile()
+        """Device events of :data:`PROFILE_REPEATS` candidate forwards on the first input set (cached).
+
+        The profiled forwards are checked like timed ones: the last one's outputs are compared here with the
+        reference's on the same inputs, so a candidate that computes otherwise while a profiler watches is wrong
+        (a spot failure), not a clean profile.
+        """
         if self._kernel_events is None:
-            assert self.cand_model is not None
-            model = self.cand_model
-            args = self.make_inputs(self.protocol.seed)
-            self.call_candidate(lambda: model(*args), "forward")  # warm: first-call costs are not profiled
-            self._kernel_events = self.call_candidate(
-                lambda: profile_calls(lambda: model(*args), self.device, PROFILE_REPEATS), "forward")
+            seed = self.protocol.seed
+            # the candidate is warm by now (after its correctness runs or timing): every profiled call counts;
+            # where the task's forward writes its inputs, the first call's outputs are the ones checked
+            keep = "first" if self.reference_writes_inputs else "last"
+            args = self.make_inputs(seed)
+            if self.remote is not None:
+                remote_model: Any = self.cand_model
+                events, outputs = remote_model.profile(args, keep)  # the runner works on a copy in its arena
+            else:
+                assert self.cand_model is not None
+                model = self.cand_model
+                events, outputs = self.call_candidate(
+                    lambda: profile_forward(lambda: model(*args), self.device, PROFILE_REPEATS, keep), "forward")
+                args = self.make_inputs(seed)  # the candidate held the first ones: the reference gets its own
+            self._check_profiled(seed, args, outputs)
+            self._kernel_events = events
         return self._kernel_events
+
+    def _check_profiled(self, seed: int, args: list[Any], outputs: Any) -> None:
+        """The profiled forwards' outputs against the reference's; a mismatch is a spot failure."""
+        reference = self.run_reference(clone_tree(args) if self.reference_writes_inputs else args)
+        check = compare_outputs(reference, outputs, self.tolerance, seed=seed)
+        self.poison_results(reference)
+        if not check.passed:
+            self.spot_failures.append(f"{PROFILED_CALL} (seed {seed}): {check.message}")
 
     def forget_kernel_events(self) -> None:
         """Drop the cached kernel profile; the next :meth:`kernel_events` profiles again."""

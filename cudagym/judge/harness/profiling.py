@@ -76,12 +76,29 @@ def device_activity_us(prof: Any) -> float:
 
 def profile_calls(call: Callable[[], Any], device: torch.device, repeats: int) -> list[DeviceEvent]:
     """Device events of ``repeats`` calls of ``call`` (the device is synchronised before and after)."""
+    return profile_forward(call, device, repeats)[0]
+
+
+def profile_forward(call: Callable[[], Any], device: torch.device, repeats: int,
+                    keep: str = "last") -> tuple[list[DeviceEvent], Any]:
+    """Device events of ``repeats`` calls of ``call``, and what one of them returned (its outputs to check).
+
+    ``keep``: ``"last"`` (one output set alive at a time) or ``"first"`` (the call on the inputs as given, for a
+    forward that writes its inputs; its outputs stay alive through the later calls).
+    """
     PRISTINE.sync(device)
+    kept: Any = None
     with profiled(device) as prof:
-        for _ in range(repeats):
-            call()
+        for i in range(repeats):
+            if keep == "last":
+                kept = None  # one output set alive at a time
+                kept = call()
+            elif i == 0:
+                kept = call()
+            else:
+                call()
         PRISTINE.sync(device)
-    return device_events(prof)
+    return device_events(prof), kept
 
 
 def breakdown(events: list[DeviceEvent], repeats: int, limit: int = MAX_KERNELS) -> tuple[KernelTime, ...]:

@@ -27,7 +27,7 @@ import torch
 from cudagym.errors import ConfigError
 from cudagym.judge.guards.base import select_guards, sided
 from cudagym.judge.harness import COMPILE_FAILED_PREFIX, CONTEXT_POISONED_MARKER, CUDA_ERROR_PREFIX
-from cudagym.judge.harness.context import PROFILE_REPEATS, EvalContext
+from cudagym.judge.harness.context import PROFILE_REPEATS, PROFILED_CALL, EvalContext
 from cudagym.judge.harness.correctness import compare_outputs
 from cudagym.judge.harness.failures import (
     CandidateFailure,
@@ -162,7 +162,7 @@ def _pipeline(ctx: EvalContext, stack: ExitStack) -> tuple[EvalStatus, str]:
         verdict = _checked(ctx)
     ctx.meter.end_phase("check")  # the checks' cached blocks are not the timing loop's sizes
     if verdict is not None or ctx.job.mode is EvalMode.VERIFY:
-        return verdict or (EvalStatus.OK, f"correct on all {len(ctx.checks)} inputs")
+        return verdict or _spot_verdict(ctx) or (EvalStatus.OK, f"correct on all {len(ctx.checks)} inputs")
     with ctx.clock.phase("timing"):
         _timing(ctx)
     ctx.meter.end_phase("timing")
@@ -181,9 +181,16 @@ def _pipeline(ctx: EvalContext, stack: ExitStack) -> tuple[EvalStatus, str]:
     ctx.meter.end_phase("profile")
     if ctx.violations:
         return _violation(ctx)
-    if ctx.spot_failures:
-        return EvalStatus.INCORRECT, "outputs during timing did not match the reference: " + ctx.spot_failures[0]
-    return EvalStatus.OK, _timing_message(ctx)
+    return _spot_verdict(ctx) or (EvalStatus.OK, _timing_message(ctx))
+
+
+def _spot_verdict(ctx: EvalContext) -> tuple[EvalStatus, str] | None:
+    """INCORRECT when outputs checked after the correctness runs (timed, audited, profiled) were wrong."""
+    if not ctx.spot_failures:
+        return None
+    first = ctx.spot_failures[0]
+    where = "of the profiled forwards" if first.startswith(PROFILED_CALL) else "during timing"
+    return EvalStatus.INCORRECT, f"outputs {where} did not match the reference: {first}"
 
 
 def _checked(ctx: EvalContext) -> tuple[EvalStatus, str] | None:
@@ -862,7 +869,8 @@ def _post_timing_check(ctx: EvalContext) -> None:
 
 
 def _profile(ctx: EvalContext) -> None:
-    ctx.kernels = breakdown(ctx.kernel_events(), PROFILE_REPEATS) if ctx.on_gpu else ()
+    events = ctx.kernel_events()  # on the CPU too: the profiled forwards' outputs are checked either way
+    ctx.kernels = breakdown(events, PROFILE_REPEATS) if ctx.on_gpu else ()
 
 
 # ------------------------------------------------------------------------------------------ the verdict

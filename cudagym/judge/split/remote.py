@@ -432,14 +432,21 @@ class RemoteModel:
                 break
         return kept
 
-    def profile(self) -> list[DeviceEvent]:
-        """The runner's kernel profile of the candidate (as it reports it)."""
-        reply = self.link.request({"kind": "profile"}, expect="profile")
+    def profile(self, args: list[Any], keep: str = "last") -> tuple[list[DeviceEvent], Any]:
+        """The runner's kernel profile of the candidate on ``args`` (as it reports it), and one call's outputs.
+
+        The runner profiles forwards on its copy of ``args`` and hands back the ``keep`` (``"last"`` or
+        ``"first"``) one's outputs, for the trusted side to compare with the reference's like any other call's.
+        """
+        spec = self._place(tuple(args))
+        reply = self.link.request({"kind": "profile", "args": spec, "outputs": [s.to_json() for s in self.out_slots],
+                                   "container": self.container, "keep": keep}, expect="profile")
         try:
-            return [DeviceEvent(str(e["name"])[:300], float(e["duration_us"]), 0, bool(e["is_memory_op"]))
-                    for e in reply["events"][:5000]]
+            events = [DeviceEvent(str(e["name"])[:300], float(e["duration_us"]), _count(e.get("stream", 0)),
+                                  bool(e["is_memory_op"])) for e in reply["events"][:5000]]
         except (KeyError, TypeError, ValueError) as exc:
             raise RunnerLost(f"the runner sent a malformed profile ({exc})") from None
+        return events, self._collect(reply)
 
     def hook(self, name: str) -> None:
         """Run the runner's side of a guard hook (``after_correctness``, ``after_timing``)."""

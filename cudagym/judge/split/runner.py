@@ -225,7 +225,7 @@ class _Server:
         if kind == "timed":
             return self._timed(request)
         if kind == "profile":
-            return self._profile()
+            return self._profile(request)
         if kind == "hook":
             return self._hook(str(request.get("name", "")))
         return {"kind": "error", "message": f"unknown request {str(kind)[:60]!r}"}
@@ -386,13 +386,21 @@ class _Server:
             self.side = torch.cuda.Stream(self.device)
         return _RunnerBracket(self, request, int(request["round"]))
 
-    def _profile(self) -> dict[str, Any]:
+    def _profile(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Profiled forwards on the trusted side's inputs; their device events and the last one's outputs."""
+        from cudagym.judge.harness.context import PROFILE_REPEATS
+        from cudagym.judge.harness.profiling import profile_forward
+
         ctx = self.ctx
-        ctx.forget_kernel_events()
-        events = ctx.kernel_events() if ctx.on_gpu else []
-        return {"kind": "profile", "events": [
-            {"name": e.name[:300], "duration_us": _finite(e.duration_us), "is_memory_op": bool(e.is_memory_op)}
-            for e in events[:5000]]}
+        model, args = ctx.cand_model, self._args(request)
+        keep = "first" if request.get("keep") == "first" else "last"
+        events, outputs = ctx.call_candidate(
+            lambda: profile_forward(lambda: model(*args), ctx.device, PROFILE_REPEATS, keep), "forward")
+        if not ctx.on_gpu:
+            events = []
+        return {"kind": "profile", "problem": self._deliver(request, outputs), "events": [
+            {"name": e.name[:300], "duration_us": _finite(e.duration_us), "stream": int(e.stream),
+             "is_memory_op": bool(e.is_memory_op)} for e in events[:5000]]}
 
     def _hook(self, name: str) -> dict[str, Any]:
         if name not in ("after_correctness", "after_timing"):
