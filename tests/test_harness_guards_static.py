@@ -9,7 +9,13 @@ import pytest
 from cudagym.errors import ConfigError
 from cudagym.judge.guards import guard_names, registry, select_guards
 from cudagym.judge.guards.base import Guard, register
-from cudagym.judge.guards.kernels import calls_libraries, classify, judge_kernel_mix, kernel_identifiers
+from cudagym.judge.guards.kernels import (
+    calls_libraries,
+    classify,
+    judge_kernel_mix,
+    judge_profile_fit,
+    kernel_identifiers,
+)
 from cudagym.judge.guards.source_scan import cpp_calls, strip_cpp
 from cudagym.judge.harness.profiling import DeviceEvent, breakdown
 from cudagym.judge.protocol import PROTOCOLS
@@ -277,3 +283,19 @@ def test_importing_the_harness_and_guard_packages_does_not_import_torch():
             "print(cudagym.judge.harness.CONTEXT_POISONED_MARKER != '', 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["True", "False"]
+
+
+def test_profiled_kernels_that_outlast_the_timed_calls_are_named() -> None:
+    def forward(us: float, stream: int = 7) -> list[DeviceEvent]:  # one profiled forward's kernels, 3 repeats
+        return [DeviceEvent("my_kernel", us, stream, False)] * 3
+
+    note, problem = judge_profile_fit(forward(90.0), 3, 100.0)  # honest: its kernels fit inside the timed call
+    assert problem == "" and "0.900x its timed median" in note
+    note, problem = judge_profile_fit(forward(150.0), 3, 100.0)  # at the limit (1.5x + 10 us): allowed
+    assert problem == ""
+    note, problem = judge_profile_fit(forward(400.0), 3, 100.0)  # slow own kernels while profiled, fast when timed
+    assert "400.0 us but its timed median is 100.0 us" in problem and "4.000x" in note
+    two_streams = forward(400.0, 7) + [DeviceEvent("side", 400.0, 9, False)] * 3
+    note, problem = judge_profile_fit(two_streams, 3, 100.0)  # concurrent kernels overlap: not compared
+    assert problem == "" and "2 stream(s)" in note and "not compared" in note
+    assert judge_profile_fit([], 3, 0.0) == ("no profile or timing to set side by side", "")

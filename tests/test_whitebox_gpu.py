@@ -322,3 +322,31 @@ def test_work_done_when_the_runner_copies_the_output_is_timed_on_the_gpu(swish, 
 def test_signalling_done_before_the_outputs_gains_nothing(swish, judge, honest) -> None:
     result = _submit(swish, judge, EARLY_DONE)
     assert result.status in (EvalStatus.INCORRECT, EvalStatus.RULE_VIOLATION), result.message + result.log[-2000:]
+
+
+# (20) A forward that shows the profiler other work than it does when timed: with a profiler on (only while the judge
+# profiles its kernels for the attribution), it runs its kernel four times; otherwise once. Its outputs are right
+# either way; the profiled kernels take four timed medians per forward, which no timed call of that forward could
+# hold (on a GPU the same test stands for own kernels shown to the profiler and torch's run when timed).
+SHOWN_TO_THE_PROFILER = '''
+import torch as _torch
+_forward = ModelNew.forward
+def _shown_to_the_profiler(self, x):
+    if _torch.autograd._profiler_enabled():
+        for _ in range(3):
+            _forward(self, x)
+    return _forward(self, x)
+ModelNew.forward = _shown_to_the_profiler
+'''
+DECOY_ONLY = DEFAULT_PROTOCOL.with_changes(id="whitebox-gpu-decoy-only", guards=("decoy_kernels",))
+
+
+def test_20_a_forward_that_changes_under_the_profiler_is_named(swish) -> None:
+    with LocalJudge(DECOY_ONLY, devices=list(probe_gpus("auto").device_ids[:1])) as decoy_judge:
+        clean = _submit(swish, decoy_judge, "")
+        assert clean.status is EvalStatus.OK and not clean.violations, clean.message
+        assert "timed median" in clean.log, clean.log[-2000:]  # the honest forward's profile next to its timing
+        result = _submit(swish, decoy_judge, SHOWN_TO_THE_PROFILER)
+    assert result.status is EvalStatus.RULE_VIOLATION, result.message + result.log[-2000:]
+    assert {v.guard for v in result.violations} == {"decoy_kernels"}, result.message
+    assert "the timed calls ran other work than the profiled ones" in result.message

@@ -14,6 +14,12 @@ Violation when own + library kernels account for less than half of the forward's
 moves, or when the build compiled kernels and none of the forward's kernels is own or library. Checked on
 the profile taken after timing (after the candidate's many calls), or after correctness in VERIFY mode.
 
+The profiled forwards must also be the ones that were timed: their outputs are checked like timed ones (a wrong
+answer while profiled is INCORRECT), and after timing (CUDA events, one stream) their kernels may not take more
+than :data:`PROFILE_OVER_TIMED_MAX` times the timed median plus :data:`PROFILE_OVER_TIMED_SLACK_US` per forward: a
+forward that runs slower kernels while a profiler watches than when timed was timed doing other work. (A timed call
+is bracketed around its kernels and runs on a flushed L2, so an honest one is never faster than its kernels.)
+
 Library kernels count as the candidate's only where its sources name a vendor library (cuBLAS, cuBLASLt,
 CUTLASS/CuTe, cuDNN, cuFFT, or CuPy, whose matmul is cuBLAS's); otherwise they came from torch (a
 ``matmul`` in a forward that stepped out of the dispatcher audit) and count as torch's. A kernel the build
@@ -33,6 +39,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from cudagym.judge.harness.profiling import DeviceEvent
 
 MIN_OWN_SHARE = 0.5
+PROFILE_OVER_TIMED_MAX = 1.5  # the profiled forward's kernel time over the timed median, at most (one stream)
+PROFILE_OVER_TIMED_SLACK_US = 10.0
 
 # torch's kernels all live in at::/c10:: namespaces; inductor names its generated kernels triton_*.
 TORCH_KERNELS = re.compile(r"\bat::|\bc10::|at_cuda_detail|^triton_")
@@ -71,8 +79,19 @@ class DecoyKernels(Guard):
             self._check(ctx, "after the correctness runs")
 
     def after_timing(self, ctx: EvalContext) -> None:
-        """Kernel mix of the forward, profiled after timing."""
+        """Kernel mix of the forward, profiled after timing, and whether those kernels fit the timed calls."""
         self._check(ctx, "after timing")
+        if not ctx.on_gpu or ctx.protocol.timing != "cuda_events":
+            return
+        from cudagym.judge.harness.context import PROFILE_REPEATS
+
+        cand = ctx.timed.get("candidate")
+        if cand is None or not cand.measured:
+            return
+        note, problem = judge_profile_fit(ctx.kernel_events(), PROFILE_REPEATS, cand.median_us)
+        ctx.note(f"decoy_kernels: {note}")
+        if problem:
+            ctx.flag(self.name, problem)
 
     def _check(self, ctx: EvalContext, when: str) -> None:
         if not ctx.on_gpu:
@@ -156,3 +175,25 @@ def judge_kernel_mix(events: list[DeviceEvent], built_kernels: int, libraries_ca
         return (f"your kernels and cuBLAS/cuDNN did only {100 * share:.0f}% of the forward's GPU time; torch's "
                 f"kernels did the rest ({shown}){library}")
     return ""
+
+
+def judge_profile_fit(events: list[DeviceEvent], repeats: int, timed_median_us: float) -> tuple[str, str]:
+    """What the profiled forwards' device time per forward is next to the timed median, and why it cannot be one.
+
+    Returns a note (always) and a problem (``""`` unless the profiled kernels, on one stream, take more than
+    :data:`PROFILE_OVER_TIMED_MAX` times the timed median plus :data:`PROFILE_OVER_TIMED_SLACK_US`).
+    """
+    if repeats <= 0 or timed_median_us <= 0:
+        return "no profile or timing to set side by side", ""
+    per_forward = sum(e.duration_us for e in events) / repeats
+    streams = len({e.stream for e in events})
+    ratio = per_forward / timed_median_us
+    note = (f"the profiled forward's kernels took {per_forward:.1f} us, {ratio:.3f}x its timed median "
+            f"({timed_median_us:.1f} us), on {streams} stream(s)")
+    if streams > 1:
+        return note + " (not compared: concurrent kernels overlap)", ""
+    if per_forward > PROFILE_OVER_TIMED_MAX * timed_median_us + PROFILE_OVER_TIMED_SLACK_US:
+        return note, (f"the profiled forward's kernels took {per_forward:.1f} us but its timed median is "
+                      f"{timed_median_us:.1f} us (at most {PROFILE_OVER_TIMED_MAX:g}x + "
+                      f"{PROFILE_OVER_TIMED_SLACK_US:g} us): the timed calls ran other work than the profiled ones")
+    return note, ""
