@@ -361,3 +361,24 @@ def test_the_table_states_how_the_candidates_runner_ran_the_reference_against_ea
     header = to_csv(rows).splitlines()[0]
     assert "runner_reference_us" in header and "runner_reference_runs" in header and "runner_reference_ci_pct" in header
     assert "yardstick" not in to_markdown([dataclasses.replace(r, runner_reference_us=0.0) for r in rows], "t")
+
+
+def test_the_table_sets_the_profiled_kernels_beside_the_timed_median():
+    from cudagym.judge.records import EvalResult, EvalStatus, KernelTime, TimingStats
+    from cudagym.judge.task_check import TaskRow, row_of, to_csv, to_markdown
+    from cudagym.task import make_task
+
+    source = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+              "def get_inputs():\n    return []\ndef get_init_inputs():\n    return []\n")
+    task = make_task(source, id="L1/1_t", suite="test", level=1, name="t", origin="test")
+    result = EvalResult(status=EvalStatus.OK, candidate=TimingStats(median_us=100.0, runs=30),
+                        kernels=(KernelTime("k", 80.0, 1, 0.8), KernelTime("(other kernels)", 10.0, 2, 0.2)))
+    assert row_of(task, result).profiled_over_timed == pytest.approx(0.9)
+    assert row_of(task, dataclasses.replace(result, kernels=())).profiled_over_timed == 0.0  # not profiled
+    rows = [TaskRow(f"L1/{n}_t", 1, "ok", eager_us=100.0, compile_us=90.0, candidate_us=100.0,
+                    profiled_over_timed=fit) for n, fit in enumerate([0.9, 1.2, 0.0])]
+    text = to_markdown(rows, "t")
+    assert "The profiled forward's kernels / its timed median: median 1.050, range 0.900-1.200 (L1/1_t); 1 task(s) " \
+           "above 1" in text
+    assert "| 0.900 |" in text and "| - |" in text  # the unprofiled row shows a dash
+    assert "profiled_over_timed" in to_csv(rows).splitlines()[0]

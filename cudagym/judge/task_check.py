@@ -51,6 +51,9 @@ class TaskRow:
     # the reference as its candidate, above 1 + the protocol's threshold is a speedup tier the same code did not earn
     speedup_vs_eager: float = 0.0
     speedup_vs_compile: float = 0.0
+    # the profiled forward's kernel time over the candidate's timed median (0: not profiled on a GPU); what the
+    # ``decoy_kernels`` guard holds to at most 1.5x + 10 us
+    profiled_over_timed: float = 0.0
     eager_over_compile: float = 0.0  # eager / torch.compile: above 1, torch.compile is faster
     compile_s: float = 0.0  # torch.compile's first call (0: baselines came from the cache)
     peak_memory_gib: float = 0.0
@@ -93,7 +96,8 @@ def row_of(task: Task, result: EvalResult) -> TaskRow:
         runner_reference_runs=result.runner_reference.runs,
         runner_reference_ci_pct=result.runner_reference.ci95_halfwidth_pct,
         speedup_vs_eager=result.speedup_vs_eager,
-        speedup_vs_compile=result.speedup_vs_compile, eager_over_compile=eager / compiled if compiled > 0 else 0.0,
+        speedup_vs_compile=result.speedup_vs_compile, profiled_over_timed=_profiled_over_timed(result),
+        eager_over_compile=eager / compiled if compiled > 0 else 0.0,
         compile_s=cost.compile_s, peak_memory_gib=cost.peak_device_memory_bytes / GIB,
         reference_peak_gib=cost.reference_peak_bytes / GIB, compiled_peak_gib=cost.compiled_peak_bytes / GIB,
         input_output_gib=io_bytes / GIB, bound_gib=bound / GIB,
@@ -103,6 +107,13 @@ def row_of(task: Task, result: EvalResult) -> TaskRow:
         timing_s=cost.timing_s, profile_s=cost.profile_s, wall_s=result.wall_time_s,
         message=message[:MAX_MESSAGE_CHARS],
     )
+
+
+def _profiled_over_timed(result: EvalResult) -> float:
+    """The profiled forward's kernel time per forward over the candidate's timed median (0 without either)."""
+    kernel_us = sum(k.time_us for k in result.kernels)
+    median = result.candidate.median_us
+    return kernel_us / median if kernel_us > 0 and median > 0 else 0.0
 
 
 def _outlasted(log: str) -> list[str]:
@@ -151,21 +162,26 @@ def to_markdown(rows: Sequence[TaskRow], title: str, facts: RunFacts | None = No
              "and timed.", ""]
     lines += _phase_summary([r for r in rows if passed(r)], facts, threshold)
     lines += ["| task | status | eager us | compile us | ref-as-candidate us | runner's reference us (calls, "
-              "95% interval) | verdict vs eager | eager/compile | compile s | peak GiB "
+              "95% interval) | verdict vs eager | profiled/timed | eager/compile | compile s | peak GiB "
               "| ref peak GiB | compiled peak GiB | in+out GiB | bound GiB | over bound GiB | load s | check s "
               "| timing s | profile s | message |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         note = "" if passed(r) else r.message.replace("|", "/")
         own = (f"{r.runner_reference_us:.1f} ({r.runner_reference_runs}, +-{r.runner_reference_ci_pct:.1f}%)"
                if r.runner_reference_us > 0 else "-")
         lines.append(f"| {r.task_id} | {r.status} | {r.eager_us:.1f} | {r.compile_us:.1f} | {r.candidate_us:.1f} | "
-                     f"{own} | {r.speedup_vs_eager:.3f} | {r.eager_over_compile:.3f} | {r.compile_s:.1f} | "
+                     f"{own} | {r.speedup_vs_eager:.3f} | {_ratio(r.profiled_over_timed)} | "
+                     f"{r.eager_over_compile:.3f} | {r.compile_s:.1f} | "
                      f"{r.peak_memory_gib:.2f} | "
                      f"{r.reference_peak_gib:.2f} | {r.compiled_peak_gib:.2f} | {r.input_output_gib:.2f} | "
                      f"{r.bound_gib:.2f} | {r.over_bound_gib:.2f} | "
                      f"{r.load_s:.2f} | {r.check_s:.2f} | {r.timing_s:.2f} | {r.profile_s:.2f} | {note} |")
     return "\n".join(lines) + "\n"
+
+
+def _ratio(x: float) -> str:
+    return f"{x:.3f}" if x > 0 else "-"
 
 
 def _phase_summary(rows: Sequence[TaskRow], facts: RunFacts | None, threshold: float) -> list[str]:
@@ -204,6 +220,12 @@ def _phase_summary(rows: Sequence[TaskRow], facts: RunFacts | None, threshold: f
                          f"{statistics.median(v for v, _ in verdicts):.3f}, range {verdicts[0][0]:.3f}-"
                          f"{verdicts[-1][0]:.3f}; {len(free)} task(s) where the same code was judged more than "
                          f"{threshold:.0%} faster than eager, a tier it did not earn{': ' + named if free else ''}.")
+        fits = sorted((r.profiled_over_timed, r.task_id) for r in rows if r.profiled_over_timed > 0)
+        if fits:
+            lines.append(f"The profiled forward's kernels / its timed median: median "
+                         f"{statistics.median(f for f, _ in fits):.3f}, range {fits[0][0]:.3f}-{fits[-1][0]:.3f} "
+                         f"({fits[-1][1]}); {sum(f > 1.0 for f, _ in fits)} task(s) above 1 (`decoy_kernels` allows "
+                         "1.5x + 10 us on one stream).")
     if facts is not None and facts.evaluated and facts.wall_s > 0:
         rate = 3600.0 * facts.evaluated / (facts.wall_s * max(1, facts.gpus))
         lines.append(f"This run: {facts.evaluated} evaluations in {facts.wall_s:.0f} s of wall time on {facts.gpus} "
