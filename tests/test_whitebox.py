@@ -630,6 +630,7 @@ def test_the_honest_base_passes_every_guard_but_fallback(pool: WorkerPool) -> No
     honest = textwrap.dedent(BASE) + "\nModelNew.forward = ModelNew._right\n"
     result = judge(pool, honest, mode=EvalMode.PROFILE, guards=EVERY_GUARD_BUT_FALLBACK)
     assert result.status is EvalStatus.OK, result.message + result.log[-3000:]
+    assert "profiler_start" not in result.log  # torch's profiler talks at every profile: not the candidate's output
     wrong = judge(pool, candidate(""))
     assert_minus_one(wrong, EvalStatus.INCORRECT)
 

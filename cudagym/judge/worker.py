@@ -33,6 +33,7 @@ import json
 import logging
 import os
 import queue
+import re
 import secrets
 import select
 import shutil
@@ -448,7 +449,7 @@ class _Worker:
             return _Outcome(_result(job, EvalStatus.RUNTIME_ERROR, f"the worker sent a malformed result ({exc}); "
                                     "candidate code must not write to the judge's channels", text), True)
         self.jobs_done += 1
-        captured = self.output.take(seq, 2.0).text()  # capped to the policy's log_bytes
+        captured = without_profiler_chatter(self.output.take(seq, 2.0).text())  # capped to the policy's log_bytes
         if captured.strip():
             result = dataclasses.replace(result, log=f"{result.log}\n--- output of the job ---\n{captured}".lstrip())
         if not healthy and result.status is EvalStatus.OK:
@@ -559,7 +560,7 @@ class _Runner:
         reason = self.watch.violation or self.violation
         if kill_and_reap(self.proc) is None:
             log.error("runner %d did not die after SIGKILL", self.proc.pid)
-        captured = self.output.take(-2, 2.0).text()
+        captured = without_profiler_chatter(self.output.take(-2, 2.0).text())
         if captured.strip():
             result = dataclasses.replace(result, log=f"{result.log}\n--- output of the job ---\n{captured}".lstrip())
         if result.status in (EvalStatus.CRASHED, EvalStatus.RUNTIME_ERROR, EvalStatus.TIMEOUT) and (
@@ -993,3 +994,13 @@ def _end_output(token: str, seq: int) -> None:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# what torch's profiler library (kineto) prints on its own at every profile's start and stop in some builds
+PROFILER_CHATTER = re.compile(
+    r"^USDT:\S+ \S+ \d+:\d+ SyncActivityProfilerHandler\.cpp:\d+\] profiler_(?:start|stop)\n?", re.MULTILINE)
+
+
+def without_profiler_chatter(text: str) -> str:
+    """The job's output without the lines torch's profiler prints by itself when the judge profiles a forward."""
+    return PROFILER_CHATTER.sub("", text)
