@@ -760,6 +760,17 @@ def test_20_a_forward_that_changes_under_the_profiler_is_wrong(pool: WorkerPool)
         assert "outputs of the profiled forwards did not match" in result.message, result.message
 
 
+@pytest.mark.parametrize(("under_profiler", "status"), [
+    ('raise RuntimeError("no profiling, thanks")', EvalStatus.RUNTIME_ERROR),  # the candidate's failure, not infra
+    ("return (self._right(x), self._right(x))", EvalStatus.INCORRECT),  # another structure: named, not a crash
+])
+def test_20_a_forward_that_fails_only_under_the_profiler_is_its_failure(pool: WorkerPool, under_profiler: str,
+                                                                         status: EvalStatus) -> None:
+    code = TELLS_PROFILED_FROM_OTHERS.replace("return self._wrong(x)", under_profiler)
+    result = judge(pool, code, mode=EvalMode.SUBMIT, guards=EVERY_GUARD_BUT_FALLBACK, baselines=CACHED)
+    assert_minus_one(result, status)
+
+
 # (18) The reference imported at run time, out of the static scan's sight: model_new.py writes the task's source
 # to model.py in its own folder and loads it by a dotted name built from pieces (``pkgutil``, no ``import model``,
 # no ``Model`` name), then runs the reference's forward on its own weights. Only the loaded-module check of
