@@ -323,9 +323,9 @@ class EvalContext:
     def kernel_events(self) -> list[DeviceEvent]:
         """Device events of :data:`PROFILE_REPEATS` candidate forwards on the first input set (cached).
 
-        The profiled forwards are checked like timed ones: the last one's outputs are compared here with the
-        reference's on the same inputs, so a candidate that computes otherwise while a profiler watches is wrong
-        (a spot failure), not a clean profile.
+        The profiled forwards are checked like timed ones: one call's outputs (the last one's; the first one's
+        where the task's forward writes its inputs) are compared here with the reference's on the same inputs, so
+        a candidate that computes otherwise while a profiler watches is wrong (a spot failure), not a clean profile.
         """
         if self._kernel_events is None:
             seed = self.protocol.seed

@@ -387,7 +387,7 @@ class _Server:
         return _RunnerBracket(self, request, int(request["round"]))
 
     def _profile(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Profiled forwards on the trusted side's inputs; their device events and the last one's outputs."""
+        """Profiled forwards on the trusted side's inputs; their device events and the kept call's outputs."""
         from cudagym.judge.harness.context import PROFILE_REPEATS
         from cudagym.judge.harness.profiling import profile_forward
 
