@@ -52,7 +52,7 @@ class TaskRow:
     speedup_vs_eager: float = 0.0
     speedup_vs_compile: float = 0.0
     # the profiled forward's kernel time over the candidate's timed median (0: not profiled on a GPU); what the
-    # ``decoy_kernels`` guard holds to at most 1.5x + 10 us
+    # ``decoy_kernels`` guard bounds (:data:`~cudagym.judge.guards.kernels.PROFILE_OVER_TIMED_MAX`)
     profiled_over_timed: float = 0.0
     eager_over_compile: float = 0.0  # eager / torch.compile: above 1, torch.compile is faster
     compile_s: float = 0.0  # torch.compile's first call (0: baselines came from the cache)
@@ -222,10 +222,12 @@ def _phase_summary(rows: Sequence[TaskRow], facts: RunFacts | None, threshold: f
                          f"{threshold:.0%} faster than eager, a tier it did not earn{': ' + named if free else ''}.")
         fits = sorted((r.profiled_over_timed, r.task_id) for r in rows if r.profiled_over_timed > 0)
         if fits:
+            from cudagym.judge.guards.kernels import PROFILE_OVER_TIMED_MAX, PROFILE_OVER_TIMED_SLACK_US
+
             lines.append(f"The profiled forward's kernels / its timed median: median "
                          f"{statistics.median(f for f, _ in fits):.3f}, range {fits[0][0]:.3f}-{fits[-1][0]:.3f} "
                          f"({fits[-1][1]}); {sum(f > 1.0 for f, _ in fits)} task(s) above 1 (`decoy_kernels` allows "
-                         "1.5x + 10 us on one stream).")
+                         f"{PROFILE_OVER_TIMED_MAX:g}x + {PROFILE_OVER_TIMED_SLACK_US:g} us on one stream).")
     if facts is not None and facts.evaluated and facts.wall_s > 0:
         rate = 3600.0 * facts.evaluated / (facts.wall_s * max(1, facts.gpus))
         lines.append(f"This run: {facts.evaluated} evaluations in {facts.wall_s:.0f} s of wall time on {facts.gpus} "

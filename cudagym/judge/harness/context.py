@@ -46,7 +46,6 @@ from cudagym.judge.records import InputCheck, KernelTime, TimingStats, Violation
 from cudagym.judge.split.channel import RunnerLost
 
 PROFILE_REPEATS = 3  # forward passes per kernel profile
-PROFILED_CALL = "profiled call"  # how a spot failure of the profiled forwards begins
 
 
 @dataclass
@@ -107,7 +106,8 @@ class EvalContext:
         self.speedup_vs_eager = 0.0
         self.speedup_vs_compile = 0.0
         self.compile_error = ""  # why the torch.compile baseline was not timed (its exception's line)
-        self.spot_failures: list[str] = []
+        self.spot_failures: list[str] = []  # timed (and audited) calls after the correctness runs that were wrong
+        self.profiled_failures: list[str] = []  # the profiled forwards, when their outputs were wrong
         self.flag_changes: list[str] = []  # torch switches the candidate changed during timing
         self.kernels: tuple[KernelTime, ...] = ()
         self.started = time.monotonic()
@@ -341,7 +341,8 @@ class EvalContext:
                 model = self.cand_model
                 events, outputs = self.call_candidate(
                     lambda: profile_forward(lambda: model(*args), self.device, PROFILE_REPEATS, keep), "forward")
-                args = self.make_inputs(seed)  # the candidate held the first ones: the reference gets its own
+                args.clear()  # the candidate had these (one set at a time on the device): the reference gets its own
+                args = self.make_inputs(seed)
             self._check_profiled(seed, args, outputs)
             self._kernel_events = events
         return self._kernel_events
@@ -352,7 +353,7 @@ class EvalContext:
         check = compare_outputs(reference, outputs, self.tolerance, seed=seed)
         self.poison_results(reference)
         if not check.passed:
-            self.spot_failures.append(f"{PROFILED_CALL} (seed {seed}): {check.message}")
+            self.profiled_failures.append(f"seed {seed}: {check.message}")
 
     def forget_kernel_events(self) -> None:
         """Drop the cached kernel profile; the next :meth:`kernel_events` profiles again."""

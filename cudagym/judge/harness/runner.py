@@ -27,7 +27,7 @@ import torch
 from cudagym.errors import ConfigError
 from cudagym.judge.guards.base import select_guards, sided
 from cudagym.judge.harness import COMPILE_FAILED_PREFIX, CONTEXT_POISONED_MARKER, CUDA_ERROR_PREFIX
-from cudagym.judge.harness.context import PROFILE_REPEATS, PROFILED_CALL, EvalContext
+from cudagym.judge.harness.context import PROFILE_REPEATS, EvalContext
 from cudagym.judge.harness.correctness import compare_outputs
 from cudagym.judge.harness.failures import (
     CandidateFailure,
@@ -186,11 +186,12 @@ def _pipeline(ctx: EvalContext, stack: ExitStack) -> tuple[EvalStatus, str]:
 
 def _spot_verdict(ctx: EvalContext) -> tuple[EvalStatus, str] | None:
     """INCORRECT when outputs checked after the correctness runs (timed, audited, profiled) were wrong."""
-    if not ctx.spot_failures:
-        return None
-    first = ctx.spot_failures[0]
-    where = "of the profiled forwards" if first.startswith(PROFILED_CALL) else "during timing"
-    return EvalStatus.INCORRECT, f"outputs {where} did not match the reference: {first}"
+    if ctx.spot_failures:
+        return EvalStatus.INCORRECT, "outputs during timing did not match the reference: " + ctx.spot_failures[0]
+    if ctx.profiled_failures:
+        return EvalStatus.INCORRECT, ("outputs of the profiled forwards did not match the reference: "
+                                      + ctx.profiled_failures[0])
+    return None
 
 
 def _checked(ctx: EvalContext) -> tuple[EvalStatus, str] | None:
