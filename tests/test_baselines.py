@@ -373,12 +373,14 @@ def test_the_table_sets_the_profiled_kernels_beside_the_timed_median():
     task = make_task(source, id="L1/1_t", suite="test", level=1, name="t", origin="test")
     result = EvalResult(status=EvalStatus.OK, candidate=TimingStats(median_us=100.0, runs=30),
                         kernels=(KernelTime("k", 80.0, 1, 0.8), KernelTime("(other kernels)", 10.0, 2, 0.2)))
-    assert row_of(task, result).profiled_over_timed == pytest.approx(0.9)
+    assert row_of(task, result).profiled_over_timed == pytest.approx(0.9)  # a result without busy time: summed
+    # the busy GPU time where the harness measured it (overlapping kernels once)
+    assert row_of(task, dataclasses.replace(result, kernel_busy_us=70.0)).profiled_over_timed == pytest.approx(0.7)
     assert row_of(task, dataclasses.replace(result, kernels=())).profiled_over_timed == 0.0  # not profiled
     rows = [TaskRow(f"L1/{n}_t", 1, "ok", eager_us=100.0, compile_us=90.0, candidate_us=100.0,
                     profiled_over_timed=fit) for n, fit in enumerate([0.9, 1.2, 0.0])]
     text = to_markdown(rows, "t")
-    assert "The profiled forward's kernels / its timed median: median 1.050, range 0.900-1.200 (L1/1_t); 1 task(s) " \
-           "above 1" in text
+    assert ("The profiled forward's busy GPU time / its timed median: median 1.050, range 0.900-1.200 (L1/1_t); "
+            "1 task(s) above 1") in text
     assert "| 0.900 |" in text and "| - |" in text  # the unprofiled row shows a dash
     assert "profiled_over_timed" in to_csv(rows).splitlines()[0]

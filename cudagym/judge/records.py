@@ -241,6 +241,8 @@ class EvalResult:
     speedup_vs_eager: float = 0.0  # eager median / candidate median; 0 when not timed
     speedup_vs_compile: float = 0.0
     kernels: tuple[KernelTime, ...] = ()
+    # the profiled forward's busy GPU time (its kernels' intervals' union: overlapping kernels once); 0 unprofiled
+    kernel_busy_us: float = 0.0
     protocol_id: str = ""
     hardware: Hardware = field(default_factory=Hardware)
     wall_time_s: float = 0.0

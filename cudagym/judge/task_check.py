@@ -110,8 +110,11 @@ def row_of(task: Task, result: EvalResult) -> TaskRow:
 
 
 def _profiled_over_timed(result: EvalResult) -> float:
-    """The profiled forward's kernel time per forward over the candidate's timed median (0 without either)."""
-    kernel_us = sum(k.time_us for k in result.kernels)
+    """The profiled forward's busy GPU time over the candidate's timed median (0 without either).
+
+    A result without a busy time (from an older harness) gives its kernels' summed times instead.
+    """
+    kernel_us = result.kernel_busy_us or sum(k.time_us for k in result.kernels)
     median = result.candidate.median_us
     return kernel_us / median if kernel_us > 0 and median > 0 else 0.0
 
@@ -224,10 +227,11 @@ def _phase_summary(rows: Sequence[TaskRow], facts: RunFacts | None, threshold: f
         if fits:
             from cudagym.judge.guards.kernels import PROFILE_OVER_TIMED_MAX, PROFILE_OVER_TIMED_SLACK_US
 
-            lines.append(f"The profiled forward's kernels / its timed median: median "
+            lines.append(f"The profiled forward's busy GPU time / its timed median: median "
                          f"{statistics.median(f for f, _ in fits):.3f}, range {fits[0][0]:.3f}-{fits[-1][0]:.3f} "
                          f"({fits[-1][1]}); {sum(f > 1.0 for f, _ in fits)} task(s) above 1 (`decoy_kernels` allows "
-                         f"{PROFILE_OVER_TIMED_MAX:g}x + {PROFILE_OVER_TIMED_SLACK_US:g} us on one stream).")
+                         f"{PROFILE_OVER_TIMED_MAX:g}x + {PROFILE_OVER_TIMED_SLACK_US:g} us, in a profile and its "
+                         f"retake).")
     if facts is not None and facts.evaluated and facts.wall_s > 0:
         rate = 3600.0 * facts.evaluated / (facts.wall_s * max(1, facts.gpus))
         lines.append(f"This run: {facts.evaluated} evaluations in {facts.wall_s:.0f} s of wall time on {facts.gpus} "

@@ -53,12 +53,10 @@ class SuspiciousSpeedup(Guard):
     def _check_profile(self, ctx: EvalContext) -> None:
         if not ctx.on_gpu or ctx.protocol.timing != "cuda_events":
             return
-        from cudagym.judge.harness.context import PROFILE_REPEATS
-
         cand = ctx.timed.get("candidate")
         if cand is None or not cand.measured:
             return
-        kernel_us = sum(e.duration_us for e in ctx.kernel_events()) / PROFILE_REPEATS
+        kernel_us = ctx.kernel_profile().busy_per_forward_us  # overlapping kernels counted once
         if kernel_us > KERNEL_OVER_EVENT_MAX * cand.median_us:
             ctx.flag(self.name, f"the profiler saw {kernel_us:.1f} us of GPU work per forward but the timed "
                      f"median is {cand.median_us:.1f} us: the timing did not see the work")

@@ -37,7 +37,7 @@ from cudagym.judge.harness.inputs import clone_tree, generate_inputs, poison_tre
 from cudagym.judge.harness.integrity import PRISTINE, AttributeSnapshot, TorchFlags, protocol_flags
 from cudagym.judge.harness.loading import Reference
 from cudagym.judge.harness.memory import DeviceMemoryMeter, PhaseClock, any_negative
-from cudagym.judge.harness.profiling import DeviceEvent, profile_forward
+from cudagym.judge.harness.profiling import DeviceEvent, KernelProfile, profile_forward
 from cudagym.judge.harness.scrub import scrub_free_blocks
 from cudagym.judge.harness.timing import Cover, TimingRun
 from cudagym.judge.job import Job
@@ -110,9 +110,10 @@ class EvalContext:
         self.profiled_failures: list[str] = []  # the profiled forwards, when their outputs were wrong
         self.flag_changes: list[str] = []  # torch switches the candidate changed during timing
         self.kernels: tuple[KernelTime, ...] = ()
+        self.kernel_busy_us = 0.0  # the profiled forward's busy GPU time (overlapping kernels once)
         self.started = time.monotonic()
         self.output_dtype = torch.float32  # of the reference's first output: the scrub pattern's dtype
-        self._kernel_events: list[DeviceEvent] | None = None
+        self._kernel_profile: KernelProfile | None = None
         self._model_ptrs: set[int] | None = None
         self.cover: Cover | None = None  # the protocol's launch cover, when it has one (setup_cover)
         self.meter = DeviceMemoryMeter(device)  # replaced by a started one when the evaluation starts
@@ -321,13 +322,17 @@ class EvalContext:
         return PRISTINE.current_stream(self.device) if self.on_gpu else None
 
     def kernel_events(self) -> list[DeviceEvent]:
-        """Device events of :data:`PROFILE_REPEATS` candidate forwards on the first input set (cached).
+        """The device events of :meth:`kernel_profile`, one row per kernel name and stream."""
+        return list(self.kernel_profile().events)
+
+    def kernel_profile(self) -> KernelProfile:
+        """The profile of :data:`PROFILE_REPEATS` candidate forwards on the first input set (cached).
 
         The profiled forwards are checked like timed ones: one call's outputs (the last one's; the first one's
         where the task's forward writes its inputs) are compared here with the reference's on the same inputs, so
         a candidate that computes otherwise while a profiler watches is wrong (a spot failure), not a clean profile.
         """
-        if self._kernel_events is None:
+        if self._kernel_profile is None:
             seed = self.protocol.seed
             # the candidate is warm by now (after its correctness runs or timing): every profiled call counts;
             # where the task's forward writes its inputs, the first call's outputs are the ones checked
@@ -335,17 +340,18 @@ class EvalContext:
             args = self.make_inputs(seed)
             if self.remote is not None:
                 remote_model: Any = self.cand_model
-                events, outputs = remote_model.profile(args, keep)  # the runner works on a copy in its arena
+                profile, outputs = remote_model.profile(args, keep)  # the runner works on a copy in its arena
             else:
                 assert self.cand_model is not None
                 model = self.cand_model
                 events, outputs = self.call_candidate(
                     lambda: profile_forward(lambda: model(*args), self.device, PROFILE_REPEATS, keep), "forward")
+                profile = KernelProfile.of(events if self.on_gpu else [], PROFILE_REPEATS)
                 args.clear()  # the candidate had these (one set at a time on the device): the reference gets its own
                 args = self.make_inputs(seed)
             self._check_profiled(seed, args, outputs)
-            self._kernel_events = events
-        return self._kernel_events
+            self._kernel_profile = profile
+        return self._kernel_profile
 
     def _check_profiled(self, seed: int, args: list[Any], outputs: Any) -> None:
         """The profiled forwards' outputs against the reference's; a mismatch is a spot failure."""
@@ -356,8 +362,8 @@ class EvalContext:
             self.profiled_failures.append(f"seed {seed}: {check.message}")
 
     def forget_kernel_events(self) -> None:
-        """Drop the cached kernel profile; the next :meth:`kernel_events` profiles again."""
-        self._kernel_events = None
+        """Drop the cached kernel profile; the next :meth:`kernel_profile` profiles again."""
+        self._kernel_profile = None
 
     def elapsed_s(self) -> float:
         """Seconds since this evaluation started."""
@@ -368,7 +374,7 @@ class EvalContext:
         self.ref_model = None
         self.cand_model = None
         self._model_ptrs = None
-        self._kernel_events = None
+        self._kernel_profile = None
 
     def model_storage_ptrs(self) -> set[int]:
         """Storage addresses of every parameter and buffer of both models (never poisoned)."""

@@ -25,12 +25,82 @@ OTHER = "(other kernels)"
 
 @dataclass(frozen=True)
 class DeviceEvent:
-    """One piece of GPU activity."""
+    """One piece of GPU activity, or ``calls`` of them with one name on one stream (their summed duration).
+
+    ``start_us``: when it started on the profiler's clock (-1.0 when unknown, as for a condensed row).
+    """
 
     name: str
     duration_us: float
     stream: int
     is_memory_op: bool
+    calls: int = 1
+    start_us: float = -1.0
+
+
+@dataclass(frozen=True)
+class KernelProfile:
+    """What the profiler saw of ``repeats`` forwards: one event row per name and stream, and the GPU's busy time.
+
+    ``busy_us`` is the union of the activities' intervals: kernels that overlap (on several streams, or on one
+    with programmatic dependent launch, which cuBLAS and cuDNN use on Hopper) count once, unlike in the sum of the
+    rows' durations.
+    """
+
+    events: tuple[DeviceEvent, ...]
+    busy_us: float
+    repeats: int
+
+    @classmethod
+    def of(cls, events: list[DeviceEvent], repeats: int, limit: int = 2000) -> KernelProfile:
+        """The profile of raw device events: condensed to at most ``limit`` rows, busy time from their intervals."""
+        return cls(events=tuple(condense(events, limit)), busy_us=busy_us(events), repeats=repeats)
+
+    @property
+    def busy_per_forward_us(self) -> float:
+        """Busy time per forward (0.0 without forwards)."""
+        return self.busy_us / self.repeats if self.repeats > 0 else 0.0
+
+    @property
+    def summed_per_forward_us(self) -> float:
+        """The rows' durations summed, per forward (overlapping activity counted twice)."""
+        return sum(e.duration_us for e in self.events) / self.repeats if self.repeats > 0 else 0.0
+
+
+def busy_us(events: list[DeviceEvent]) -> float:
+    """How long the device was busy: the union of the events' intervals (an event without a start adds its duration)."""
+    spans = sorted((e.start_us, e.start_us + max(e.duration_us, 0.0)) for e in events if e.start_us >= 0)
+    total = sum(max(e.duration_us, 0.0) for e in events if e.start_us < 0)
+    end = -1.0
+    for start, stop in spans:
+        if stop <= end:
+            continue
+        total += stop - max(start, end)
+        end = stop
+    return total
+
+
+def condense(events: list[DeviceEvent], limit: int) -> list[DeviceEvent]:
+    """One row per (name, stream, memory op) with summed durations and counts, largest first.
+
+    Rows past ``limit`` are summed into one :data:`OTHER` row (whose name no guard takes for the candidate's kernel).
+    """
+    time_us: dict[tuple[str, int, bool], float] = defaultdict(float)
+    calls: dict[tuple[str, int, bool], int] = defaultdict(int)
+    for event in events:
+        key = (event.name, event.stream, event.is_memory_op)
+        time_us[key] += event.duration_us
+        calls[key] += event.calls
+    keys = sorted(time_us, key=lambda k: time_us[k], reverse=True)
+    rows = [DeviceEvent(k[0], time_us[k], k[1], k[2], calls[k]) for k in keys[:max(limit - 1, 0)]]
+    rest = keys[len(rows):]
+    if len(rest) == 1:
+        k = rest[0]
+        rows.append(DeviceEvent(k[0], time_us[k], k[1], k[2], calls[k]))
+    elif rest:
+        rows.append(DeviceEvent(OTHER, sum(time_us[k] for k in rest), rest[0][1], False,
+                                sum(calls[k] for k in rest)))
+    return rows
 
 
 @contextlib.contextmanager
@@ -64,6 +134,7 @@ def device_events(prof: Any) -> list[DeviceEvent]:
                 duration_us=float(event.time_range.elapsed_us()),
                 stream=int(getattr(event, "device_resource_id", 0) or 0),
                 is_memory_op=name.startswith(("Memcpy", "Memset")),
+                start_us=max(float(event.time_range.start), 0.0),
             )
         )
     return found
@@ -107,7 +178,7 @@ def breakdown(events: list[DeviceEvent], repeats: int, limit: int = MAX_KERNELS)
     calls: dict[str, int] = defaultdict(int)
     for event in events:
         time_us[event.name] += event.duration_us
-        calls[event.name] += 1
+        calls[event.name] += event.calls
     total = sum(time_us.values())
     if total <= 0 or repeats <= 0:
         return ()

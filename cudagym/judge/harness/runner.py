@@ -870,8 +870,10 @@ def _post_timing_check(ctx: EvalContext) -> None:
 
 
 def _profile(ctx: EvalContext) -> None:
-    events = ctx.kernel_events()  # on the CPU too: the profiled forwards' outputs are checked either way
-    ctx.kernels = breakdown(events, PROFILE_REPEATS) if ctx.on_gpu else ()
+    profile = ctx.kernel_profile()  # on the CPU too: the profiled forwards' outputs are checked either way
+    if ctx.on_gpu:
+        ctx.kernels = breakdown(list(profile.events), PROFILE_REPEATS)
+        ctx.kernel_busy_us = profile.busy_per_forward_us
 
 
 # ------------------------------------------------------------------------------------------ the verdict
@@ -945,6 +947,7 @@ def _result(ctx: EvalContext, status: EvalStatus, message: str, wall_s: float, p
         speedup_vs_eager=ctx.speedup_vs_eager,
         speedup_vs_compile=ctx.speedup_vs_compile,
         kernels=ctx.kernels,
+        kernel_busy_us=ctx.kernel_busy_us,
         protocol_id=ctx.protocol.id,
         hardware=hardware,
         wall_time_s=wall_s,

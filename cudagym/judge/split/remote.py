@@ -23,7 +23,7 @@ import torch
 
 from cudagym.judge.harness.failures import CandidateFailure
 from cudagym.judge.harness.inputs import tensors_in
-from cudagym.judge.harness.profiling import DeviceEvent
+from cudagym.judge.harness.profiling import DeviceEvent, KernelProfile
 from cudagym.judge.harness.timing import Measurement
 from cudagym.judge.split.arena import Arena, Slot, layout, new_arena, place, views
 from cudagym.judge.split.channel import Channel, RunnerLost
@@ -432,21 +432,27 @@ class RemoteModel:
                 break
         return kept
 
-    def profile(self, args: list[Any], keep: str = "last") -> tuple[list[DeviceEvent], Any]:
+    def profile(self, args: list[Any], keep: str = "last") -> tuple[KernelProfile, Any]:
         """The runner's kernel profile of the candidate on ``args`` (as it reports it), and one call's outputs.
 
         The runner profiles forwards on its copy of ``args`` and hands back the ``keep`` (``"last"`` or
         ``"first"``) one's outputs, for the trusted side to compare with the reference's like any other call's.
         """
+        from cudagym.judge.harness.context import PROFILE_REPEATS
+
         spec = self._place(tuple(args))
         reply = self.link.request({"kind": "profile", "args": spec, "outputs": [s.to_json() for s in self.out_slots],
                                    "container": self.container, "keep": keep}, expect="profile")
         try:
-            events = [DeviceEvent(str(e["name"])[:300], float(e["duration_us"]), _count(e.get("stream", 0)),
-                                  bool(e["is_memory_op"])) for e in reply["events"][:5000]]
+            events = tuple(DeviceEvent(str(e["name"])[:300], max(_number(e["duration_us"]), 0.0),
+                                       _count(e.get("stream", 0)), bool(e["is_memory_op"]),
+                                       max(1, _count(e.get("calls", 1)))) for e in reply["events"][:5000])
+            busy = float(reply["busy_us"])
         except (KeyError, TypeError, ValueError) as exc:
             raise RunnerLost(f"the runner sent a malformed profile ({exc})") from None
-        return events, self._collect(reply)
+        if not math.isfinite(busy) or busy < 0:
+            raise RunnerLost(f"the runner sent a malformed profile (busy time {busy!r})")
+        return KernelProfile(events=events, busy_us=busy, repeats=PROFILE_REPEATS), self._collect(reply)
 
     def hook(self, name: str) -> None:
         """Run the runner's side of a guard hook (``after_correctness``, ``after_timing``)."""

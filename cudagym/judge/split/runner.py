@@ -34,6 +34,7 @@ from cudagym.judge.split.channel import Channel, RunnerLost
 # what the runner's start spends its time on, in order (reported to the trusted side, which notes it)
 LOAD_STAGES = ("setup", "source checks", "reference", "candidate module", "models", "guards")
 START_STAGE = "start to ready"  # the runner's own start: from its process's birth to ready (imports, CUDA up)
+PROFILE_ROWS = 2000  # rows of a profile reply (one per kernel name and stream); the smallest beyond are summed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -387,20 +388,23 @@ class _Server:
         return _RunnerBracket(self, request, int(request["round"]))
 
     def _profile(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Profiled forwards on the trusted side's inputs; their device events and the kept call's outputs."""
+        """Profiled forwards on the trusted side's inputs, and what they did.
+
+        The reply holds their device activity, one row per kernel name and stream (every event counted, however
+        many), the GPU's busy time, and the kept call's outputs.
+        """
         from cudagym.judge.harness.context import PROFILE_REPEATS
-        from cudagym.judge.harness.profiling import profile_forward
+        from cudagym.judge.harness.profiling import KernelProfile, profile_forward
 
         ctx = self.ctx
         model, args = ctx.cand_model, self._args(request)
         keep = "first" if request.get("keep") == "first" else "last"
         events, outputs = ctx.call_candidate(
             lambda: profile_forward(lambda: model(*args), ctx.device, PROFILE_REPEATS, keep), "forward")
-        if not ctx.on_gpu:
-            events = []
-        return {"kind": "profile", "problem": self._deliver(request, outputs), "events": [
-            {"name": e.name[:300], "duration_us": _finite(e.duration_us), "stream": int(e.stream),
-             "is_memory_op": bool(e.is_memory_op)} for e in events[:5000]]}
+        profile = KernelProfile.of(events if ctx.on_gpu else [], PROFILE_REPEATS, limit=PROFILE_ROWS)
+        return {"kind": "profile", "problem": self._deliver(request, outputs), "busy_us": _finite(profile.busy_us),
+                "events": [{"name": e.name[:300], "duration_us": _finite(e.duration_us), "stream": int(e.stream),
+                            "is_memory_op": bool(e.is_memory_op), "calls": int(e.calls)} for e in profile.events]}
 
     def _hook(self, name: str) -> dict[str, Any]:
         if name not in ("after_correctness", "after_timing"):
