@@ -293,6 +293,8 @@ def describe(result: EvalResult) -> dict[str, Any]:
     return {"status": result.status.value, "message": result.message, "cost": dataclasses.asdict(cost),
             "peak_gib": round(cost.peak_device_memory_bytes / GIB, 3), "bound_gib": round(bound / GIB, 3),
             "over_bound_gib": round((cost.peak_device_memory_bytes - bound) / GIB, 3),
+            "allocated_peak_gib": round(cost.peak_allocated_bytes / GIB, 3),
+            "allocated_over_bound_gib": round((cost.peak_allocated_bytes - bound) / GIB, 3),
             "runner_peak_gib": round(cost.runner_peak_device_memory_bytes / GIB, 3),
             "memory_notes": [n for n in result.notes if "device memory" in n]}
 

@@ -285,6 +285,17 @@ def test_a_row_says_what_a_failed_task_lacks():
     assert "Reference as candidate / eager (the same code, two clocks): median 0.900, range 0.900-0.900; 1 task(s) " \
            "with a baseline whose host outlasted its cover." in summary
     assert row.over_bound_gib == 0.0  # no reference peak was measured: no excess is claimed
+    assert timed.allocated_peak_gib == 0.0 and "(" not in to_markdown([timed], "t").splitlines()[-1].split("|")[16]
+    # L1/42 on the H200: a freed 4 GiB block held a 2 GiB output, so the allocator reserved one more 4 GiB segment
+    # for the next round's 4 GiB temporary; the live tensors stayed inside the bound
+    fragmented = dataclasses.replace(split, peak_device_memory_bytes=11 << 30, peak_allocated_bytes=17 << 29)
+    row_f = row_of(task, EvalResult(EvalStatus.OK, "correct", eager=stats(10.0), compiled=stats(4.0),
+                                    cost=fragmented))
+    assert (row_f.over_bound_gib, row_f.allocated_peak_gib, row_f.allocated_over_bound_gib) == (2.0, 8.5, -0.5)
+    text = to_markdown([timed, row_f], "t")
+    assert "| 9.00 | 2.00 (-0.50) |" in text
+    assert ("largest excess over the bound 2.00 GiB (reserved by the allocator); counting live allocations only, "
+            "-0.50 GiB (bundled/") in text and "0 of 1 task(s) over." in text
     text = to_markdown([row, timed], "t")
     assert "2 tasks: 1 ok, 1 task_too_large; 1 loaded, checked and timed." in text
     assert "the task does not fit / in this GPU's memory" in text  # a pipe would break the table

@@ -113,6 +113,7 @@ def test_a_2_gib_task_stays_within_the_bound_in_one_process(tmp_path, monkeypatc
     assert cost.arena_bytes == cost.runner_peak_device_memory_bytes == 0  # no split here
     r, s, o = cost.reference_peak_bytes, cost.input_set_bytes, cost.output_set_bytes
     assert 6 * GIB < cost.peak_device_memory_bytes <= r + s + o + SMALL
+    assert 6 * GIB < cost.peak_allocated_bytes <= cost.peak_device_memory_bytes  # live tensors, within the reserved
     assert cost.device_memory_total_bytes > cost.peak_device_memory_bytes
 
 
@@ -185,6 +186,7 @@ def test_a_2_gib_task_stays_within_the_bound_in_the_split_both_processes_and_the
     assert s == o == 2 * GIB and r >= 4 * GIB
     assert s + o <= cost.arena_bytes <= s + o + 4 * MIB  # two arenas, each rounded to the 2 MiB granularity
     assert cost.peak_device_memory_bytes <= r + s + 2 * o + SMALL
+    assert cost.arena_bytes < cost.peak_allocated_bytes <= cost.peak_device_memory_bytes  # the arenas counted in both
     # the runner's candidate is the reference on the arena's input (R - S) + its own profile input draw (S)
     assert 2 * GIB <= cost.runner_peak_device_memory_bytes <= r + o + SMALL
     # The whole device: both processes' bounds and the CUDA contexts of the processes alive (the worker, its

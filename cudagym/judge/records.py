@@ -212,6 +212,9 @@ class EvalCost:
     """
 
     peak_device_memory_bytes: int = 0
+    # the same peak counting live allocations only: the reserved peak less the allocator's cached, unused blocks
+    # (which it gives back before it fails an allocation); 0 where not measured
+    peak_allocated_bytes: int = 0
     device_memory_total_bytes: int = 0
     runner_peak_device_memory_bytes: int = 0  # the split's runner: its own allocator's peak (what it reported)
     arena_bytes: int = 0  # the split's two shared arenas (input set and output set), part of the peak above

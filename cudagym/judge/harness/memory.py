@@ -196,14 +196,19 @@ class DeviceMemoryMeter:
     The peak is ``torch.cuda.max_memory_reserved`` (what the job held through torch's allocator, which
     bounds what it allocated) plus what ``outside`` reports: device memory this process holds outside that
     allocator (the split's arenas, CUDA VMM allocations torch does not see), at its most. On the CPU test
-    path it reads 0.
+    path it reads 0. The allocated peak (``torch.cuda.max_memory_allocated``, the same ``outside`` added) is what
+    the job's live tensors needed at most: the reserved peak less the cache's unused blocks, which the allocator
+    gives back and retries before it fails an allocation (a freed block that no later size fits counts in the
+    reserved peak, not in this one).
     """
 
     device: torch.device
     total_bytes: int = 0
     outside: Callable[[], int] | None = None
     phase_peaks: dict[str, int] = field(default_factory=dict)  # torch's reserved peak per ended phase
+    phase_allocated: dict[str, int] = field(default_factory=dict)  # torch's allocated peak per ended phase
     _ended_peak: int = 0  # the largest of those: torch's own counter restarts at each phase's end
+    _ended_allocated: int = 0
 
     @classmethod
     def start(cls, device: torch.device, outside: Callable[[], int] | None = None) -> DeviceMemoryMeter:
@@ -225,6 +230,16 @@ class DeviceMemoryMeter:
             reserved = 0
         return max(reserved, self._ended_peak) + (self.outside() if self.outside is not None else 0)
 
+    def peak_allocated_bytes(self) -> int:
+        """Peak bytes of live allocations since :meth:`start`, ``outside`` included (0 on the CPU or unreadable)."""
+        if self.device.type != "cuda":
+            return 0
+        try:
+            allocated = int(torch.cuda.max_memory_allocated(self.device))
+        except Exception:  # a poisoned context cannot answer; the verdict must still come back
+            allocated = 0
+        return max(allocated, self._ended_allocated) + (self.outside() if self.outside is not None else 0)
+
     def end_phase(self, name: str, min_cached_bytes: int = 1 << 30) -> None:
         """Phase ``name`` is over: keep its peak, give cached blocks back (:meth:`release`), restart the count.
 
@@ -235,20 +250,25 @@ class DeviceMemoryMeter:
             return
         try:
             peak = int(torch.cuda.max_memory_reserved(self.device))
+            allocated = int(torch.cuda.max_memory_allocated(self.device))
             self.release(min_cached_bytes)
             torch.cuda.reset_peak_memory_stats(self.device)  # the next phase's peak starts from what is held now
         except Exception:  # a poisoned context: the verdict must still come back
             return
         self.phase_peaks[name] = max(self.phase_peaks.get(name, 0), peak)
+        self.phase_allocated[name] = max(self.phase_allocated.get(name, 0), allocated)
         self._ended_peak = max(self._ended_peak, peak)
+        self._ended_allocated = max(self._ended_allocated, allocated)
 
     def describe_phases(self) -> str:
         """``device memory by phase ...: load X GiB, check Y GiB, ...`` for the log (``""`` when none ended)."""
         if not self.phase_peaks:
             return ""
         beside = f"; arenas {self.outside() / GIB:.2f} GiB beside" if self.outside is not None else ""
-        return (f"device memory by phase (peak reserved by this process's torch allocator{beside}): "
-                + ", ".join(f"{name} {peak / GIB:.2f} GiB" for name, peak in self.phase_peaks.items()))
+        return (f"device memory by phase (peak reserved by this process's torch allocator, and allocated where "
+                f"less{beside}): " + ", ".join(
+                    f"{name} {peak / GIB:.2f} GiB" + _allocated_part(self.phase_allocated.get(name, peak), peak)
+                    for name, peak in self.phase_peaks.items()))
 
     def room_for(self, nbytes: int) -> bool:
         """Whether ``nbytes`` more could be allocated now: free device memory plus the cache's free blocks."""
@@ -272,6 +292,11 @@ class DeviceMemoryMeter:
     def describe(self) -> str:
         """``peak X GiB of Y GiB`` for messages."""
         return f"peak {self.peak_bytes() / GIB:.2f} GiB of {self.total_bytes / GIB:.2f} GiB"
+
+
+def _allocated_part(allocated: int, reserved: int) -> str:
+    """`` (x.xx allocated)`` when the allocated peak is at least 0.01 GiB under the reserved one, else ``""``."""
+    return f" ({allocated / GIB:.2f} allocated)" if reserved - allocated >= GIB // 100 else ""
 
 
 @dataclass

@@ -967,7 +967,9 @@ def _result(ctx: EvalContext, status: EvalStatus, message: str, wall_s: float, p
 def _cost(ctx: EvalContext) -> EvalCost:
     clock = ctx.clock
     link = ctx.remote
-    return EvalCost(peak_device_memory_bytes=ctx.meter.peak_bytes(), device_memory_total_bytes=ctx.meter.total_bytes,
+    return EvalCost(peak_device_memory_bytes=ctx.meter.peak_bytes(),
+                    peak_allocated_bytes=ctx.meter.peak_allocated_bytes(),
+                    device_memory_total_bytes=ctx.meter.total_bytes,
                     runner_peak_device_memory_bytes=link.runner_peak_bytes if link is not None else 0,
                     arena_bytes=link.arena_peak_bytes if link is not None else 0,
                     reference_peak_bytes=ctx.reference_peak_bytes, compiled_peak_bytes=ctx.compiled_peak_bytes,
