@@ -290,6 +290,15 @@ def test_16_a_cuda_graph_captured_in_train_is_a_fallback(swish) -> None:
     assert "torch_fallback" in {v.guard for v in result.violations}
 
 
+def test_16b_the_same_graph_is_torchs_work_to_decoy_kernels(swish) -> None:
+    """The graph test 16's audit cannot see replays torch's kernels, which the profiler names: ``decoy_kernels``."""
+    with LocalJudge(FALLBACK_AND_DECOY, devices=list(probe_gpus("auto").device_ids[:1])) as decoy_judge:
+        result = _submit(swish, decoy_judge, GRAPH_IN_TRAIN)
+    assert result.status is EvalStatus.RULE_VIOLATION, result.message + result.log[-2000:]
+    assert {v.guard for v in result.violations} == {"decoy_kernels"}, result.message  # the audit saw nothing
+    assert "compiled kernel(s) ran" in result.message and "at::native" in result.message, result.message
+
+
 def test_19_a_cublas_gemm_the_sources_never_call_is_torchs_work() -> None:
     from cudagym.sources.bundled import BundledSource
 
