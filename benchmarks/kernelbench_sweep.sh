@@ -12,7 +12,10 @@
 # (throughput-cudagym-L1.md: its "This run" line); or "largest": the $LARGEST (default 10) tasks with the largest
 # input + output sets in the committed kernelbench-v0.4 tables, and those more than 0.9 GiB over their bound
 # there, under the kernelbench preset with a fresh journal
-# (the memory bound on the biggest tasks, on this tree: largest-L<level>.md). Steps default to "kernelbench
+# (the memory bound on the biggest tasks, on this tree: largest-L<level>.md); or "recheck": the tasks the committed
+# cudagym-v4 tables flag (more than $OVER, default 0.3, GiB over their memory bound, or a profiled/timed ratio outside
+# 0.8-1.2) under cudagym with a fresh journal (recheck-L<level>.md: their reserved and allocated peaks and busy-time
+# ratios on this tree). Steps default to "kernelbench
 # cudagym". Levels 1-3, and 4 when `transformers` imports (its tasks load Hugging Face weights from the judge's
 # model cache, CUDAGYM_MODEL_CACHE or .data/models; without one they fail at load as task errors, naming the
 # models). The baseline cache travels in the same file.
@@ -82,6 +85,24 @@ PY
     while read -r level ids; do
       check "largest-L$level" kernelbench "$level" "$journal" --tasks $ids
     done < "$out/largest.txt"
+    continue
+  fi
+  if [ "$step" = recheck ]; then  # the tasks the committed cudagym-v4 tables flagged, again on this tree
+    python3 - "${OVER:-0.3}" benchmarks/results/kernelbench/kernelbench-cudagym-v4-L*.csv > "$out/recheck.txt" <<'PY'
+import csv, sys
+by_level = {}
+for path in sys.argv[2:]:
+    for r in csv.DictReader(open(path)):
+        fit = float(r["profiled_over_timed"] or 0)
+        if r["status"] == "ok" and (float(r["over_bound_gib"] or 0) > float(sys.argv[1]) or fit > 1.2 or 0 < fit < 0.8):
+            by_level.setdefault(r["level"], []).append(r["task_id"])
+for level, ids in sorted(by_level.items()):
+    print(level, *ids)
+PY
+    journal="$out/recheck-$(date +%s).jsonl"
+    while read -r level ids; do
+      check "recheck-L$level" cudagym "$level" "$journal" --tasks $ids
+    done < "$out/recheck.txt"
     continue
   fi
   if [ "$step" = throughput ]; then
