@@ -329,3 +329,53 @@ def test_a_long_profile_is_condensed_without_losing_time() -> None:
     # torch's work summed into the other row is never the candidate's
     assert "none of the 1 compiled kernel(s) ran" in judge_kernel_mix(
         [DeviceEvent(OTHER, 100.0, 7, False, calls=41)], built_kernels=1)
+
+
+class _Profiled:
+    """What ``decoy_kernels`` reads of an evaluation after timing: a timed median and the profiles taken in turn."""
+
+    def __init__(self, profiles: list[KernelProfile], median_us: float) -> None:
+        from types import SimpleNamespace
+
+        from cudagym.judge.records import BuildResult, BuildStatus, KernelResources, TimingStats
+
+        self.on_gpu = True
+        self.protocol = SimpleNamespace(timing="cuda_events")
+        self.timed = {"candidate": TimingStats(median_us=median_us, runs=30)}
+        build = BuildResult(BuildStatus.OK, "extension", kernels=(KernelResources("swish_kernel"),))
+        self.job = SimpleNamespace(build=build, solution=SimpleNamespace(files={"k.cu": "__global__ swish_kernel"}))
+        self.profiles, self.taken = list(profiles), 0
+        self.notes: list[str] = []
+        self.flags: list[tuple[str, str]] = []
+
+    def kernel_profile(self) -> KernelProfile:
+        return self.profiles[min(self.taken, len(self.profiles) - 1)]
+
+    def kernel_events(self) -> list[DeviceEvent]:
+        return list(self.kernel_profile().events)
+
+    def forget_kernel_events(self) -> None:
+        self.taken += 1
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+    def flag(self, guard: str, message: str) -> None:
+        self.flags.append((guard, message))
+
+
+def test_the_fits_retake_is_held_to_the_kernel_mix_too() -> None:
+    from cudagym.judge.guards.kernels import DecoyKernels
+
+    own_slow = _forwards(("swish_kernel", 0.0, 400.0, 7))  # its own kernel, 4x the timed median
+    torch_fast = _forwards(("void at::native::vectorized_elementwise_kernel<sigmoid>", 0.0, 90.0, 7))
+    own_fast = _forwards(("swish_kernel", 0.0, 95.0, 7))
+    transient = _Profiled([own_slow, own_fast], 100.0)  # one slow profile, then its honest self: passes
+    DecoyKernels().after_timing(transient)
+    assert transient.flags == [] and transient.taken == 1 and "a retake" in transient.notes[-1]
+    counted = _Profiled([own_slow, torch_fast], 100.0)  # its own kernels to the first profile, torch's to the retake
+    DecoyKernels().after_timing(counted)
+    assert [g for g, _ in counted.flags] == ["decoy_kernels"] and "in the profile's retake" in counted.flags[0][1]
+    still_slow = _Profiled([own_slow, own_slow], 100.0)  # slow in both: the fit names it
+    DecoyKernels().after_timing(still_slow)
+    assert [g for g, _ in still_slow.flags] == ["decoy_kernels"] and "timed median" in still_slow.flags[0][1]

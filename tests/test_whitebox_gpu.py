@@ -348,6 +348,23 @@ def _shown_to_the_profiler(self, x):
 ModelNew.forward = _shown_to_the_profiler
 '''
 DECOY_ONLY = DEFAULT_PROTOCOL.with_changes(id="whitebox-gpu-decoy-only", guards=("decoy_kernels",))
+# (20b) The same forward counting its profiled calls: to the first profile (three calls) its own kernel four times,
+# which does not fit the timed median; to the retake torch's sigmoid, which fits; never profiled, its own kernel once.
+# The retake is held to the kernel mix too.
+SHOWN_THEN_HIDDEN = '''
+import torch as _torch
+_forward = ModelNew.forward
+_profiled_calls = [0]
+def _shown_then_hidden(self, x):
+    if _torch.autograd._profiler_enabled():
+        _profiled_calls[0] += 1
+        if _profiled_calls[0] > 3:
+            return x * getattr(_torch, "sig" + "moid")(x)
+        for _ in range(3):
+            _forward(self, x)
+    return _forward(self, x)
+ModelNew.forward = _shown_then_hidden
+'''
 
 
 def test_20_a_forward_that_changes_under_the_profiler_is_named(swish) -> None:
@@ -360,3 +377,11 @@ def test_20_a_forward_that_changes_under_the_profiler_is_named(swish) -> None:
     assert {v.guard for v in result.violations} == {"decoy_kernels"}, result.message
     assert "the timed calls ran other work than the profiled ones" in result.message
     assert "a retake: the first profile kept it busy" in result.log  # a decoy is one in the retake too
+
+
+def test_20b_a_forward_that_shows_the_retake_torchs_kernels_is_named(swish) -> None:
+    with LocalJudge(DECOY_ONLY, devices=list(probe_gpus("auto").device_ids[:1])) as decoy_judge:
+        result = _submit(swish, decoy_judge, SHOWN_THEN_HIDDEN)
+    assert result.status is EvalStatus.RULE_VIOLATION, result.message + result.log[-2000:]
+    assert {v.guard for v in result.violations} == {"decoy_kernels"}, result.message
+    assert "compiled kernel(s) ran" in result.message and "in the profile's retake" in result.message, result.message

@@ -92,6 +92,9 @@ class DecoyKernels(Guard):
         note, problem = judge_profile_fit(first, cand.median_us)
         if problem:  # once more: another process's work sharing the GPU slows one profile, not a decoy's retake too
             ctx.forget_kernel_events()
+            # the retake is held to the kernel mix as well: a forward that counts its profiles could show its own
+            # kernels to the first and torch's (fast enough to fit) to the second
+            self._check(ctx, "after timing, in the profile's retake")
             note, problem = judge_profile_fit(ctx.kernel_profile(), cand.median_us)
             note += (f" (a retake: the first profile kept it busy {first.busy_per_forward_us:.1f} us, "
                      f"{first.busy_per_forward_us / cand.median_us:.3f}x)")
