@@ -12,7 +12,8 @@ profiler sees every kernel. Each kernel of a profiled forward is classed by name
 
 Violation when own + library kernels account for less than half of the forward's GPU time without the
 moves, or when the build compiled kernels and none of the forward's kernels is own or library. Checked on
-the profile taken after timing (after the candidate's many calls), or after correctness in VERIFY mode.
+the profile taken after timing (after the candidate's many calls) and on its retake where the fit below takes one,
+or after correctness in VERIFY mode.
 
 The profiled forwards must also be the ones that were timed: their outputs are checked like timed ones (a wrong
 answer while profiled is INCORRECT), and after timing (CUDA events) they may not keep the GPU busy for more than
