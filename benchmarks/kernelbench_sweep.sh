@@ -61,12 +61,18 @@ check() {  # check NAME PROTOCOL LEVEL JOURNAL [ARG...]: one `cudagym baselines 
   timeout $(( left - 10 )) python3 -c "from cudagym.cli import main; raise SystemExit(main())" baselines check \
     --suite kernelbench --level "$level" --protocol "$p" --devices "${DEVICES:-auto}" \
     --journal "$journal" --table "$out/$name.md" --stop-after-s $(( left - tail_s )) ${RETRY:+--retry-failed} "$@" \
-    > "$out/$name.log" 2>&1
+    > "$out/$name.log" 2>&1 < /dev/null  # stdin: check_listed reads its task list from it
   rc=$?
   rm -rf "$out/baselines"; cp -r "$CUDAGYM_CACHE_DIR/baselines" "$out/baselines"  # *.lock files included: harmless
   summary+=("$name: rc=$rc $(( $(date +%s) - start ))s; $(sed -n 3p "$out/$name.md" 2>/dev/null)")
   printf '%s\n' "${summary[@]}" > "$out/summary.txt"
   cp "$out/summary.txt" "$ret/summary.txt"; tar czf "$ret/sweep.tgz" -C "$out" .
+}
+check_listed() {  # check_listed NAME PROTOCOL: each level's tasks of $out/NAME.txt ("LEVEL ID ..."), one fresh journal
+  local journal="$out/$1-$(date +%s).jsonl" level ids
+  while read -r level ids; do
+    check "$1-L$level" "$2" "$level" "$journal" --tasks $ids
+  done < "$out/$1.txt"
 }
 for step in $steps; do
   if [ "$step" = largest ]; then
@@ -81,10 +87,7 @@ for r in rows[: int(sys.argv[1])] + over:
 for level, ids in sorted(by_level.items()):
     print(level, *ids)
 PY
-    journal="$out/largest-$(date +%s).jsonl"
-    while read -r level ids; do
-      check "largest-L$level" kernelbench "$level" "$journal" --tasks $ids
-    done < "$out/largest.txt"
+    check_listed largest kernelbench
     continue
   fi
   if [ "$step" = recheck ]; then  # the tasks the committed cudagym-v4 tables flagged, again on this tree
@@ -99,10 +102,7 @@ for path in sys.argv[2:]:
 for level, ids in sorted(by_level.items()):
     print(level, *ids)
 PY
-    journal="$out/recheck-$(date +%s).jsonl"
-    while read -r level ids; do
-      check "recheck-L$level" cudagym "$level" "$journal" --tasks $ids
-    done < "$out/recheck.txt"
+    check_listed recheck cudagym
     continue
   fi
   if [ "$step" = throughput ]; then

@@ -222,23 +222,21 @@ class DeviceMemoryMeter:
 
     def peak_bytes(self) -> int:
         """Peak bytes held on the device since :meth:`start` (0 on the CPU or when unreadable)."""
-        if self.device.type != "cuda":
-            return 0
-        try:
-            reserved = int(torch.cuda.max_memory_reserved(self.device))
-        except Exception:  # a poisoned context cannot answer; the verdict must still come back
-            reserved = 0
-        return max(reserved, self._ended_peak) + (self.outside() if self.outside is not None else 0)
+        return self._peak(torch.cuda.max_memory_reserved, self._ended_peak)
 
     def peak_allocated_bytes(self) -> int:
         """Peak bytes of live allocations since :meth:`start`, ``outside`` included (0 on the CPU or unreadable)."""
+        return self._peak(torch.cuda.max_memory_allocated, self._ended_allocated)
+
+    def _peak(self, counter: Callable[[torch.device], int], ended: int) -> int:
+        """The larger of torch's ``counter`` now and the ended phases' peak, plus what is held outside torch."""
         if self.device.type != "cuda":
             return 0
         try:
-            allocated = int(torch.cuda.max_memory_allocated(self.device))
+            now = int(counter(self.device))
         except Exception:  # a poisoned context cannot answer; the verdict must still come back
-            allocated = 0
-        return max(allocated, self._ended_allocated) + (self.outside() if self.outside is not None else 0)
+            now = 0
+        return max(now, ended) + (self.outside() if self.outside is not None else 0)
 
     def end_phase(self, name: str, min_cached_bytes: int = 1 << 30) -> None:
         """Phase ``name`` is over: keep its peak, give cached blocks back (:meth:`release`), restart the count.
