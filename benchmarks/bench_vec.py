@@ -195,6 +195,7 @@ PARTS = ("wall", "load", "check", "timing", "profile", "primed", "runner ready",
 RUNNER_START = re.compile(re.escape(split_runner.START_STAGE) + r" ([\d.]+) s")  # in the runner's own account
 REQUEST_KINDS = ("calibrate", "reference", "timed")  # the harness's note of what each timed request cost the judge
 REQUEST = re.compile(r"(\w+) \d+ x ([\d.]+) ms")
+REQUESTS_ALL = re.compile(r"(\w+) \d+ x [\d.]+ ms(?: \([^)]*\))? \[first ([\d.]+) ms, all ([\d.]+) ms\]")
 
 
 def job_parts(batch: dict[str, Any]) -> list[dict[str, float]]:
@@ -216,6 +217,9 @@ def job_parts(batch: dict[str, Any]) -> list[dict[str, float]]:
             if str(note).startswith(runner.REQUESTS_NOTE):  # per kind, milliseconds each (median)
                 part.update({f"{kind} request ms": float(ms) for kind, ms in REQUEST.findall(str(note))
                              if kind in REQUEST_KINDS})
+                for kind, first, every in REQUESTS_ALL.findall(str(note)):  # the first one, and all of them
+                    if kind in REQUEST_KINDS:
+                        part.update({f"{kind} first ms": float(first), f"{kind} all ms": float(every)})
         found.append(part)
     return found
 
@@ -223,7 +227,11 @@ def job_parts(batch: dict[str, Any]) -> list[dict[str, float]]:
 def describe_requests(parts: list[dict[str, float]]) -> str:
     """Median (and 90th percentile) of what each kind of timed request cost the judge, over the verdicts."""
     cells = _spreads(parts, [(kind, f"{kind} request ms") for kind in REQUEST_KINDS], "ms", 2)
-    return "per timed request, the judge's wall time: " + (", ".join(cells) if cells else "not noted")
+    per_verdict = _spreads(parts, [(f"{kind} {which}", f"{kind} {which} ms") for kind in REQUEST_KINDS
+                                   for which in ("first", "all")], "ms", 1)
+    return ("per timed request, the judge's wall time: " + (", ".join(cells) if cells else "not noted")
+            + ("; per verdict, the first request of a kind and all of them: " + ", ".join(per_verdict)
+               if per_verdict else ""))
 
 
 def _spreads(parts: list[dict[str, float]], keys: list[tuple[str, str]], unit: str, digits: int) -> list[str]:

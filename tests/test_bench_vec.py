@@ -31,8 +31,9 @@ class NotedGpus(StubGpus):
         self.count = getattr(self, "count", 0) + 1
         ready = 1.4 if self.count % 2 else 0.0
         cost = EvalCost(load_s=0.3 + ready, check_s=0.2, timing_s=0.4, profile_s=0.1)
-        requests = (f"{REQUESTS_NOTE} (median): calibrate 15 x 0.48 ms (the runner's own 0.19 ms), reference 25 x "
-                    f"{1.5 + ready:.2f} ms, timed 33 x 2.21 ms (the runner's own 1.90 ms)")
+        requests = (f"{REQUESTS_NOTE} (median): calibrate 15 x 0.48 ms (the runner's own 0.19 ms) [first 2.0 ms, "
+                    f"all 9 ms], reference 25 x {1.5 + ready:.2f} ms [first 40.0 ms, all {75 + 10 * ready:.0f} ms], "
+                    f"timed 33 x 2.21 ms (the runner's own 1.90 ms) [first 3.1 ms, all 80 ms]")
         return dataclasses.replace(result, cost=cost, wall_time_s=1.0 + ready,
                                    notes=(load_note(ready), "timing: 30 rounds", requests))
 
@@ -53,6 +54,8 @@ def test_the_gpu_driver_counts_verdicts_and_says_where_their_time_went(tmp_path,
     assert "runner start 4.200 s (p90 4.200)" in out  # the runner's own start, read from its account
     assert ("per timed request, the judge's wall time: calibrate 0.48 ms (p90 0.48), reference 2.20 ms (p90 2.90), "
             "timed 2.21 ms (p90 2.21)") in out
+    assert ("per verdict, the first request of a kind and all of them: calibrate first 2.0 ms (p90 2.0), calibrate "
+            "all 9.0 ms (p90 9.0), reference first 40.0 ms (p90 40.0), reference all 82.0 ms (p90 89.0)") in out
 
 
 def test_parts_of_a_batch_skip_failed_verdicts_and_notes_without_the_load_line():

@@ -14,6 +14,7 @@ import re
 import textwrap
 
 import pytest
+from script_module import load_script
 from split_pools import cpu_split_pool
 
 from cudagym.judge.interface import EvalMode
@@ -143,8 +144,13 @@ def test_the_same_code_is_as_fast_as_eager_when_the_yardstick_is_the_runners(poo
     assert f"{fair.speedup_vs_eager:.3f}x vs eager" in fair.message
     # what each kind of timed request cost the judge, beside the runner's own part: 2 warm-ups + 10 reference calls
     cost = next(n for n in fair.notes if n.startswith("timed requests, this process's wall time each (median): "))
-    assert re.search(r"calibrate 15 x [0-9.]+ ms \(the runner's own [0-9.]+ ms\), reference 12 x [0-9.]+ ms "
-                     r"\(the runner's own [0-9.]+ ms\), timed \d+ x [0-9.]+ ms", cost), cost
+    assert re.search(r"calibrate 15 x [0-9.]+ ms \(the runner's own [0-9.]+ ms\) \[first [0-9.]+ ms, all \d+ ms\], "
+                     r"reference 12 x [0-9.]+ ms \(the runner's own [0-9.]+ ms\) \[first [0-9.]+ ms, all \d+ ms\], "
+                     r"timed \d+ x [0-9.]+ ms", cost), cost
+    bench = load_script("benchmarks/bench_vec.py", "bench_vec_reads_the_harness")  # the GPU driver reads it so
+    parts = bench.job_parts({"status": ["ok"], "wall_time_s": [1.0], "notes": [list(fair.notes)],
+                             "cost": {f"{name}_s": [0.1] for name in ("load", "check", "timing", "profile")}})
+    assert {"reference first ms", "reference all ms", "calibrate all ms"} <= set(parts[0]), parts
 
 
 def test_cached_baselines_from_another_process_are_scaled_to_the_candidates_too(pool: WorkerPool) -> None:

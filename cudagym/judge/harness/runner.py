@@ -676,7 +676,7 @@ REQUESTS_NOTE = "timed requests, this process's wall time each"
 
 
 def _note_request_cost(ctx: EvalContext, link: RunnerLink) -> None:
-    """What each kind of timed request cost this process (median), beside the runner's own part of it."""
+    """What each kind of timed request cost this process (median; the first, all together) and the runner's part."""
     parts = []
     for kind, seconds in link.request_s.items():
         if not seconds:
@@ -684,7 +684,8 @@ def _note_request_cost(ctx: EvalContext, link: RunnerLink) -> None:
         own = [x for x in link.handled_us.get(kind, []) if x >= 0]
         mine = f"{median(seconds) * 1000:.2f} ms"
         parts.append(f"{kind} {len(seconds)} x {mine}" + (f" (the runner's own {median(own) / 1000:.2f} ms)"
-                                                         if own else ""))
+                                                         if own else "")
+                     + f" [first {seconds[0] * 1000:.1f} ms, all {sum(seconds) * 1000:.0f} ms]")
     if parts:
         ctx.note(f"{REQUESTS_NOTE} (median): " + ", ".join(parts))
 
