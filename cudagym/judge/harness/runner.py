@@ -42,7 +42,7 @@ from cudagym.judge.harness.inputs import clone_tree, nbytes, tree_digest, trees_
 from cudagym.judge.harness.integrity import AttributeSnapshot, TorchFlags
 from cudagym.judge.harness.loading import build_models, candidate_module, load_reference, unload_reference
 from cudagym.judge.harness.memory import DeviceMemoryMeter
-from cudagym.judge.harness.profiling import OTHER, DeviceEvent, breakdown, profile_calls
+from cudagym.judge.harness.profiling import OTHER, DeviceEvent, breakdown, busy_us, profile_calls
 from cudagym.judge.harness.stats import StoppingRule, median, quantile, speedup, statistic_of, summarize
 from cudagym.judge.harness.timing import Contender, CoverSizing, L2Flusher, Samples, TimingLoop, make_timer
 from cudagym.judge.interface import EvalMode
@@ -541,13 +541,18 @@ def _timing(ctx: EvalContext) -> None:
 
 
 def _note_baseline_kernels(ctx: EvalContext, baselines: list[Contender]) -> None:
-    """One note per baseline naming its main kernels in one profiled call (its cuDNN plan is part of its time)."""
+    """One note per baseline: its main kernels in one profiled call (its cuDNN plan is part of its time).
+
+    The note also sets how long they kept the GPU busy beside their summed durations (overlapping kernels).
+    """
     args = ctx.make_inputs(ctx.protocol.seed)
     for contender in baselines:
-        rows = [k for k in breakdown(_profiled_call(ctx, contender, args), 1, limit=BASELINE_KERNEL_ROWS)
-                if k.name != OTHER]
+        events = _profiled_call(ctx, contender, args)
+        rows = [k for k in breakdown(events, 1, limit=BASELINE_KERNEL_ROWS) if k.name != OTHER]
         named = "; ".join(f"{k.name[:120]} {k.time_us:.1f} us x{k.calls}" for k in rows)
-        ctx.note(f"{BASELINE_KERNELS_NOTE}: {contender.name}: {named or 'none recorded'}")
+        overlap = (f" (busy {busy_us(events):.1f} us of {sum(e.duration_us for e in events):.1f} us summed)"
+                   if events else "")
+        ctx.note(f"{BASELINE_KERNELS_NOTE}: {contender.name}: {named or 'none recorded'}{overlap}")
 
 
 def _profiled_call(ctx: EvalContext, contender: Contender, args: list[Any]) -> list[DeviceEvent]:
