@@ -79,10 +79,12 @@ for s in $steps; do
     sync)       run_step sync       bash -c "env CUDAGYM_KERNELBENCH_DIR=\${CUDAGYM_KERNELBENCH_DIR:-.data/kb} python3 \
                                       benchmarks/sync_probe.py --task '${SYNC_TASK:-L1/71_conv_transposed_2D__asymmetric_input__square_kernel}' \
                                       --protocol '${PROBE_PROTOCOL:-cudagym}' --out '$out/sync' && $pyt -m gpu tests/test_sync_probe.py" ;;
-    memprobe)   run_step memprobe   env CUDAGYM_KERNELBENCH_DIR="${CUDAGYM_KERNELBENCH_DIR:-.data/kb}" python3 \
-                                      benchmarks/memory_probe.py --task "${PROBE_TASK:-L1/87_conv_pointwise_2D}" \
-                                      --protocol "${PROBE_PROTOCOL:-cudagym}" --mode split --out "$out/memprobe" ;;  # what the
-                                      # interleaved timing phase holds beyond the bound (L1/87: 4 GiB, one output set)
+    memprobe)   rm -rf /tmp/memprobe-out; mkdir -p /tmp/memprobe-out  # packed into one file: a device call brings back at most 8
+                run_step memprobe   env CUDAGYM_KERNELBENCH_DIR="${CUDAGYM_KERNELBENCH_DIR:-.data/kb}" \
+                                      bash -c 'python3 benchmarks/memory_probe.py --task "$1" --protocol "$2" --mode split \
+                                      --out /tmp/memprobe-out; rc=$?; tar czf "$3/memprobe.tgz" -C /tmp/memprobe-out .; \
+                                      exit $rc' _ "${PROBE_TASK:-L1/87_conv_pointwise_2D}" "${PROBE_PROTOCOL:-cudagym}" \
+                                      "$out" ;;  # what the interleaved timing phase holds beyond the bound
     retake)     run_step retake     $pyt tests/test_baseline_retake_gpu.py -m gpu ;;
     sanit)      run_step sanit      $base tests/test_sanitizer_gpu.py benchmarks/bench_sanitizer.py \
                                       --benchmark-json "$out/bench_sanitizer.json" ;;
