@@ -21,7 +21,7 @@ answer while profiled is INCORRECT), and after timing (CUDA events) they may not
 profile and in its retake: a forward that runs slower kernels while a profiler watches than when timed was timed
 doing other work. (A timed call is bracketed around its kernels and runs on a flushed L2, so an honest one is never
 faster than its kernels. Busy time is the union of the kernels' intervals: overlapping kernels, on several streams
-or on one under programmatic dependent launch, count once.)
+or on one, count once.)
 
 Library kernels count as the candidate's only where its sources name a vendor library (cuBLAS, cuBLASLt,
 CUTLASS/CuTe, cuDNN, cuFFT, or CuPy, whose matmul is cuBLAS's); otherwise they came from torch (a
@@ -197,7 +197,7 @@ def judge_profile_fit(profile: KernelProfile, timed_median_us: float) -> tuple[s
     Returns a note (always) and a problem (``""`` unless the GPU was busy for more than
     :data:`PROFILE_OVER_TIMED_MAX` times the timed median plus :data:`PROFILE_OVER_TIMED_SLACK_US` per profiled
     forward). Busy time is the union of the kernels' intervals, so kernels that overlap (on several streams, or
-    on one under programmatic dependent launch) count once.
+    on one) count once.
     """
     if profile.repeats <= 0 or timed_median_us <= 0:
         return "no profile or timing to set side by side", ""

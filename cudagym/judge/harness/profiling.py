@@ -42,9 +42,9 @@ class DeviceEvent:
 class KernelProfile:
     """What the profiler saw of ``repeats`` forwards: one event row per name and stream, and the GPU's busy time.
 
-    ``busy_us`` is the union of the activities' intervals: kernels that overlap (on several streams, or on one
-    with programmatic dependent launch, which cuBLAS and cuDNN use on Hopper) count once, unlike in the sum of the
-    rows' durations.
+    ``busy_us`` is the union of the activities' intervals: kernels that overlap count once, unlike in the sum of the
+    rows' durations (on several streams; or on one, as cuDNN's FFT convolution kernels did on the H200, most
+    likely under programmatic dependent launch).
     """
 
     events: tuple[DeviceEvent, ...]
