@@ -992,10 +992,6 @@ def _end_output(token: str, seq: int) -> None:
         pass  # stdout closed by the candidate: the judge stops waiting for the marker after a moment
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 # what torch's profiler library (kineto) prints on its own at every profile's start and stop in some builds
 PROFILER_CHATTER = re.compile(
     r"^USDT:\S+ \S+ \d+:\d+ SyncActivityProfilerHandler\.cpp:\d+\] profiler_(?:start|stop)\n?", re.MULTILINE)
@@ -1004,3 +1000,7 @@ PROFILER_CHATTER = re.compile(
 def without_profiler_chatter(text: str) -> str:
     """The job's output without the lines torch's profiler prints by itself when the judge profiles a forward."""
     return PROFILER_CHATTER.sub("", text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -342,16 +342,24 @@ class EvalContext:
                 remote_model: Any = self.cand_model
                 profile, outputs = remote_model.profile(args, keep)  # the runner works on a copy in its arena
             else:
-                assert self.cand_model is not None
-                model = self.cand_model
-                events, outputs = self.call_candidate(
-                    lambda: profile_forward(lambda: model(*args), self.device, PROFILE_REPEATS, keep), "forward")
-                profile = KernelProfile.of(events if self.on_gpu else [], PROFILE_REPEATS)
+                profile, outputs = self.profile_candidate(args, keep)
                 args.clear()  # the candidate had these (one set at a time on the device): the reference gets its own
                 args = self.make_inputs(seed)
             self._check_profiled(seed, args, outputs)
             self._kernel_profile = profile
         return self._kernel_profile
+
+    def profile_candidate(self, args: list[Any], keep: str, limit: int = 2000) -> tuple[KernelProfile, Any]:
+        """:data:`PROFILE_REPEATS` candidate forwards on ``args`` under the profiler, in this process.
+
+        Returns their profile (at most ``limit`` rows; empty on the CPU) and the ``keep`` (``"first"`` or ``"last"``)
+        call's outputs.
+        """
+        model = self.cand_model
+        assert model is not None
+        events, outputs = self.call_candidate(
+            lambda: profile_forward(lambda: model(*args), self.device, PROFILE_REPEATS, keep), "forward")
+        return KernelProfile.of(events if self.on_gpu else [], PROFILE_REPEATS, limit), outputs
 
     def _check_profiled(self, seed: int, args: list[Any], outputs: Any) -> None:
         """The profiled forwards' outputs against the reference's; a mismatch is a spot failure."""

@@ -393,15 +393,8 @@ class _Server:
         The reply holds their device activity, one row per kernel name and stream (every event counted, however
         many), the GPU's busy time, and the kept call's outputs.
         """
-        from cudagym.judge.harness.context import PROFILE_REPEATS
-        from cudagym.judge.harness.profiling import KernelProfile, profile_forward
-
-        ctx = self.ctx
-        model, args = ctx.cand_model, self._args(request)
         keep = "first" if request.get("keep") == "first" else "last"
-        events, outputs = ctx.call_candidate(
-            lambda: profile_forward(lambda: model(*args), ctx.device, PROFILE_REPEATS, keep), "forward")
-        profile = KernelProfile.of(events if ctx.on_gpu else [], PROFILE_REPEATS, limit=PROFILE_ROWS)
+        profile, outputs = self.ctx.profile_candidate(self._args(request), keep, limit=PROFILE_ROWS)
         return {"kind": "profile", "problem": self._deliver(request, outputs), "busy_us": _finite(profile.busy_us),
                 "events": [{"name": e.name[:300], "duration_us": _finite(e.duration_us), "stream": int(e.stream),
                             "is_memory_op": bool(e.is_memory_op), "calls": int(e.calls)} for e in profile.events]}
