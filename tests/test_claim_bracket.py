@@ -81,8 +81,6 @@ L1_4_CALIBRATION = [4739.1 + 0.3 * (i % 5) for i in range(15)]
 
 def test_a_slower_staging_in_the_calibration_does_not_make_an_honest_call_short() -> None:
     claims, brackets = _calls(2310.2, 4361.5)
-    _, problem = judge_bracketed_claims(claims, brackets, L1_4_CALIBRATION)
-    assert "signalled done ahead" in problem  # judged on the whole bracket: the false positive the sweep hit
     staged = [4050.0 + 0.2 * (i % 3) for i in range(30)]  # the judge's copy and flush, until its go
     calibration_staged = [4428.0 + 0.2 * (i % 3) for i in range(15)]  # the same, 378 us slower
     note, problem = judge_bracketed_claims(claims, brackets, L1_4_CALIBRATION, BRACKET_SLACK_US, staged,
@@ -114,4 +112,32 @@ def test_staging_figures_that_do_not_match_the_calls_are_not_used() -> None:
     claims, brackets = _calls(2310.2, 4361.5)
     note, problem = judge_bracketed_claims(claims, brackets, L1_4_CALIBRATION, BRACKET_SLACK_US, [4050.0] * 3,
                                            [4428.0] * 15)
-    assert "signalled done ahead" in problem and "own staging" not in note
+    assert problem == "" and "own staging" not in note
+
+
+# KernelBench L1/9 on the H200 (recheck of session 20, cudagym-v4, the reference as candidate): a 4 GiB output that
+# the runner copies out after the go; the timed calls' copy ran 374 us (14%) faster than the empty calls'
+L1_9_CALIBRATION = [3985.8 + 0.4 * (i % 5) - 0.8 for i in range(15)]
+L1_9_CALIBRATION_STAGED = [1318.7] * 15
+
+
+def test_a_faster_copy_out_of_a_large_output_does_not_make_an_honest_call_short() -> None:
+    claims, brackets = _calls(2554.3, 3612.3)
+    staged = [1319.3] * 30
+    note, problem = judge_bracketed_claims(claims, brackets, L1_9_CALIBRATION, BRACKET_SLACK_US, staged,
+                                           L1_9_CALIBRATION_STAGED)
+    assert problem == "", problem
+    assert "against 3985.8 us for an empty call" in note
+
+
+def test_early_done_on_a_large_output_is_still_short() -> None:
+    # "done" before the work and its copy-out: the bracket holds the judge's staging and little else
+    claims, brackets = _calls(1.0, 1319.3 + 40.0)
+    problem = judge_bracketed_claims(claims, brackets, L1_9_CALIBRATION, BRACKET_SLACK_US, [1319.3] * 30,
+                                     L1_9_CALIBRATION_STAGED)[1]
+    assert "30 of 30 timed call(s)" in problem and "signalled done ahead" in problem
+    # half the copy-out skipped: short by about half the empty call's path, beyond the fifth allowed
+    claims, brackets = _calls(2554.3, 1319.3 + 1333.5)
+    problem = judge_bracketed_claims(claims, brackets, L1_9_CALIBRATION, BRACKET_SLACK_US, [1319.3] * 30,
+                                     L1_9_CALIBRATION_STAGED)[1]
+    assert "signalled done ahead" in problem

@@ -699,6 +699,9 @@ BRACKET_QUANTILE = 0.2  # of the timed calls' gaps: a busy GPU (another context'
 BRACKET_SLACK = 0.05  # the claim may fall this fraction short of the bracket less the calibrated gap ...
 BRACKET_SLACK_US = 10.0  # ... and this many microseconds more (``protocol.extra["bracket_slack_us"]`` overrides)
 SHORT_BRACKETS = 2  # calls whose bracket closed before an empty call's cost that make a violation
+# a call may close this fraction of the empty call's path (after the go) early, beside twice the allowance: a
+# large copy-out runs at the speed the GPU has at the time (H200, L1/9's 4 GiB output: 374 us of 2,667, 14%)
+BRACKET_SHORT_FRACTION = 0.2
 
 
 def _verify_bracketed_claims(ctx: EvalContext) -> None:
@@ -726,11 +729,13 @@ def judge_bracketed_claims(claims: list[float], brackets: list[float], calibrati
     leaves out. What a runner could still hide is what it can skip of the calibrated path: writing its
     outputs straight into the arena instead of copying them there.
 
-    A gap short of the empty call's by more than twice the allowance is the other way round: the bracket
-    closed before the runner's own delivery path could have run, so the runner signalled "done" ahead of
-    its call's work (whose outputs then missed the copy-out). Another context's time slice only lengthens a
-    bracket, so two such calls are enough (one alone moves no median, and is let pass as a glitch); on the
-    H200 honest gaps stayed within -6.0 to +3.1 us of the empty call's, an early "done" was 421 us short.
+    A gap short of the empty call's by more than twice the allowance and a fifth of the empty call's own path
+    (``BRACKET_SHORT_FRACTION``) is the other way round: the bracket closed before the runner's own delivery
+    path could have run, so the runner signalled "done" ahead of its call's work (whose outputs then missed
+    the copy-out). Another context's time slice only lengthens a bracket, so two such calls are enough (one
+    alone moves no median, and is let pass as a glitch). On the H200 honest gaps of small tasks stayed within
+    -6.0 to +3.1 us of the empty call's, while an early "done" was 421 us short, nearly all of its 419 us path;
+    the honest ``L1/9``, whose path is a 4 GiB copy-out, was 374 us (14%) short of its 2,667 us.
 
     ``staged`` and ``calibration_staged`` (one per call, where the bracket measured it): the judge's own
     part of each bracket, until its go. The shortfall is then judged on what follows the go alone: the
@@ -763,10 +768,11 @@ def judge_bracketed_claims(claims: list[float], brackets: list[float], calibrati
     if by_stage:  # after the go only: the runner's call, its delivery and done
         gaps = [g - s for g, s in zip(gaps, staged, strict=True)]
         base = median([g - s for g, s in zip(calibration_gaps, calibration_staged, strict=True)])
-    short = [g for g in gaps if base - g > 2 * allowed]
+    early = 2 * allowed + BRACKET_SHORT_FRACTION * max(base, 0.0)
+    short = [g for g in gaps if base - g > early]
     if len(short) >= SHORT_BRACKETS:
         return note, (f"the judge's GPU clock closed {len(short)} of {len(gaps)} timed call(s) up to "
-                      f"{base - min(short):.1f} us before an empty call's cost (allowed {2 * allowed:.1f} us): the "
+                      f"{base - min(short):.1f} us before an empty call's cost (allowed {early:.1f} us): the "
                       "runner signalled done ahead of its call's work")
     return note, ""
 
