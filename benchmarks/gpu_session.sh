@@ -8,7 +8,8 @@
 # bench_rs (the bench resumed from $BENCH_DIR, carried) yardstick (the runner's reference time) spares (bench_vec's
 # LocalJudge rate by spare runners, $SPARES, default 8,12) memprobe (memory_probe.py on $PROBE_TASK, default L1/87,
 # under $PROBE_PROTOCOL, default cudagym, in the split) sync (benchmarks/sync_probe.py on $SYNC_TASK, default L1/71,
-# and its GPU test: does the forward wait for the GPU inside, how many launches, how its time moves) placement (benchmarks/placement_probe.py on $REPEAT_TASK,
+# and its GPU test: does the forward wait for the GPU inside, how many launches, how its time moves) watched
+# (benchmarks/watched_timing_probe.py on two bundled tasks and $WATCH_TASKS, default L1/57 and L3/10: what profiling every timed call costs) placement (benchmarks/placement_probe.py on $REPEAT_TASK,
 # default allocator and expandable segments, each with inputs from the allocator, from an arena, and beside 8 idle contexts) retake (the baselines' retaken rounds) raw_rt raw_full (its full evaluation alone) vec (LocalJudge then RayJudge, $VEC_SECONDS each, default 60: give it vec:300) scaling (two GPUs) memory repeat (benchmarks/repeat_probe.py on
 # $REPEAT_TASK, a KernelBench task: carry .data/kb) sanit (default: the first list but soak). A step may carry its own limit: NAME:SECONDS.
 # Wheels the host lacks (gymnasium) are installed from .whl/ when it exists (../shared/tools/stage-wheels.sh);
@@ -79,6 +80,12 @@ for s in $steps; do
     sync)       run_step sync       bash -c "env CUDAGYM_KERNELBENCH_DIR=\${CUDAGYM_KERNELBENCH_DIR:-.data/kb} python3 \
                                       benchmarks/sync_probe.py --task '${SYNC_TASK:-L1/71_conv_transposed_2D__asymmetric_input__square_kernel}' \
                                       --protocol '${PROBE_PROTOCOL:-cudagym}' --out '$out/sync' && $pyt -m gpu tests/test_sync_probe.py" ;;
+    watched)    rm -rf /tmp/watched-out
+                run_step watched    bash -c "for t in bundled/L1/01_Swish bundled/L3/02_CausalAttentionHead ${WATCH_TASKS:-L1/57_conv_transposed_2D__square_input__square_kernel L3/10_ResNet101}; do \
+                                      env CUDAGYM_KERNELBENCH_DIR=\${CUDAGYM_KERNELBENCH_DIR:-.data/kb} python3 benchmarks/watched_timing_probe.py \
+                                      --task \$t --protocol '${PROBE_PROTOCOL:-cudagym}' --out /tmp/watched-out || exit 1; done; \
+                                      $pyt -m gpu tests/test_watched_timing_probe.py"  # the cost of profiling every timed call
+                tar czf "$out/watched.tgz" -C /tmp watched-out 2>/dev/null ;;  # a device call brings back at most 8 files
     memprobe)   rm -rf /tmp/memprobe-out; mkdir -p /tmp/memprobe-out  # packed into one file: a device call brings back at most 8
                 run_step memprobe   env CUDAGYM_KERNELBENCH_DIR="${CUDAGYM_KERNELBENCH_DIR:-.data/kb}" \
                                       bash -c 'python3 benchmarks/memory_probe.py --task "$1" --protocol "$2" --mode split \
