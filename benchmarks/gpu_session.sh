@@ -66,6 +66,7 @@ for s in $steps; do
     templates)  run_step templates  $pyt tests/test_templates.py -m gpu ;;
     tmpl_*)     run_step "$s"       $pyt tests/test_templates.py -m gpu -k "${s#tmpl_}" ;;  # one format: tmpl_raw
     whitebox)   run_step whitebox   $pyt tests/test_whitebox_gpu.py ;;
+    wb_*)       run_step "$s"       $pyt tests/test_whitebox_gpu.py -k "${s#wb_}" ;;  # one white-box test: wb_20b
     cupy)       run_step cupy       $pyt -m gpu tests/test_runtime.py tests/test_runtime_cupy.py tests/test_cuda_driver.py ;;
     sb3)        run_step sb3        $pyt -m gpu tests/test_sb3_gpu.py ;;
     memory)     run_step memory     $pyt -m gpu tests/test_harness_memory_gpu.py ;;

@@ -15,7 +15,7 @@
 # (the memory bound on the biggest tasks, on this tree: largest-L<level>.md); or "recheck": the tasks the committed
 # cudagym-v4 tables flag (more than $OVER, default 0.3, GiB over their memory bound, or a profiled/timed ratio outside
 # 0.8-1.2) under cudagym with a fresh journal (recheck-L<level>.md: their reserved and allocated peaks and busy-time
-# ratios on this tree). Steps default to "kernelbench
+# ratios on this tree; $RECHECK_TASKS, "LEVEL ID ...;LEVEL ID ...", names the tasks instead). Steps default to "kernelbench
 # cudagym". Levels 1-3, and 4 when `transformers` imports (its tasks load Hugging Face weights from the judge's
 # model cache, CUDAGYM_MODEL_CACHE or .data/models; without one they fail at load as task errors, naming the
 # models). The baseline cache travels in the same file.
@@ -91,6 +91,9 @@ PY
     continue
   fi
   if [ "$step" = recheck ]; then  # the tasks the committed cudagym-v4 tables flagged, again on this tree
+    if [ -n "${RECHECK_TASKS:-}" ]; then  # "LEVEL ID ...;LEVEL ID ...": these tasks instead of the flagged ones
+      printf '%s\n' "$RECHECK_TASKS" | tr ';' '\n' > "$out/recheck.txt"
+    else
     python3 - "${OVER:-0.3}" benchmarks/results/kernelbench/kernelbench-cudagym-v4-L*.csv > "$out/recheck.txt" <<'PY'
 import csv, sys
 by_level = {}
@@ -102,6 +105,7 @@ for path in sys.argv[2:]:
 for level, ids in sorted(by_level.items()):
     print(level, *ids)
 PY
+    fi
     check_listed recheck cudagym
     continue
   fi
