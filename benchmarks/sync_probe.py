@@ -28,11 +28,11 @@ from typing import Any
 MIB = 1 << 20
 
 
-def _setup(task_id: str, protocol_id: str, device_name: str) -> tuple[Any, list[Any], Any]:
+def _setup(task_id: str, protocol_id: str, device_name: str, warm: int = 0) -> tuple[Any, list[Any], Any]:
     """The task's reference model, one input set and an L2 flush buffer, under the protocol's precision.
 
     Loaded and built by the judge's own loader (``load_reference``, ``build_reference``), with the switches
-    the judge runs its baselines under.
+    the judge runs its baselines under; ``warm`` untimed forwards first.
     """
     import torch
 
@@ -48,6 +48,9 @@ def _setup(task_id: str, protocol_id: str, device_name: str) -> tuple[Any, list[
     model = build_reference(reference, device, protocol.seed, protocol.extra.get("module_mode", "eval") == "train")
     inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in reference.get_inputs()]
     flush = torch.empty(256 * MIB // 4, dtype=torch.float32, device=device)
+    with torch.no_grad():
+        for _ in range(warm):
+            model(*inputs)
     return model, inputs, flush
 
 
@@ -173,21 +176,22 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("sync_probe: no CUDA device here; it looks at GPU waits only", file=sys.stderr)
         return 2
-    model, inputs, flush = _setup(args.task, args.protocol, args.device)
-    with torch.no_grad():
-        for _ in range(3):
-            model(*inputs)
+    model, inputs, flush = _setup(args.task, args.protocol, args.device, warm=3)
     found = {"task": args.task, "protocol": args.protocol, "cover_ms": args.cover_ms,
              "timed": windows(model, inputs, flush, args.runs, args.window, args.cover_ms),
              "spin": behind_spin(model, inputs, args.spin_ms), "waits": waits(model, inputs)}
-    text = render(found)
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        stem = args.task.replace("/", "_")[:60]
-        (args.out / f"sync-{stem}.json").write_text(json.dumps(found, indent=1))
-        (args.out / f"sync-{stem}.md").write_text(text)
-    print(text)
+    save(args.out, "sync", found, render(found))
     return 0
+
+
+def save(out: Path | None, prefix: str, found: dict[str, Any], text: str) -> None:
+    """Print a probe's table, and write it with its figures (JSON) as ``PREFIX-TASK.{md,json}`` under ``out``."""
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        stem = str(found["task"]).replace("/", "_")[:60]
+        (out / f"{prefix}-{stem}.json").write_text(json.dumps(found, indent=1))
+        (out / f"{prefix}-{stem}.md").write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ protocol can afford that is this probe's question:
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sync_probe import _setup, _spin  # noqa: E402  (the same loader and cover spin as the sync probe)
+from sync_probe import _setup, _spin, save  # noqa: E402  (the sync probe's loader, cover spin and output)
 
 
 def _timed_call(model: Any, inputs: list[Any], flush: Any, cover_ms: float) -> tuple[float, float]:
@@ -147,19 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("watched_timing_probe: no CUDA device here; it measures the GPU profiler's cost", file=sys.stderr)
         return 2
-    model, inputs, flush = _setup(args.task, args.protocol, args.device)
-    with torch.no_grad():
-        for _ in range(3):
-            model(*inputs)
+    model, inputs, flush = _setup(args.task, args.protocol, args.device, warm=3)
     found = {"task": args.task, "protocol": args.protocol,
              "blocks": blocks(model, inputs, flush, args.window, args.pairs, args.cover_ms)}
-    text = render(found)
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        stem = args.task.replace("/", "_")[:60]
-        (args.out / f"watched-{stem}.json").write_text(json.dumps(found, indent=1))
-        (args.out / f"watched-{stem}.md").write_text(text)
-    print(text)
+    save(args.out, "watched", found, render(found))
     return 0
 
 
