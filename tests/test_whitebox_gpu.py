@@ -385,3 +385,48 @@ def test_20b_a_forward_that_shows_the_retake_torchs_kernels_is_named(swish) -> N
     assert result.status is EvalStatus.RULE_VIOLATION, result.message + result.log[-2000:]
     assert {v.guard for v in result.violations} == {"decoy_kernels"}, result.message
     assert "compiled kernel(s) ran" in result.message and "in the profile's retake" in result.message, result.message
+
+
+# (21) Torch does the work, and the runner's profile reply is rewritten on its way out: the candidate, in the runner's
+# process, wraps the runner's request handler (``_Server._profile`` of ``__main__``) so that every kernel row it sends
+# carries the name of the kernel the build compiled. The profile is taken in the runner, so the trusted side has only
+# the runner's word for which kernels ran; the busy time it reports is the real one, so the fit holds too.
+TORCH_DOES_THE_WORK = '''
+import torch as _torch
+def _torchs(self, x):
+    return x * getattr(_torch, "sig" + "moid")(x)
+ModelNew.forward = _torchs
+'''
+REWRITTEN_PROFILE = TORCH_DOES_THE_WORK + '''
+import sys as _sys
+def _renaming(profile):
+    def _own_names(self, request):
+        reply = profile(self, request)
+        own = [k.kernel for k in self.ctx.job.build.kernels] or ["swish_kernel"]
+        for event in reply.get("events", []):
+            if not event.get("is_memory_op"):
+                event["name"] = own[0]
+        return reply
+    return _own_names
+for _module in (_sys.modules.get("__main__"), _sys.modules.get("cudagym.judge.split.runner")):
+    if _module is not None and hasattr(_module, "_Server"):
+        _module._Server._profile = _renaming(_module._Server._profile)
+'''
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "The kernel attribution is taken in the runner, the candidate's own process, and sent to the trusted side as a "
+    "reply the candidate can rewrite: a forward that leaves the work to torch and renames the reply's kernel rows to "
+    "its compiled kernel is judged OK. The busy time in the reply is the real one, so the fit to the bracketed timed "
+    "median holds. An observer outside the runner's process (kernel-level probes on the driver's launch calls) is "
+    "not built."))
+def test_21_a_rewritten_profile_reply_is_believed(swish) -> None:
+    with LocalJudge(DECOY_ONLY, devices=list(probe_gpus("auto").device_ids[:1])) as decoy_judge:
+        plain = _submit(swish, decoy_judge, TORCH_DOES_THE_WORK)
+        if {v.guard for v in plain.violations} != {"decoy_kernels"}:  # the control: unforged, torch's work is named
+            raise RuntimeError(f"the unforged fallback was not named by decoy_kernels: {plain.message}")
+        result = _submit(swish, decoy_judge, REWRITTEN_PROFILE)
+    if result.status not in (EvalStatus.OK, EvalStatus.RULE_VIOLATION):  # the attack itself broke
+        raise RuntimeError(f"{result.status.value}: {result.message}\n{result.log[-2000:]}")
+    assert result.status is EvalStatus.RULE_VIOLATION, result.message
+    assert {v.guard for v in result.violations} == {"decoy_kernels"}, result.message
