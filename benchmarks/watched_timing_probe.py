@@ -6,12 +6,13 @@ path when timed (bounded today by the busy-time fit, 1.5x + 10 µs). A profiler 
 through every timed call, leaves nothing to tell apart, and attributes the timed calls themselves. Whether a
 protocol can afford that is this probe's question:
 
-1. ``blocks``: ``--blocks`` pairs of ``--window`` calls, plain then under ``torch.profiler`` (CUDA activity),
+1. ``blocks``: ``--pairs`` pairs of ``--window`` calls, plain then under ``torch.profiler`` (CUDA activity),
    each call timed as the judge times one (the L2 flushed, a short spin before the start event, CUDA events);
    per mode, the median time and host time per call.
-2. for the profiled blocks: device events per call, what reading them back costs (the profiler's stop and
-   ``events()``, per 1,000 events), and the busy GPU time per call (the union of the kernels' intervals) over the
-   same calls' timed median: the fit, on the calls that were timed.
+2. for the profiled blocks: the forward's device events per call; what reading them back costs (the profiler's
+   stop and ``events()``, per 1,000 events recorded, the flush's and the spin's among them); and the busy GPU
+   time per call (the union of the kernels' intervals) over the same calls' timed median: the fit, on the calls
+   that were timed.
 
     python benchmarks/watched_timing_probe.py --task bundled/L1/01_Swish --out DIR
         (a KernelBench task: CUDAGYM_KERNELBENCH_DIR)
@@ -55,6 +56,7 @@ def blocks(model: Any, inputs: list[Any], flush: Any, window: int, pairs: int, c
     times: dict[str, list[float]] = {"plain": [], "profiled": []}
     host: dict[str, list[float]] = {"plain": [], "profiled": []}
     events, stop_ms, read_ms, fits = [], [], [], []
+    recorded = 0  # every device event read back, the flush's and the spin's among them
     device = torch.device("cuda", torch.cuda.current_device())
     staging = _staging_names(flush, cover_ms, device)
     with torch.no_grad():
@@ -78,18 +80,18 @@ def blocks(model: Any, inputs: list[Any], flush: Any, window: int, pairs: int, c
             t0 = time.perf_counter()
             found = device_events(prof)
             read_ms.append((time.perf_counter() - t0) * 1000.0)
+            recorded += len(found)
             times["profiled"].extend(block)
             kernels = [e for e in found if e.name not in staging]
             events.append(len(kernels) / window)
             fits.append(busy_us(kernels) / window / max(statistics.median(block), 1e-9))
-    total_events = sum(events) * window
     return {
         "window": window, "pairs": pairs, "cover_ms": cover_ms,
         "plain_us": statistics.median(times["plain"]), "profiled_us": statistics.median(times["profiled"]),
         "plain_host_us": statistics.median(host["plain"]), "profiled_host_us": statistics.median(host["profiled"]),
         "events_per_call": statistics.median(events),
-        "stop_ms_per_1000_events": 1000.0 * sum(stop_ms) / max(total_events, 1.0),
-        "read_ms_per_1000_events": 1000.0 * sum(read_ms) / max(total_events, 1.0),
+        "stop_ms_per_1000_events": 1000.0 * sum(stop_ms) / max(recorded, 1),
+        "read_ms_per_1000_events": 1000.0 * sum(read_ms) / max(recorded, 1),
         "busy_over_timed": statistics.median(fits),
     }
 
