@@ -189,9 +189,14 @@ def to_markdown(rows: Sequence[TaskRow], title: str, facts: RunFacts | None = No
     return "\n".join(lines) + "\n"
 
 
+def _allocated_measured(row: TaskRow) -> bool:
+    """Whether the row has an allocated peak and a bound to set it against."""
+    return row.allocated_peak_gib > 0 and row.bound_gib > 0
+
+
 def _allocated(row: TaskRow) -> str:
     """`` (x.xx)``: the allocated peak's excess, where it was measured."""
-    return f" ({row.allocated_over_bound_gib:.2f})" if row.allocated_peak_gib > 0 and row.bound_gib > 0 else ""
+    return f" ({row.allocated_over_bound_gib:.2f})" if _allocated_measured(row) else ""
 
 
 def _ratio(x: float) -> str:
@@ -200,7 +205,7 @@ def _ratio(x: float) -> str:
 
 def _allocated_excess(rows: Sequence[TaskRow]) -> str:
     """``; counting live allocations only, x.xx GiB (N over)`` where the rows measured allocated peaks."""
-    measured = [r for r in rows if r.allocated_peak_gib > 0 and r.bound_gib > 0]
+    measured = [r for r in rows if _allocated_measured(r)]
     if not measured:
         return ""
     worst = max(measured, key=lambda r: r.allocated_over_bound_gib)
