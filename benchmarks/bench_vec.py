@@ -44,6 +44,7 @@ from conftest_env import TOKENIZER, small_kernelbench  # noqa: E402
 from judge_stubs import StubGpus  # noqa: E402
 
 import cudagym  # noqa: E402, F401 - registers the ids
+from cudagym.judge import split  # noqa: E402
 from cudagym.judge.baselines import BaselineCache  # noqa: E402
 from cudagym.judge.harness import runner  # noqa: E402
 from cudagym.judge.pipeline import BuildService, Pipeline, PipelineJudge  # noqa: E402
@@ -196,6 +197,24 @@ RUNNER_START = re.compile(re.escape(split_runner.START_STAGE) + r" ([\d.]+) s") 
 REQUEST_KINDS = ("calibrate", "reference", "timed")  # the harness's note of what each timed request cost the judge
 REQUEST = re.compile(r"(\w+) \d+ x ([\d.]+) ms")
 REQUESTS_ALL = re.compile(r"(\w+) \d+ x [\d.]+ ms(?: \([^)]*\))? \[first ([\d.]+) ms, all ([\d.]+) ms\]")
+PART = re.compile(r"([a-zA-Z][a-zA-Z ]*?) ([\d.]+)$")  # one "name 0.123" of the parts note
+
+
+def request_parts(note: str) -> dict[str, float]:
+    """``{"timed here reply wait ms": 1.2, "timed runner GPU wait ms": 0.9, ...}`` from the harness's parts note."""
+    out: dict[str, float] = {}
+    body = note.split("): ", 1)[-1]
+    for account in body.split(" | "):
+        kind, _, rest = account.partition(": ")
+        if kind not in REQUEST_KINDS:
+            continue
+        for side in rest.split("; "):
+            who = "runner" if side.startswith("the runner ") else "here"
+            for item in side.removeprefix("the runner ").removeprefix("here ").split(", "):
+                m = PART.match(item.strip())
+                if m:
+                    out[f"{kind} {who} {m.group(1)} ms"] = float(m.group(2))
+    return out
 
 
 def job_parts(batch: dict[str, Any]) -> list[dict[str, float]]:
@@ -220,6 +239,8 @@ def job_parts(batch: dict[str, Any]) -> list[dict[str, float]]:
                 for kind, first, every in REQUESTS_ALL.findall(str(note)):  # the first one, and all of them
                     if kind in REQUEST_KINDS:
                         part.update({f"{kind} first ms": float(first), f"{kind} all ms": float(every)})
+            if str(note).startswith(runner.REQUEST_PARTS_NOTE):  # each side's account of a request, part by part
+                part.update(request_parts(str(note)))
         found.append(part)
     return found
 
@@ -229,9 +250,22 @@ def describe_requests(parts: list[dict[str, float]]) -> str:
     cells = _spreads(parts, [(kind, f"{kind} request ms") for kind in REQUEST_KINDS], "ms", 2)
     per_verdict = _spreads(parts, [(f"{kind} {which}", f"{kind} {which} ms") for kind in REQUEST_KINDS
                                    for which in ("first", "all")], "ms", 1)
+    keys = sorted({k for p in parts for k in p if k.startswith("timed ") and k.endswith(" ms")
+                   and (" here " in k or " runner " in k)}, key=_part_order)
+    anatomy = _spreads(parts, [(k.removeprefix("timed ").removesuffix(" ms"), k) for k in keys], "ms", 3)
     return ("per timed request, the judge's wall time: " + (", ".join(cells) if cells else "not noted")
             + ("; per verdict, the first request of a kind and all of them: " + ", ".join(per_verdict)
-               if per_verdict else ""))
+               if per_verdict else "")
+            + ("; a timed request part by part: " + ", ".join(anatomy) if anatomy else ""))
+
+
+def _part_order(key: str) -> tuple[int, int]:
+    """The parts in the order they happen: this process's queue and send, the runner's parts, the rest here."""
+    name = key.removeprefix("timed ").removesuffix(" ms")
+    who, _, part = name.partition(" ")
+    names = split.TRUSTED_PHASES if who == "here" else split.RUNNER_PHASES
+    rank = names.index(part) if part in names else len(names)
+    return (0 if who == "here" and rank == 0 else 1 if who == "runner" else 2, rank)
 
 
 def _spreads(parts: list[dict[str, float]], keys: list[tuple[str, str]], unit: str, digits: int) -> list[str]:

@@ -9,7 +9,7 @@ import re
 from judge_stubs import StubGpus, stub_judge
 from script_module import load_script
 
-from cudagym.judge.harness.runner import LOAD_NOTE, REQUESTS_NOTE
+from cudagym.judge.harness.runner import LOAD_NOTE, REQUESTS_NOTE, request_parts_note
 from cudagym.judge.job import JobSpec
 from cudagym.judge.records import EvalCost, EvalResult
 from cudagym.judge.split.runner import START_STAGE
@@ -34,8 +34,10 @@ class NotedGpus(StubGpus):
         requests = (f"{REQUESTS_NOTE} (median): calibrate 15 x 0.48 ms (the runner's own 0.19 ms) [first 2.0 ms, "
                     f"all 9 ms], reference 25 x {1.5 + ready:.2f} ms [first 40.0 ms, all {75 + 10 * ready:.0f} ms], "
                     f"timed 33 x 2.21 ms (the runner's own 1.90 ms) [first 3.1 ms, all 80 ms]")
+        anatomy = request_parts_note(["calibrate", "timed"], {"timed": [300.0, 1800.0 + 1000 * ready, 10.0]},
+                                     {"calibrate": [50.0, 20.0, 0.0, 100.0], "timed": [80.0, 400.0, 1200.0, 30.0]})
         return dataclasses.replace(result, cost=cost, wall_time_s=1.0 + ready,
-                                   notes=(load_note(ready), "timing: 30 rounds", requests))
+                                   notes=(load_note(ready), "timing: 30 rounds", requests, anatomy))
 
 
 def test_the_gpu_driver_counts_verdicts_and_says_where_their_time_went(tmp_path, monkeypatch, capsys):
@@ -56,6 +58,10 @@ def test_the_gpu_driver_counts_verdicts_and_says_where_their_time_went(tmp_path,
             "timed 2.21 ms (p90 2.21)") in out
     assert ("per verdict, the first request of a kind and all of them: calibrate first 2.0 ms (p90 2.0), calibrate "
             "all 9.0 ms (p90 9.0), reference first 40.0 ms (p90 40.0), reference all 82.0 ms (p90 89.0)") in out
+    # a timed request part by part, in the order its parts happen: here, then the runner, then here again
+    assert ("a timed request part by part: here queue and send 0.300 ms (p90 0.300), runner prepare 0.080 ms "
+            "(p90 0.080), runner queue 0.400 ms (p90 0.400), runner GPU wait 1.200 ms (p90 1.200), runner deliver "
+            "0.030 ms (p90 0.030), here reply wait 2.500 ms (p90 3.200), here close 0.010 ms (p90 0.010)") in out
 
 
 def test_parts_of_a_batch_skip_failed_verdicts_and_notes_without_the_load_line():

@@ -21,6 +21,7 @@ from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import Job, KnownBaselines
 from cudagym.judge.protocol import CUDAGYM_V0, CUDAGYM_V3, CUDAGYM_V4, DEFAULT_PROTOCOL, KERNELBENCH, Protocol
 from cudagym.judge.records import BuildResult, BuildStatus, EvalResult, EvalStatus, TimingStats
+from cudagym.judge.split import RUNNER_PHASES, TRUSTED_PHASES
 from cudagym.judge.worker import WorkerPool
 from cudagym.solution import Solution
 from cudagym.task import make_task
@@ -151,6 +152,16 @@ def test_the_same_code_is_as_fast_as_eager_when_the_yardstick_is_the_runners(poo
     parts = bench.job_parts({"status": ["ok"], "wall_time_s": [1.0], "notes": [list(fair.notes)],
                              "cost": {f"{name}_s": [0.1] for name in ("load", "check", "timing", "profile")}})
     assert {"reference first ms", "reference all ms", "calibrate all ms"} <= set(parts[0]), parts
+    # and where a timed request's time went, by each side's account: the runner's parts fit inside what this
+    # process waited for its reply, and this process's parts inside its wall time per request
+    anatomy = next(n for n in fair.notes if n.startswith("timed requests, part by part (ms, medians): "))
+    for kind in ("calibrate", "reference", "timed"):
+        here = [parts[0][f"{kind} here {name} ms"] for name in TRUSTED_PHASES]
+        there = [parts[0][f"{kind} runner {name} ms"] for name in RUNNER_PHASES]
+        assert all(x >= 0 for x in here + there), anatomy
+        assert sum(there) <= here[1] * 1.5 + 0.2, anatomy  # the runner's work is inside the reply wait ...
+        assert sum(here) <= parts[0][f"{kind} request ms"] * 1.5 + 0.2, anatomy  # ... which is inside the request
+    assert "here queue and send" in anatomy and "the runner prepare" in anatomy and "GPU wait 0.000" in anatomy
 
 
 def test_cached_baselines_from_another_process_are_scaled_to_the_candidates_too(pool: WorkerPool) -> None:

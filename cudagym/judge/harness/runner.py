@@ -49,6 +49,7 @@ from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import Job
 from cudagym.judge.protocol import Protocol
 from cudagym.judge.records import EvalCost, EvalResult, EvalStatus, Hardware, Precision, TimingStats
+from cudagym.judge.split import RUNNER_PHASES, TRUSTED_PHASES
 from cudagym.judge.split.channel import RunnerLost
 from cudagym.judge.split.remote import RunnerLink
 
@@ -667,9 +668,9 @@ def verify_claims(ctx: EvalContext) -> None:
     if handled:
         ctx.note("timing claims: the runner says it spent " + ", ".join(f"{v:.1f} us per {k} request"
                                                                         for k, v in handled.items()))
-    phases = {k: [median([p[i] for p in v]) for i in range(3)] for k, v in link.phases_us.items() if v}
+    phases = _part_medians(link.phases_us, len(RUNNER_PHASES))
     if phases:
-        ctx.note("timing claims: by the runner's account, prepare / measure / deliver: " + ", ".join(
+        ctx.note(f"timing claims: by the runner's account, {' / '.join(RUNNER_PHASES)}: " + ", ".join(
             f"{k} " + " / ".join(f"{x:.1f}" for x in v) + " us" for k, v in phases.items()))
     if short > allowed:
         ctx.flag(UNVERIFIABLE_TIMING, f"the runner timed the candidate at {claim:.1f} us per call, but the judge's "
@@ -683,6 +684,8 @@ REQUESTS_NOTE = "timed requests, this process's wall time each"
 def _note_request_cost(ctx: EvalContext, link: RunnerLink) -> None:
     """What each kind of timed request cost this process (median; the first, all together) and the runner's part."""
     parts = []
+    runner_parts = _part_medians(link.phases_us, len(RUNNER_PHASES))
+    own_parts = _part_medians(link.parts_us, len(TRUSTED_PHASES))
     for kind, seconds in link.request_s.items():
         if not seconds:
             continue
@@ -693,6 +696,39 @@ def _note_request_cost(ctx: EvalContext, link: RunnerLink) -> None:
                      + f" [first {seconds[0] * 1000:.1f} ms, all {sum(seconds) * 1000:.0f} ms]")
     if parts:
         ctx.note(f"{REQUESTS_NOTE} (median): " + ", ".join(parts))
+    anatomy = request_parts_note(list(link.request_s), own_parts, runner_parts)
+    if anatomy:
+        ctx.note(anatomy)
+
+
+REQUEST_PARTS_NOTE = "timed requests, part by part"
+
+
+def request_parts_note(kinds: list[str], here: dict[str, list[float]], runner: dict[str, list[float]]) -> str:
+    """The note of where each kind of timed request's time went: this process's parts, then the runner's (µs in).
+
+    ``here`` holds :data:`~cudagym.judge.split.TRUSTED_PHASES` per kind, ``runner``
+    :data:`~cudagym.judge.split.RUNNER_PHASES`; ``""`` where neither has any kind.
+    """
+    accounts = []
+    for kind in kinds:
+        mine, theirs = here.get(kind), runner.get(kind)
+        if mine or theirs:
+            accounts.append(f"{kind}: " + "; ".join(
+                f"{who} " + ", ".join(f"{name} {x / 1000:.3f}" for name, x in zip(names, values, strict=True))
+                for who, names, values in (("here", TRUSTED_PHASES, mine), ("the runner", RUNNER_PHASES, theirs))
+                if values))
+    return f"{REQUEST_PARTS_NOTE} (ms, medians): " + " | ".join(accounts) if accounts else ""
+
+
+def _part_medians(rows: dict[str, list[list[float]]], count: int) -> dict[str, list[float]]:
+    """Per kind, the median of each of ``count`` parts over the requests that reported it (-1: not reported)."""
+    out = {}
+    for kind, values in rows.items():
+        columns = [[row[i] for row in values if len(row) > i and row[i] >= 0] for i in range(count)]
+        if values and all(columns):
+            out[kind] = [median(c) for c in columns]
+    return out
 
 
 BRACKET_QUANTILE = 0.2  # of the timed calls' gaps: a busy GPU (another context's time slice) only adds to one

@@ -84,12 +84,14 @@ class Measurement:
         time_us: The timer's time (the measurement).
         wall_us: Host wall time around the call (less the cover's time).
         enqueue_us: Host time in the call itself, until it returned: the launches, not the wait.
+        wait_us: Host time blocked in the closing device synchronize, after everything was queued.
     """
 
     outputs: Any
     time_us: float
     wall_us: float
     enqueue_us: float = 0.0
+    wait_us: float = 0.0
 
 
 class Timer(abc.ABC):
@@ -150,6 +152,7 @@ class CudaEventTimer(Timer):
         if bracket is not None:
             bracket.close(outputs, stream)
             PRISTINE.event_record(self._closed, stream)
+        queued = PRISTINE.perf_counter()
         PRISTINE.sync(self.device)  # device-wide: work on every stream has finished
         t1 = PRISTINE.perf_counter()
         elapsed_ms = PRISTINE.event_elapsed_time(self._start, self._end)
@@ -157,7 +160,8 @@ class CudaEventTimer(Timer):
             if bracket is not None or self.cover is not None else 0.0
         if bracket is not None:
             hidden_ms += PRISTINE.event_elapsed_time(self._end, self._closed)
-        return Measurement(outputs, elapsed_ms * 1000.0, (t1 - t0) * 1e6 - hidden_ms * 1000.0, (c1 - c0) * 1e6)
+        return Measurement(outputs, elapsed_ms * 1000.0, (t1 - t0) * 1e6 - hidden_ms * 1000.0, (c1 - c0) * 1e6,
+                           (t1 - queued) * 1e6)
 
 
 class ProfilerTimer(Timer):
@@ -179,8 +183,9 @@ class ProfilerTimer(Timer):
             outputs = call()
             c1 = PRISTINE.perf_counter()
             PRISTINE.sync(self.device)
+            c2 = PRISTINE.perf_counter()
         t1 = PRISTINE.perf_counter()
-        return Measurement(outputs, device_activity_us(prof), (t1 - t0) * 1e6, (c1 - c0) * 1e6)
+        return Measurement(outputs, device_activity_us(prof), (t1 - t0) * 1e6, (c1 - c0) * 1e6, (c2 - c1) * 1e6)
 
 
 class HostTimer(Timer):

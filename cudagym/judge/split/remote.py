@@ -25,6 +25,7 @@ from cudagym.judge.harness.failures import CandidateFailure
 from cudagym.judge.harness.inputs import tensors_in
 from cudagym.judge.harness.profiling import DeviceEvent, KernelProfile
 from cudagym.judge.harness.timing import Measurement
+from cudagym.judge.split import RUNNER_PHASES
 from cudagym.judge.split.arena import Arena, Slot, layout, new_arena, place, views
 from cudagym.judge.split.channel import Channel, RunnerLost
 from cudagym.judge.split.signals import SIGNAL_BYTES
@@ -87,7 +88,9 @@ class RunnerLink:
         self.claimed_us: list[float] = []
         self.calibration_us: list[float] = []  # wall less claim of empty timed calls, before the candidate loaded
         self.handled_us: dict[str, list[float]] = {"timed": [], "calibrate": []}  # the runner's own account
-        self.phases_us: dict[str, list[list[float]]] = {"timed": [], "calibrate": []}  # prepare, measure, deliver
+        self.phases_us: dict[str, list[list[float]]] = {"timed": [], "calibrate": []}  # RUNNER_PHASES, per request
+        self.parts_us: dict[str, list[list[float]]] = {}  # this process's TRUSTED_PHASES, per timed request by kind
+        self.last_parts_us: list[float] = []  # the latest request's
         self.bracket_us: list[float] = []  # the trusted GPU bracket around each timed call (the GPU path)
         self.calibration_gap_us: list[float] = []  # bracket less claim of empty timed calls, before the candidate
         # the judge's own part of each bracket (inputs into the arena, the L2 flush), until its go: timed and empty
@@ -109,11 +112,15 @@ class RunnerLink:
             CandidateFailure: The candidate raised (or broke the CUDA context) in the runner.
             RunnerLost: No proper reply.
         """
+        t0 = time.perf_counter()
         try:
             self.channel.send(message, fds)
         except OSError as exc:
             raise RunnerLost(f"the runner's channel failed: {exc}") from None
-        return self._reply(message, expect)
+        t1 = time.perf_counter()
+        reply = self._reply(message, expect)
+        self.last_parts_us = [(t1 - t0) * 1e6, (time.perf_counter() - t1) * 1e6, 0.0]
+        return reply
 
     def _reply(self, message: dict[str, Any], expect: str) -> dict[str, Any]:
         reply, _ = self.channel.receive(max(MIN_REPLY_S, self.deadline - time.monotonic()))
@@ -146,6 +153,7 @@ class RunnerLink:
         """
         from cudagym.judge.split.signals import ARMED, DONE, GO, wait_value, write_value
 
+        t0 = time.perf_counter()
         if self._events is None:
             self._events = tuple(torch.cuda.Event(enable_timing=True) for _ in range(3))
             self._side = torch.cuda.Stream(self.device)
@@ -163,19 +171,24 @@ class RunnerLink:
         wait_value(stream.cuda_stream, base + DONE, n)
         end.record(stream)
         outputs = [v.clone() for v in views(self.arenas["outputs"].tensor, out_slots)] if keep else []
+        t1 = t0
         try:
             self.channel.send({**message, "round": n})
+            t1 = time.perf_counter()
             if not self.channel.readable(ARM_WAIT_S):  # its call waits on its host (a sync inside forward)
                 write_value(self._side.cuda_stream, base + ARMED, n)
             reply = self._reply(message, expect)
         except OSError as exc:
             raise RunnerLost(f"the runner's channel failed: {exc}") from None
         finally:  # whatever the runner did, this process's stream must not wait for it forever
+            t2 = time.perf_counter()
             write_value(self._side.cuda_stream, base + ARMED, n)
             write_value(self._side.cuda_stream, base + DONE, n)
             end.synchronize()
         self.last_staged_us = start.elapsed_time(staged) * 1000.0
-        return reply, start.elapsed_time(end) * 1000.0, outputs
+        bracket_us = start.elapsed_time(end) * 1000.0
+        self.last_parts_us = [(t1 - t0) * 1e6, (t2 - t1) * 1e6, (time.perf_counter() - t2) * 1e6]
+        return reply, bracket_us, outputs
 
     def hand(self, job: Any) -> None:
         """Hand the runner its job (it loads nothing of it until :meth:`start`)."""
@@ -324,7 +337,9 @@ class RemoteModel:
             t0 = time.perf_counter()
             reply = self.link.request({**request, "args": spec}, expect=expect)
             clock_us, outs = (time.perf_counter() - t0) * 1e6, None
+            self.link.last_parts_us[0] += (t0 - began) * 1e6  # the inputs placed, then the request sent
         self.link.request_s.setdefault(kind, []).append(time.perf_counter() - began)
+        self.link.parts_us.setdefault(kind, []).append(list(self.link.last_parts_us))
         return reply, clock_us, outs
 
     def inputs_seen(self) -> list[Any]:
@@ -379,7 +394,7 @@ class RemoteModel:
             self.link.staged_us["timed"].append(self.link.last_staged_us)
         self.link.claimed_us.append(claim)
         self.link.handled_us["timed"].append(_number(reply.get("handled_us")))
-        self.link.phases_us["timed"].append(_numbers(reply.get("phases_us"), 3))
+        self.link.phases_us["timed"].append(_numbers(reply.get("phases_us"), len(RUNNER_PHASES)))
         outputs = self._collect(reply, outs)
         return Measurement(outputs, claim, max(runner_wall, 0.0), max(enqueue, 0.0))
 
@@ -406,7 +421,7 @@ class RemoteModel:
                 if self.bracketed:
                     self.link.staged_us["calibrate"].append(self.link.last_staged_us)
                 self.link.handled_us["calibrate"].append(_number(reply.get("handled_us")))
-                self.link.phases_us["calibrate"].append(_numbers(reply.get("phases_us"), 3))
+                self.link.phases_us["calibrate"].append(_numbers(reply.get("phases_us"), len(RUNNER_PHASES)))
 
     def time_reference(self, args: list[Any], runs: int, warmup: int, budget_s: float,
                        enough: Callable[[list[float]], bool] | None = None) -> list[float]:
@@ -428,6 +443,7 @@ class RemoteModel:
             if i >= warmup and math.isfinite(claim) and 0 < claim <= wall:
                 kept.append(claim)
             self.link.handled_us.setdefault("reference", []).append(_number(reply.get("handled_us")))
+            self.link.phases_us.setdefault("reference", []).append(_numbers(reply.get("phases_us"), len(RUNNER_PHASES)))
             if (len(kept) >= 5 and time.monotonic() - began > budget_s) or (enough is not None and enough(kept)):
                 break
         return kept

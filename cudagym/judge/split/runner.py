@@ -357,6 +357,8 @@ class _Server:
         bracket = self._bracket(request)
         if bracket is None:
             self.flusher.flush()  # bracketed, the trusted side flushes inside its bracket
+        marks.append(time.perf_counter())
+        if bracket is None:
             measured = call(lambda: self.timer.measure(lambda: model(*args)))
         else:
             measured = call(lambda: self.timer.measure(lambda: model(*args), bracket=bracket))
@@ -368,10 +370,12 @@ class _Server:
             flags.apply()
         problem = self._deliver(request, measured.outputs) if bracket is None else bracket.problem
         marks.append(time.perf_counter())
+        prepare, measure, deliver = ((b - a) * 1e6 for a, b in zip(marks, marks[1:], strict=False))
+        wait = min(max(measured.wait_us, 0.0), measure)
         return {"kind": "timed", "problem": problem, "time_us": _finite(measured.time_us),
                 "wall_us": _finite(measured.wall_us), "enqueue_us": _finite(measured.enqueue_us),
-                "flag_changes": changes,  # and the runner's own account of prepare, measure, deliver:
-                "phases_us": [_finite((b - a) * 1e6) for a, b in zip(marks, marks[1:], strict=False)]}
+                "flag_changes": changes,  # and the runner's own account (cudagym.judge.split.RUNNER_PHASES):
+                "phases_us": [_finite(x) for x in (prepare, measure - wait, wait, deliver)]}
 
     def _bracket(self, request: dict[str, Any]) -> _RunnerBracket | None:
         """The runner's half of a call the trusted side brackets on the GPU (when it asks, with a round)."""
