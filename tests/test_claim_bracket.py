@@ -6,7 +6,14 @@ here only the rule that turns brackets, claims and the calibration into a verdic
 
 from __future__ import annotations
 
-from cudagym.judge.harness.runner import BRACKET_SLACK_US, judge_bracketed_claims
+import dataclasses
+
+import pytest
+
+from cudagym.errors import ConfigError
+from cudagym.judge.harness.runner import BRACKET_SLACK_US, arm_wait_s, judge_bracketed_claims
+from cudagym.judge.protocol import DEFAULT_PROTOCOL
+from cudagym.judge.split.remote import ARM_WAIT_MAX_S, ARM_WAIT_S
 
 CALIBRATION = [674.9, 673.0, 675.2, 674.1, 676.0, 673.8, 674.4, 674.6, 675.0, 673.5, 674.2, 674.8, 673.9, 675.5, 674.0]
 
@@ -141,3 +148,15 @@ def test_early_done_on_a_large_output_is_still_short() -> None:
     problem = judge_bracketed_claims(claims, brackets, L1_9_CALIBRATION, BRACKET_SLACK_US, [1319.3] * 30,
                                      L1_9_CALIBRATION_STAGED)[1]
     assert "signalled done ahead" in problem
+
+
+def test_the_wait_for_a_queued_call_is_the_default_unless_a_probe_sets_it() -> None:
+    def with_extra(**extra: object) -> float:
+        return arm_wait_s(dataclasses.replace(DEFAULT_PROTOCOL, extra=dict(extra)))
+
+    assert with_extra() == ARM_WAIT_S == 0.005
+    assert with_extra(arm_wait_ms=200) == 0.2
+    assert with_extra(arm_wait_ms="50") == 0.05
+    assert with_extra(arm_wait_ms=0) == 0.001 and with_extra(arm_wait_ms=1e9) == ARM_WAIT_MAX_S  # clamped
+    with pytest.raises(ConfigError, match="arm_wait_ms"):
+        with_extra(arm_wait_ms="long")

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -90,6 +91,20 @@ def test_get_protocol_resolves_names_and_rejects_unknown():
     assert get_protocol(CUDA_AGENT) is CUDA_AGENT
     with pytest.raises(ConfigError, match="expected one of"):
         get_protocol("fastest")
+
+
+def test_a_name_with_extra_settings_is_that_protocol_under_an_id_of_its_own():
+    probe = get_protocol("cudagym[arm_wait_ms=200,module_mode=train]")
+    assert probe.id == "cudagym-v4[arm_wait_ms=200,module_mode=train]"
+    assert probe.extra == {"arm_wait_ms": 200, "module_mode": "train"}
+    assert dataclasses.replace(probe, id=CUDAGYM_V4.id, extra={}) == CUDAGYM_V4  # nothing else differs
+    assert probe.timing_key != CUDAGYM_V4.timing_key and probe.timing_key.startswith(probe.id)  # caches apart
+    assert get_protocol(probe.id).extra == probe.extra  # its id resolves to it again (a remote judge's way)
+    assert get_protocol("kernelbench[arm_wait_ms=1.5]").extra == {**KERNELBENCH.extra, "arm_wait_ms": 1.5}
+    for bad, why in (("cudagym[x]", "key=value"), ("cudagym[=1]", "key=value"), ("cudagym[x=../a]", "key=value"),
+                     ("cudagym[x=a b]", "key=value"), ("fastest[x=1]", "expected one of")):
+        with pytest.raises(ConfigError, match=why):
+            get_protocol(bad)
 
 
 @pytest.mark.parametrize(

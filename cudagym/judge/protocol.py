@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
@@ -417,15 +418,42 @@ DEFAULT_PROTOCOL = CUDAGYM_V4
 def get_protocol(spec: str | Protocol | None) -> Protocol:
     """Resolve a protocol name (``cudagym``, ``cuda-agent``, ``kernelbench`` or a full id) or pass one through.
 
+    A name may carry extra settings for a probe, ``NAME[key=value,...]`` (e.g. ``cudagym[arm_wait_ms=200]``): the
+    named protocol with those :attr:`Protocol.extra` entries (values read as JSON where they parse, else as text),
+    under an id of its own (``cudagym-v4[arm_wait_ms=200]``), so its results and caches stay apart.
+
     Raises:
-        ConfigError: The name is unknown.
+        ConfigError: The name is unknown, or its extra settings are malformed.
     """
     if spec is None:
         return DEFAULT_PROTOCOL
     if isinstance(spec, Protocol):
         return spec
+    if spec.endswith("]") and "[" in spec:
+        return _with_extra(spec)
     try:
         return PROTOCOLS[spec]
     except KeyError:
         known = ", ".join(sorted(PROTOCOLS))
         raise ConfigError(f"unknown protocol {spec!r}; expected one of: {known}") from None
+
+
+_EXTRA_VALUE = re.compile(r"[A-Za-z0-9_.+-]+")  # the id names a cache folder: nothing a path could read otherwise
+
+
+def _with_extra(spec: str) -> Protocol:
+    name, _, body = spec[:-1].partition("[")
+    base = get_protocol(name)
+    extra: dict[str, Any] = {}
+    for item in body.split(","):
+        key, sep, text = item.partition("=")
+        key, text = key.strip(), text.strip()
+        if not sep or not key.isidentifier() or not _EXTRA_VALUE.fullmatch(text):
+            raise ConfigError(f"protocol {spec!r}: expected NAME[key=value,...] with values of letters, digits and "
+                              f"'_.+-', got the setting {item!r}")
+        try:
+            extra[key] = json.loads(text)
+        except ValueError:
+            extra[key] = text
+    settings = ",".join(f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in extra.items())
+    return replace(base, id=f"{base.id}[{settings}]", extra={**base.extra, **extra})

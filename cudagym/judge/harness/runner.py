@@ -51,7 +51,7 @@ from cudagym.judge.protocol import Protocol
 from cudagym.judge.records import EvalCost, EvalResult, EvalStatus, Hardware, Precision, TimingStats
 from cudagym.judge.split import RUNNER_PHASES, TRUSTED_PHASES
 from cudagym.judge.split.channel import RunnerLost
-from cudagym.judge.split.remote import RunnerLink
+from cudagym.judge.split.remote import ARM_WAIT_MAX_S, ARM_WAIT_S, RunnerLink
 
 log = logging.getLogger(__name__)
 
@@ -259,6 +259,7 @@ def _load_remote(ctx: EvalContext) -> None:
         # allocated before any input set: carved out of a freed input-sized block, it left the H200's 2 GiB
         # task one more set's worth reserved (memory_probe: 120 MiB used of a 2 GiB segment)
         ctx.remote.flusher = L2Flusher(ctx.device, l2_cache_bytes(ctx.device), ctx.protocol.l2_flush)
+    ctx.remote.arm_wait_s = arm_wait_s(ctx.protocol)
     inputs, prime = _prime(ctx)
     ctx.reference_aliases = reference_aliasing(prime, inputs, ctx.ref_model)
     model = RemoteModel(ctx.remote, prime)
@@ -283,6 +284,26 @@ def _load_remote(ctx: EvalContext) -> None:
     marks.append(time.perf_counter())
     spent = [b - a for a, b in zip(marks, marks[1:], strict=False)]
     ctx.note(LOAD_NOTE.format(*spent) + (f" (the runner's account: {stages})" if stages else ""))
+
+
+def arm_wait_s(protocol: Protocol) -> float:
+    """How long a bracketed call may take to be queued in the runner before the judge gives the go anyway.
+
+    ``protocol.extra["arm_wait_ms"]`` (a probe's knob; within 1 ms and ``ARM_WAIT_MAX_S``), else ``ARM_WAIT_S``.
+    A runner that queues its call sooner gets the go sooner: only a call that waits on its host pays the wait.
+
+    Raises:
+        ConfigError: The value is not a number.
+    """
+    value = protocol.extra.get("arm_wait_ms")
+    if value is None:
+        return ARM_WAIT_S
+    try:
+        ms = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"protocol {protocol.id}: expected a number for extra['arm_wait_ms'], got {value!r}") \
+            from None
+    return min(max(ms / 1000.0, 0.001), ARM_WAIT_MAX_S)
 
 
 REFERENCE_BUDGET_S = 3.0  # the reference's timed calls in the runner stop after this long (once 5 are in)

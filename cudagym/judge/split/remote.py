@@ -32,7 +32,10 @@ from cudagym.judge.split.signals import SIGNAL_BYTES
 
 MIN_REPLY_S = 5.0  # the least time a request gets, whatever the job's budget says
 CALIBRATION_ROUNDS = 15
-ARM_WAIT_S = 0.005  # a runner that has not queued its whole call by then waits on its host: go without it
+# a runner that has not queued its whole call by then waits on its host (a sync inside forward): go without it.
+# A forward that takes longer to queue then runs partly behind its host (``protocol.extra["arm_wait_ms"]``: longer)
+ARM_WAIT_S = 0.005
+ARM_WAIT_MAX_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,7 @@ class RunnerLink:
         self.request_s: dict[str, list[float]] = {}  # this process's wall time per timed request, by kind
         self.bracket = False  # time the candidate's calls on the GPU's clock (set by the harness on the GPU path)
         self.flusher: Any = None  # the trusted side's L2 flush, queued inside each bracket
+        self.arm_wait_s = ARM_WAIT_S  # how long a bracketed call may take to be queued before the go is given
         self._round = 0
         self._events: tuple[Any, ...] | None = None
         self._side: Any = None
@@ -175,7 +179,7 @@ class RunnerLink:
         try:
             self.channel.send({**message, "round": n})
             t1 = time.perf_counter()
-            if not self.channel.readable(ARM_WAIT_S):  # its call waits on its host (a sync inside forward)
+            if not self.channel.readable(self.arm_wait_s):  # its call waits on its host (a sync inside forward)
                 write_value(self._side.cuda_stream, base + ARMED, n)
             reply = self._reply(message, expect)
         except OSError as exc:
