@@ -11,7 +11,8 @@
 # and its GPU test: does the forward wait for the GPU inside, how many launches, how its time moves) watched
 # (benchmarks/watched_timing_probe.py on two bundled tasks and $WATCH_TASKS, default L1/57 and L3/10: what profiling every timed call costs) placement (benchmarks/placement_probe.py on $REPEAT_TASK,
 # default allocator and expandable segments, each with inputs from the allocator, from an arena, and beside 8 idle contexts) retake (the baselines' retaken rounds) raw_rt raw_full (its full evaluation alone) vec (LocalJudge then RayJudge, $VEC_SECONDS each, default 60: give it vec:300) scaling (two GPUs) memory repeat (benchmarks/repeat_probe.py on
-# $REPEAT_TASK, a KernelBench task: carry .data/kb) sanit (default: the first list but soak). A step may carry its own limit: NAME:SECONDS.
+# $REPEAT_TASK, a KernelBench task: carry .data/kb) sanit (default: the first list but soak) hostbound (a host-bound forward under the default
+# arm wait and a long one). A step may carry its own limit: NAME:SECONDS.
 # Wheels the host lacks (gymnasium) are installed from .whl/ when it exists (../shared/tools/stage-wheels.sh);
 # bubblewrap from .debs/ (carry both).
 # The caches live in /tmp/cudagym-cache (outside the synced tree), so a later call on a still-warm host reuses them.
@@ -67,6 +68,7 @@ for s in $steps; do
     tmpl_*)     run_step "$s"       $pyt tests/test_templates.py -m gpu -k "${s#tmpl_}" ;;  # one format: tmpl_raw
     whitebox)   run_step whitebox   $pyt tests/test_whitebox_gpu.py ;;
     wb_*)       run_step "$s"       $pyt tests/test_whitebox_gpu.py -k "${s#wb_}" ;;  # one white-box test: wb_20b
+    hostbound)  run_step hostbound  $pyt tests/test_host_bound_gpu.py -m gpu ;;  # the split's wait for a queued call
     cupy)       run_step cupy       $pyt -m gpu tests/test_runtime.py tests/test_runtime_cupy.py tests/test_cuda_driver.py ;;
     sb3)        run_step sb3        $pyt -m gpu tests/test_sb3_gpu.py ;;
     memory)     run_step memory     $pyt -m gpu tests/test_harness_memory_gpu.py ;;

@@ -1,0 +1,90 @@
+"""A host-bound forward through LocalJudge on a real GPU: how long the split waits for the runner to queue a call.
+
+The trust split times a candidate's call on the GPU between the judge's go and the runner's done; the runner queues
+the whole call before the go, so only device work is timed, unless queueing takes longer than the judge waits
+(``ARM_WAIT_S``, 5 ms): then the go is given anyway and the call runs behind its host. On the H200 (session 21)
+``L3/30_SwinTransformerV2``'s reference, judged as its own candidate, came to 0.767x eager that way: its busy GPU
+time was 0.367x its timed median, and its time in the runner moved between 11.7 and 15.3 ms.
+
+Here the forward launches 400 tiny kernels with 25 µs of host work before each (about 10 ms to queue, about 1 ms
+of device work). Under ``cudagym-v4`` it is timed behind its host; with ``arm_wait_ms=200`` (a probe's setting,
+``cudagym[arm_wait_ms=200]``) the runner queues it in full first and it is timed at its device work.
+
+    pytest -m gpu tests/test_host_bound_gpu.py -v -s
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cudagym.judge.baselines import reference_solution
+from cudagym.judge.harness.runner import REQUEST_PARTS_NOTE
+from cudagym.judge.interface import EvalMode
+from cudagym.judge.protocol import get_protocol
+from cudagym.judge.records import EvalResult, EvalStatus
+from cudagym.task import make_task
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+HOST_BOUND = '''
+import time
+import torch
+import torch.nn as nn
+
+LAUNCHES = 400
+HOST_US = 25.0
+
+
+class Model(nn.Module):
+    @torch.compiler.disable
+    def forward(self, x):
+        for _ in range(LAUNCHES):
+            t = time.perf_counter()
+            while (time.perf_counter() - t) * 1e6 < HOST_US:
+                pass
+            x = x + 1.0
+        return x
+
+
+def get_inputs():
+    return [torch.randn(256)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+QUICK = dict(guards=(), warmup_ms=0.0, min_runs=30, max_runs=30, target_ci_pct=0.0)
+
+
+def _judge(tmp_path: Path, spec: str, name: str) -> EvalResult:
+    from cudagym.judge.local import LocalJudge, probe_gpus
+
+    base = get_protocol(spec)
+    protocol = base.with_changes(id=f"{base.id}-quick", **QUICK)
+    task = make_task(HOST_BOUND, id=f"test/host_bound_{name}", suite="test", level=1, name="host_bound",
+                     origin="test")
+    with LocalJudge(protocol, devices=list(probe_gpus("auto").device_ids[:1]), cache_dir=tmp_path / name) as judge:
+        result = judge.evaluate(task, reference_solution(task), EvalMode.SUBMIT)
+    assert result.status is EvalStatus.OK, result.message + result.log[-3000:]
+    parts = next((n for n in result.notes if n.startswith(REQUEST_PARTS_NOTE)), "")
+    print(f"{protocol.id}: candidate {result.candidate.median_us:.1f} us, runner's reference "
+          f"{result.runner_reference.median_us:.1f} us, eager {result.eager.median_us:.1f} us, "
+          f"{result.speedup_vs_eager:.3f}x vs eager\n  {parts}")
+    return result
+
+
+@needs_gpu
+def test_a_call_queued_in_full_before_the_go_is_timed_at_its_device_work(tmp_path: Path) -> None:
+    behind = _judge(tmp_path, "cudagym", "behind")
+    queued = _judge(tmp_path, "cudagym[arm_wait_ms=200]", "queued")
+    # about 10 ms of host work a call: with 5 ms to queue it, half of it is timed; with 200 ms, none of it
+    assert behind.candidate.median_us > 3000, behind.log[-3000:]
+    assert queued.candidate.median_us < 0.5 * behind.candidate.median_us, queued.log[-3000:]
+    # the yardstick is timed the same way in each, so the same code is as fast as eager in both
+    for result in (behind, queued):
+        assert 0.9 < result.speedup_vs_eager < 1.1, result.log[-3000:]
