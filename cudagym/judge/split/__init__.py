@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 RUNNER_MODULE = "cudagym.judge.split.runner"
-# A timed request, part by part, as each side accounts for it (microseconds, in this order). The runner: the inputs'
-# views and the persisting-L2 reset (unbracketed, the flush too); its call queued; its host blocked until the GPU
-# finished; torch's switches restored (unbracketed, the outputs copied out). The trusted process: its own part
-# queued (inputs into the arena, the flush, the signals, the outputs' copy) and the request sent; the wait for the
-# reply; the bracket closed and read.
+# A timed request, part by part, as each side accounts for it (microseconds, in this order). The runner: the
+# inputs' views and the persisting-L2 reset (unbracketed, the flush too); its call queued (and the events read
+# after); its host blocked until the GPU finished; torch's switches restored (unbracketed, the outputs copied out).
+# The trusted process: its own part queued (inputs into the arena, the flush, the signals, the outputs' copy) and
+# the request sent; the wait for the reply; the bracket closed and read.
 RUNNER_PHASES = ("prepare", "queue", "GPU wait", "deliver")
 TRUSTED_PHASES = ("queue and send", "reply wait", "close")
 
