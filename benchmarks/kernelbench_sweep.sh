@@ -15,7 +15,8 @@
 # (the memory bound on the biggest tasks, on this tree: largest-L<level>.md); or "recheck": the tasks the committed
 # cudagym-v4 tables flag (more than $OVER, default 0.3, GiB over their memory bound, or a profiled/timed ratio outside
 # 0.8-1.2) under cudagym with a fresh journal (recheck-L<level>.md: their reserved and allocated peaks and busy-time
-# ratios on this tree; $RECHECK_TASKS, "LEVEL ID ...;LEVEL ID ...", names the tasks instead). Steps default to "kernelbench
+# ratios on this tree; $RECHECK_TASKS, "LEVEL ID ...;LEVEL ID ...", names the tasks instead; $RECHECK_PROTOCOLS,
+# default "cudagym", judges them under each of these, e.g. 'cudagym cudagym[arm_wait_ms=200]'). Steps default to "kernelbench
 # cudagym". Levels 1-3, and 4 when `transformers` imports (its tasks load Hugging Face weights from the judge's
 # model cache, CUDAGYM_MODEL_CACHE or .data/models; without one they fail at load as task errors, naming the
 # models). The baseline cache travels in the same file.
@@ -68,11 +69,11 @@ check() {  # check NAME PROTOCOL LEVEL JOURNAL [ARG...]: one `cudagym baselines 
   printf '%s\n' "${summary[@]}" > "$out/summary.txt"
   cp "$out/summary.txt" "$ret/summary.txt"; tar czf "$ret/sweep.tgz" -C "$out" .
 }
-check_listed() {  # check_listed NAME PROTOCOL: each level's tasks of $out/NAME.txt ("LEVEL ID ..."), one fresh journal
-  local journal="$out/$1-$(date +%s).jsonl" level ids
+check_listed() {  # check_listed NAME PROTOCOL [LIST]: each level's tasks of LIST (default $out/NAME.txt: "LEVEL ID
+  local journal="$out/$1-$(date +%s).jsonl" level ids  # ..."), one fresh journal
   while read -r level ids; do
     check "$1-L$level" "$2" "$level" "$journal" --tasks $ids
-  done < "$out/$1.txt"
+  done < "${3:-$out/$1.txt}"
 }
 for step in $steps; do
   if [ "$step" = largest ]; then
@@ -106,7 +107,10 @@ for level, ids in sorted(by_level.items()):
     print(level, *ids)
 PY
     fi
-    check_listed recheck cudagym
+    for p in ${RECHECK_PROTOCOLS:-cudagym}; do  # e.g. "cudagym cudagym[arm_wait_ms=200]": one table set each
+      tag=$(printf '%s' "$p" | tr -c 'A-Za-z0-9_.-' '_')
+      if [ "$p" = cudagym ]; then check_listed recheck cudagym; else check_listed "recheck-$tag" "$p" "$out/recheck.txt"; fi
+    done
     continue
   fi
   if [ "$step" = throughput ]; then
