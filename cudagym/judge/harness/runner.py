@@ -290,7 +290,8 @@ def arm_wait_s(protocol: Protocol) -> float:
     """How long a bracketed call may take to be queued in the runner before the judge gives the go anyway.
 
     ``protocol.extra["arm_wait_ms"]`` (a probe's knob; within 1 ms and ``ARM_WAIT_MAX_S``), else ``ARM_WAIT_S``.
-    A runner that queues its call sooner gets the go sooner: only a call that waits on its host pays the wait.
+    A runner that queues its call sooner gets the go sooner; a forward that waits for the GPU inside (it cannot
+    finish queueing before the go) pays the whole wait in every call.
 
     Raises:
         ConfigError: The value is not a number.
