@@ -189,3 +189,14 @@ def test_timing_key_changes_with_how_baselines_are_timed_only():
         with pytest.raises(ConfigError, match="runner_reference_runs"):
             CUDAGYM_V0.with_changes(id="bad", runner_reference_runs=runs)
     assert len({p.timing_key for p in (CUDAGYM_V0, CUDAGYM_V1, CUDA_AGENT, KERNELBENCH)}) == 4
+
+
+def test_the_cli_takes_a_protocol_name_with_extra_settings(tmp_path, capsys):
+    from cudagym import cli
+
+    argv = ["baselines", "show", "--suite", "bundled", "--level", "1", "--cache-dir", str(tmp_path), "--protocol"]
+    assert cli.main([*argv, "cudagym[arm_wait_ms=200]"]) == 0
+    out, err = capsys.readouterr()
+    assert "protocol cudagym-v4[arm_wait_ms=200], timing key cudagym-v4[arm_wait_ms=200]-" in out + err
+    assert cli.main([*argv, "cudagym[arm wait]"]) != 0
+    assert "expected NAME[key=value,...]" in capsys.readouterr().err
