@@ -102,7 +102,8 @@ def test_a_name_with_extra_settings_is_that_protocol_under_an_id_of_its_own():
     assert get_protocol(probe.id).extra == probe.extra  # its id resolves to it again (a remote judge's way)
     assert get_protocol("kernelbench[arm_wait_ms=1.5]").extra == {**KERNELBENCH.extra, "arm_wait_ms": 1.5}
     for bad, why in (("cudagym[x]", "key=value"), ("cudagym[=1]", "key=value"), ("cudagym[x=../a]", "key=value"),
-                     ("cudagym[x=a b]", "key=value"), ("fastest[x=1]", "expected one of")):
+                     ("cudagym[x=a b]", "key=value"), ("fastest[x=1]", "expected one of"),
+                     ("cudagym[arm_wait_ms=soon]", "arm_wait_ms"), ("cudagym[arm_wait_ms=5000]", "arm_wait_ms")):
         with pytest.raises(ConfigError, match=why):
             get_protocol(bad)
 

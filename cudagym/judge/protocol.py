@@ -140,6 +140,10 @@ class Protocol:
             )
         if not 0 <= self.threshold < 1:
             raise ConfigError(f"protocol {self.id}: expected 0 <= threshold < 1, got {self.threshold}")
+        wait = self.extra.get("arm_wait_ms", 5.0)
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 1000:
+            raise ConfigError(f"protocol {self.id}: expected extra['arm_wait_ms'] a number of ms in [0, 1000], "
+                              f"got {wait!r}")
         if not 0 <= self.warmup_ms <= 60_000:
             raise ConfigError(f"protocol {self.id}: expected 0 <= warmup_ms <= 60000, got {self.warmup_ms}")
         if not 0 <= self.launch_cover_us <= 10_000:
