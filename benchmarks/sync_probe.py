@@ -111,6 +111,22 @@ def behind_spin(model: Any, inputs: list[Any], spin_ms: float, runs: int = 10) -
     return out
 
 
+def timed_call(model: Any, inputs: list[Any], flush: Any, cover_ms: float) -> tuple[float, float]:
+    """One call timed the judge's way (L2 flushed, the cover spin, CUDA events): (device µs, host µs to queue it)."""
+    import torch
+
+    flush.zero_()
+    _spin(cover_ms)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    t0 = time.perf_counter()
+    model(*inputs)
+    host_us = (time.perf_counter() - t0) * 1e6
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1000.0, host_us
+
+
 def windows(model: Any, inputs: list[Any], flush: Any, runs: int, window: int, cover_ms: float) -> dict[str, Any]:
     """``runs`` calls timed the judge's way, summarised per window of ``window`` calls."""
     import torch
@@ -118,16 +134,9 @@ def windows(model: Any, inputs: list[Any], flush: Any, runs: int, window: int, c
     times, host = [], []
     with torch.no_grad():
         for _ in range(runs):
-            flush.zero_()
-            _spin(cover_ms)
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            t0 = time.perf_counter()
-            model(*inputs)
-            host.append((time.perf_counter() - t0) * 1e6)
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b) * 1000.0)
+            t, h = timed_call(model, inputs, flush, cover_ms)
+            times.append(t)
+            host.append(h)
     fastest = min(times)
     rows = []
     for i in range(0, runs, window):
@@ -160,28 +169,41 @@ def render(found: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--task", required=True)
-    parser.add_argument("--protocol", default="cudagym")
+    probe_arguments(parser)
     parser.add_argument("--runs", type=int, default=200)
-    parser.add_argument("--window", type=int, default=20)
     parser.add_argument("--spin-ms", type=float, default=50.0)
-    parser.add_argument("--cover-ms", type=float, default=0.1)
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     if args.runs < 1 or args.window < 1 or args.spin_ms <= 0 or args.cover_ms < 0:
         parser.error("--runs and --window must be at least 1, --spin-ms above 0, --cover-ms at least 0")
-    import torch
-
-    if not torch.cuda.is_available():
-        print("sync_probe: no CUDA device here; it looks at GPU waits only", file=sys.stderr)
+    loaded = setup_on_gpu("sync_probe", "it looks at GPU waits only", args)
+    if loaded is None:
         return 2
-    model, inputs, flush = _setup(args.task, args.protocol, args.device, warm=3)
+    model, inputs, flush = loaded
     found = {"task": args.task, "protocol": args.protocol, "cover_ms": args.cover_ms,
              "timed": windows(model, inputs, flush, args.runs, args.window, args.cover_ms),
              "spin": behind_spin(model, inputs, args.spin_ms), "waits": waits(model, inputs)}
     save(args.out, "sync", found, render(found))
     return 0
+
+
+def probe_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options the timing probes share: the task, its protocol, the window, the cover, the device, the output."""
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--protocol", default="cudagym")
+    parser.add_argument("--window", type=int, default=20)
+    parser.add_argument("--cover-ms", type=float, default=0.1)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--out", type=Path)
+
+
+def setup_on_gpu(name: str, why: str, args: argparse.Namespace) -> tuple[Any, list[Any], Any] | None:
+    """:func:`_setup` of the probe's task, warmed up; ``None`` (and why, on stderr) without a CUDA device."""
+    import torch
+
+    if not torch.cuda.is_available():
+        print(f"{name}: no CUDA device here; {why}", file=sys.stderr)
+        return None
+    return _setup(args.task, args.protocol, args.device, warm=3)
 
 
 def save(out: Path | None, prefix: str, found: dict[str, Any], text: str) -> None:

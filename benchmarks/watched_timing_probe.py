@@ -28,23 +28,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sync_probe import _setup, _spin, save  # noqa: E402  (the sync probe's loader, cover spin and output)
-
-
-def _timed_call(model: Any, inputs: list[Any], flush: Any, cover_ms: float) -> tuple[float, float]:
-    """One call timed the judge's way: (device µs between its events, host µs to queue it)."""
-    import torch
-
-    flush.zero_()
-    _spin(cover_ms)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    t0 = time.perf_counter()
-    model(*inputs)
-    host_us = (time.perf_counter() - t0) * 1e6
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1000.0, host_us
+# the sync probe's options, loader, timed call, cover spin and output
+from sync_probe import _spin, probe_arguments, save, setup_on_gpu, timed_call  # noqa: E402
 
 
 def blocks(model: Any, inputs: list[Any], flush: Any, window: int, pairs: int, cover_ms: float) -> dict[str, Any]:
@@ -62,7 +47,7 @@ def blocks(model: Any, inputs: list[Any], flush: Any, window: int, pairs: int, c
     with torch.no_grad():
         for _ in range(pairs):
             for _ in range(window):
-                t, h = _timed_call(model, inputs, flush, cover_ms)
+                t, h = timed_call(model, inputs, flush, cover_ms)
                 times["plain"].append(t)
                 host["plain"].append(h)
             block: list[float] = []
@@ -70,7 +55,7 @@ def blocks(model: Any, inputs: list[Any], flush: Any, window: int, pairs: int, c
             prof = cm.__enter__()
             try:
                 for _ in range(window):
-                    t, h = _timed_call(model, inputs, flush, cover_ms)
+                    t, h = timed_call(model, inputs, flush, cover_ms)
                     block.append(t)
                     host["profiled"].append(h)
             finally:
@@ -133,22 +118,15 @@ def render(found: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--task", required=True)
-    parser.add_argument("--protocol", default="cudagym")
-    parser.add_argument("--window", type=int, default=20)
+    probe_arguments(parser)
     parser.add_argument("--pairs", type=int, default=5)
-    parser.add_argument("--cover-ms", type=float, default=0.1)
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     if args.window < 1 or args.pairs < 1 or args.cover_ms < 0:
         parser.error("--window and --pairs must be at least 1, --cover-ms at least 0")
-    import torch
-
-    if not torch.cuda.is_available():
-        print("watched_timing_probe: no CUDA device here; it measures the GPU profiler's cost", file=sys.stderr)
+    loaded = setup_on_gpu("watched_timing_probe", "it measures the GPU profiler's cost", args)
+    if loaded is None:
         return 2
-    model, inputs, flush = _setup(args.task, args.protocol, args.device, warm=3)
+    model, inputs, flush = loaded
     found = {"task": args.task, "protocol": args.protocol,
              "blocks": blocks(model, inputs, flush, args.window, args.pairs, args.cover_ms)}
     save(args.out, "watched", found, render(found))

@@ -690,10 +690,6 @@ def verify_claims(ctx: EvalContext) -> None:
     if handled:
         ctx.note("timing claims: the runner says it spent " + ", ".join(f"{v:.1f} us per {k} request"
                                                                         for k, v in handled.items()))
-    phases = _part_medians(link.phases_us, len(RUNNER_PHASES))
-    if phases:
-        ctx.note(f"timing claims: by the runner's account, {' / '.join(RUNNER_PHASES)}: " + ", ".join(
-            f"{k} " + " / ".join(f"{x:.1f}" for x in v) + " us" for k, v in phases.items()))
     if short > allowed:
         ctx.flag(UNVERIFIABLE_TIMING, f"the runner timed the candidate at {claim:.1f} us per call, but the judge's "
                  f"clock saw {seen:.1f} us per timed call beyond what an empty call costs (allowed shortfall "
@@ -706,8 +702,6 @@ REQUESTS_NOTE = "timed requests, this process's wall time each"
 def _note_request_cost(ctx: EvalContext, link: RunnerLink) -> None:
     """What each kind of timed request cost this process (median; the first, all together) and the runner's part."""
     parts = []
-    runner_parts = _part_medians(link.phases_us, len(RUNNER_PHASES))
-    own_parts = _part_medians(link.parts_us, len(TRUSTED_PHASES))
     for kind, seconds in link.request_s.items():
         if not seconds:
             continue
@@ -718,7 +712,8 @@ def _note_request_cost(ctx: EvalContext, link: RunnerLink) -> None:
                      + f" [first {seconds[0] * 1000:.1f} ms, all {sum(seconds) * 1000:.0f} ms]")
     if parts:
         ctx.note(f"{REQUESTS_NOTE} (median): " + ", ".join(parts))
-    anatomy = request_parts_note(list(link.request_s), own_parts, runner_parts)
+    anatomy = request_parts_note(list(link.request_s), _part_medians(link.parts_us, len(TRUSTED_PHASES)),
+                                 _part_medians(link.phases_us, len(RUNNER_PHASES)))
     if anatomy:
         ctx.note(anatomy)
 
