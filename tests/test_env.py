@@ -324,7 +324,7 @@ def test_judge_registry_and_ownership(tree: Path, tmp_path: Path, monkeypatch: p
     monkeypatch.setitem(JUDGES, "fake", factory)
     env = make_env(tree, judge="fake", protocol="kernelbench", workspace_dir=str(tmp_path))
     env.reset(seed=0)
-    assert made[0].protocol.id == "kernelbench-v0.7"
+    assert made[0].protocol.id == "kernelbench-v0.8"
     env.close()
     env.close()
     assert made[0].closed == 1  # the env made it, so the env closes it (once)

@@ -13,6 +13,7 @@ from cudagym.judge.protocol import (
     CUDAGYM_V1,
     CUDAGYM_V2,
     CUDAGYM_V4,
+    CUDAGYM_V5,
     KERNELBENCH,
     get_protocol,
 )
@@ -67,8 +68,10 @@ def test_presets_run_under_their_sources_precision_and_the_default_stays_strict_
     v06 = get_protocol("kernelbench-v0.6")
     assert v05.with_changes(id=v06.id, description=v06.description, runner_reference_runs=20) == v06
     # v0.7: v0.6 with that reference timed as many times as the candidate (20 calls missed a host-bound forward)
-    assert v06.with_changes(id=KERNELBENCH.id, description=KERNELBENCH.description,
-                            runner_reference_runs=100) == KERNELBENCH
+    v07 = get_protocol("kernelbench-v0.7")
+    assert v06.with_changes(id=v07.id, description=v07.description, runner_reference_runs=100) == v07
+    # v0.8: v0.7 with each timed call queued in full before the go (a host-bound forward was timed behind its host)
+    assert v07.with_changes(id=KERNELBENCH.id, description=KERNELBENCH.description, arm_wait_ms=250.0) == KERNELBENCH
     assert v05.timing_key == "kernelbench-v0.5-854494a5f3"  # it times no baseline differently: v0.5's key stays
     assert v04.timing_key == "kernelbench-v0.4-d12f807abb"  # the new field left the older keys (and caches) alone
     assert old_ca.with_changes(id=CUDA_AGENT.id, description=CUDA_AGENT.description,
@@ -81,12 +84,13 @@ def test_presets_run_under_their_sources_precision_and_the_default_stays_strict_
 
 
 def test_get_protocol_resolves_names_and_rejects_unknown():
-    assert get_protocol(None) is CUDAGYM_V4 and get_protocol("cudagym") is CUDAGYM_V4
+    assert get_protocol(None) is CUDAGYM_V5 and get_protocol("cudagym") is CUDAGYM_V5
+    assert get_protocol("cudagym-v4") is CUDAGYM_V4 and get_protocol("kernelbench-v0.7").arm_wait_ms == 5.0
     assert get_protocol("cudagym-v2") is CUDAGYM_V2
     assert get_protocol("cudagym-v1") is CUDAGYM_V1
     assert get_protocol("cudagym-v0") is CUDAGYM_V0  # old results stay reproducible by id
-    assert get_protocol("cuda-agent") is CUDA_AGENT and get_protocol("kernelbench-v0.7") is KERNELBENCH
-    assert get_protocol("kernelbench").id == "kernelbench-v0.7" and get_protocol("cuda-agent").id == "cuda-agent-v1"
+    assert get_protocol("cuda-agent") is CUDA_AGENT and get_protocol("kernelbench-v0.8") is KERNELBENCH
+    assert get_protocol("kernelbench").id == "kernelbench-v0.8" and get_protocol("cuda-agent").id == "cuda-agent-v1"
     assert get_protocol("kernelbench-v0.4").id == "kernelbench-v0.4"
     assert get_protocol(CUDA_AGENT) is CUDA_AGENT
     with pytest.raises(ConfigError, match="expected one of"):
@@ -95,10 +99,10 @@ def test_get_protocol_resolves_names_and_rejects_unknown():
 
 def test_a_name_with_extra_settings_is_that_protocol_under_an_id_of_its_own():
     probe = get_protocol("cudagym[arm_wait_ms=200,module_mode=train]")
-    assert probe.id == "cudagym-v4[arm_wait_ms=200,module_mode=train]"
+    assert probe.id == "cudagym-v5[arm_wait_ms=200,module_mode=train]"
     assert probe.extra == {"arm_wait_ms": 200, "module_mode": "train"}
-    assert dataclasses.replace(probe, id=CUDAGYM_V4.id, extra={}) == CUDAGYM_V4  # nothing else differs
-    assert probe.timing_key != CUDAGYM_V4.timing_key and probe.timing_key.startswith(probe.id)  # caches apart
+    assert dataclasses.replace(probe, id=CUDAGYM_V5.id, extra={}) == CUDAGYM_V5  # nothing else differs
+    assert probe.timing_key != CUDAGYM_V5.timing_key and probe.timing_key.startswith(probe.id)  # caches apart
     assert get_protocol(probe.id).extra == probe.extra  # its id resolves to it again (a remote judge's way)
     assert get_protocol("kernelbench[arm_wait_ms=1.5]").extra == {**KERNELBENCH.extra, "arm_wait_ms": 1.5}
     for bad, why in (("cudagym[x]", "key=value"), ("cudagym[=1]", "key=value"), ("cudagym[x=../a]", "key=value"),
@@ -198,6 +202,22 @@ def test_the_cli_takes_a_protocol_name_with_extra_settings(tmp_path, capsys):
     argv = ["baselines", "show", "--suite", "bundled", "--level", "1", "--cache-dir", str(tmp_path), "--protocol"]
     assert cli.main([*argv, "cudagym[arm_wait_ms=200]"]) == 0
     out, err = capsys.readouterr()
-    assert "protocol cudagym-v4[arm_wait_ms=200], timing key cudagym-v4[arm_wait_ms=200]-" in out + err
+    assert "protocol cudagym-v5[arm_wait_ms=200], timing key cudagym-v5[arm_wait_ms=200]-" in out + err
     assert cli.main([*argv, "cudagym[arm wait]"]) != 0
     assert "expected NAME[key=value,...]" in capsys.readouterr().err
+
+
+def test_the_wait_for_a_queued_call_is_a_field_of_its_own_checked_when_made():
+    # cudagym-v5 and kernelbench-v0.8 wait up to 250 ms for the runner to queue a call; the versions before, 5 ms
+    assert CUDAGYM_V5.arm_wait_ms == 250.0 and KERNELBENCH.arm_wait_ms == 250.0 and CUDAGYM_V4.arm_wait_ms == 5.0
+    assert dataclasses.replace(CUDAGYM_V5, id=CUDAGYM_V4.id, arm_wait_ms=5.0, description=CUDAGYM_V4.description) \
+        == CUDAGYM_V4
+    # baselines never run through the split: their cache key does not move with it
+    assert CUDAGYM_V5.timing_key.removeprefix("cudagym-v5") == CUDAGYM_V4.timing_key.removeprefix("cudagym-v4")
+    for bad in (-1.0, 1001, True, "5"):
+        with pytest.raises(ConfigError, match="arm_wait_ms"):
+            CUDAGYM_V5.with_changes(arm_wait_ms=bad)
+    from cudagym.judge.harness.runner import arm_wait_s
+
+    assert arm_wait_s(CUDAGYM_V5) == 0.25 and arm_wait_s(CUDAGYM_V4) == 0.005
+    assert arm_wait_s(get_protocol("cudagym[arm_wait_ms=20]")) == 0.02  # a probe's setting wins

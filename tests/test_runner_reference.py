@@ -19,7 +19,7 @@ from split_pools import cpu_split_pool
 
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import Job, KnownBaselines
-from cudagym.judge.protocol import CUDAGYM_V0, CUDAGYM_V3, CUDAGYM_V4, DEFAULT_PROTOCOL, KERNELBENCH, Protocol
+from cudagym.judge.protocol import CUDAGYM_V0, CUDAGYM_V3, CUDAGYM_V4, CUDAGYM_V5, DEFAULT_PROTOCOL, KERNELBENCH, Protocol
 from cudagym.judge.records import BuildResult, BuildStatus, EvalResult, EvalStatus, TimingStats
 from cudagym.judge.split import RUNNER_PHASES, TRUSTED_PHASES
 from cudagym.judge.worker import WorkerPool
@@ -220,7 +220,7 @@ def test_the_runners_reference_stops_once_its_median_is_as_precise_as_the_protoc
 
 
 def test_the_default_and_kernelbench_presets_take_the_runners_yardstick() -> None:
-    assert DEFAULT_PROTOCOL is CUDAGYM_V4 and CUDAGYM_V4.runner_reference_runs == 200
+    assert DEFAULT_PROTOCOL is CUDAGYM_V5 and CUDAGYM_V5.runner_reference_runs == 200
     assert CUDAGYM_V4.min_runs < 200 and CUDAGYM_V4.target_ci_pct > 0  # it stops once precise enough
     assert CUDAGYM_V3.runner_reference_runs == 20  # kept by id
-    assert KERNELBENCH.id == "kernelbench-v0.7" and KERNELBENCH.runner_reference_runs == 100
+    assert KERNELBENCH.id == "kernelbench-v0.8" and KERNELBENCH.runner_reference_runs == 100

@@ -289,16 +289,13 @@ def _load_remote(ctx: EvalContext) -> None:
 def arm_wait_s(protocol: Protocol) -> float:
     """How long a bracketed call may take to be queued in the runner before the judge gives the go anyway.
 
-    ``protocol.extra["arm_wait_ms"]`` (a probe's knob; within 1 ms and ``ARM_WAIT_MAX_S``), else ``ARM_WAIT_S``.
-    A runner that queues its call sooner gets the go sooner; a forward that waits for the GPU inside (it cannot
-    finish queueing before the go) pays the whole wait in every call.
+    ``protocol.extra["arm_wait_ms"]`` (a probe's knob) where given, else :attr:`Protocol.arm_wait_ms`; within
+    1 ms and ``ARM_WAIT_MAX_S``. A runner that queues its call sooner gets the go sooner.
 
     Raises:
         ConfigError: The value is not a number.
     """
-    value = protocol.extra.get("arm_wait_ms")
-    if value is None:
-        return ARM_WAIT_S
+    value = protocol.extra.get("arm_wait_ms", protocol.arm_wait_ms)
     try:
         ms = float(value)
     except (TypeError, ValueError):
@@ -716,6 +713,25 @@ def _note_request_cost(ctx: EvalContext, link: RunnerLink) -> None:
                                  _part_medians(link.phases_us, len(RUNNER_PHASES)))
     if anatomy:
         ctx.note(anatomy)
+    late = unqueued_note(link.unqueued, link.arm_wait_s)
+    if late:
+        ctx.note(late)
+
+
+UNQUEUED_NOTE = "calls not queued before the go"
+
+
+def unqueued_note(unqueued: dict[str, list[int]], wait_s: float) -> str:
+    """The note of calls the runner had not queued in full when the judge gave the go (``""`` where none).
+
+    ``unqueued`` holds, per kind of timed request, how many were late and of how many.
+    """
+    late = [f"{kind} {n} of {total}" for kind, (n, total) in unqueued.items() if n]
+    if not late:
+        return ""
+    return (f"{UNQUEUED_NOTE}: " + ", ".join(late) + f" (waited {wait_s * 1000:.0f} ms for the first, "
+            f"{min(wait_s, ARM_WAIT_S) * 1000:.0f} ms after; the forward waits for the GPU inside or queues slowly, "
+            "so the host time it spent after the go is in its time)")
 
 
 REQUEST_PARTS_NOTE = "timed requests, part by part"

@@ -32,10 +32,12 @@ from cudagym.judge.split.signals import SIGNAL_BYTES
 
 MIN_REPLY_S = 5.0  # the least time a request gets, whatever the job's budget says
 CALIBRATION_ROUNDS = 15
-# a runner that has not queued its whole call by then waits on its host (a sync inside forward): go without it.
-# A forward that takes longer to queue then runs partly behind its host (``protocol.extra["arm_wait_ms"]``: longer)
+# A runner that has not queued its whole call within the protocol's wait (Protocol.arm_wait_ms) waits on its host
+# (a sync inside forward) or queues slowly: the go is given without it, and its host time after the go is timed.
+# Later calls of that kind then wait at most ARM_WAIT_S, so a forward that syncs inside pays the long wait once.
 ARM_WAIT_S = 0.005
 ARM_WAIT_MAX_S = 1.0
+ARM_POLL_S = 0.0005  # how often the judge looks whether the runner has queued its call (the go never waits on it)
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,8 @@ class RunnerLink:
         self.bracket = False  # time the candidate's calls on the GPU's clock (set by the harness on the GPU path)
         self.flusher: Any = None  # the trusted side's L2 flush, queued inside each bracket
         self.arm_wait_s = ARM_WAIT_S  # how long a bracketed call may take to be queued before the go is given
+        # per kind of timed request: how many calls were not queued in time, of how many (their go was given anyway)
+        self.unqueued: dict[str, list[int]] = {}
         self._round = 0
         self._events: tuple[Any, ...] | None = None
         self._side: Any = None
@@ -179,8 +183,7 @@ class RunnerLink:
         try:
             self.channel.send({**message, "round": n})
             t1 = time.perf_counter()
-            if not self.channel.readable(self.arm_wait_s):  # its call waits on its host (a sync inside forward)
-                write_value(self._side.cuda_stream, base + ARMED, n)
+            self._await_queued(str(message.get("kind", "")), start, t1)
             reply = self._reply(message, expect)
         except OSError as exc:
             raise RunnerLost(f"the runner's channel failed: {exc}") from None
@@ -193,6 +196,27 @@ class RunnerLink:
         bracket_us = start.elapsed_time(end) * 1000.0
         self.last_parts_us = [(t1 - t0) * 1e6, (t2 - t1) * 1e6, (time.perf_counter() - t2) * 1e6]
         return reply, bracket_us, outputs
+
+    def _await_queued(self, kind: str, start: Any, sent: float) -> None:
+        """Wait until the runner has queued the whole call (``start`` then passes ARMED) or has replied; else go.
+
+        The go itself waits on the GPU, never on this loop; the loop only decides when to give it without the
+        runner: after :attr:`arm_wait_s`, or :data:`ARM_WAIT_S` for a kind of call that was late before.
+        """
+        from cudagym.judge.split.signals import ARMED, write_value
+
+        counts = self.unqueued.setdefault(kind, [0, 0])
+        counts[1] += 1
+        wait = min(self.arm_wait_s, ARM_WAIT_S) if counts[0] else self.arm_wait_s
+        deadline = sent + wait
+        while not start.query():
+            left = deadline - time.perf_counter()
+            if left <= 0:  # it waits on its host (a sync inside forward), or queues slowly: go without it
+                counts[0] += 1
+                write_value(self._side.cuda_stream, self.arenas["signals"].tensor.data_ptr() + ARMED, self._round)
+                return
+            if self.channel.readable(min(left, ARM_POLL_S)):
+                return  # it answered without queueing a call (a failure): the finally below releases the stream
 
     def hand(self, job: Any) -> None:
         """Hand the runner its job (it loads nothing of it until :meth:`start`)."""
