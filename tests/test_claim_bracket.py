@@ -154,7 +154,7 @@ def test_the_wait_for_a_queued_call_is_the_default_unless_a_probe_sets_it() -> N
     def with_extra(**extra: object) -> float:
         return arm_wait_s(dataclasses.replace(DEFAULT_PROTOCOL, extra=dict(extra)))
 
-    assert with_extra() == ARM_WAIT_S == 0.005
+    assert with_extra() == DEFAULT_PROTOCOL.arm_wait_ms / 1000 == 0.25 and ARM_WAIT_S == 0.005
     assert with_extra(arm_wait_ms=200) == 0.2
     assert with_extra(arm_wait_ms=0) == 0.001 and with_extra(arm_wait_ms=1000) == ARM_WAIT_MAX_S  # clamped
     with pytest.raises(ConfigError, match="arm_wait_ms"):  # the protocol says so when it is made

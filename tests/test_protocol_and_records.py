@@ -71,7 +71,8 @@ def test_presets_run_under_their_sources_precision_and_the_default_stays_strict_
     v07 = get_protocol("kernelbench-v0.7")
     assert v06.with_changes(id=v07.id, description=v07.description, runner_reference_runs=100) == v07
     # v0.8: v0.7 with each timed call queued in full before the go (a host-bound forward was timed behind its host)
-    assert v07.with_changes(id=KERNELBENCH.id, description=KERNELBENCH.description, arm_wait_ms=250.0) == KERNELBENCH
+    assert v07.with_changes(id=KERNELBENCH.id, description=KERNELBENCH.description, arm_wait_ms=250.0,
+                            late_reference_floor=True) == KERNELBENCH
     assert v05.timing_key == "kernelbench-v0.5-854494a5f3"  # it times no baseline differently: v0.5's key stays
     assert v04.timing_key == "kernelbench-v0.4-d12f807abb"  # the new field left the older keys (and caches) alone
     assert old_ca.with_changes(id=CUDA_AGENT.id, description=CUDA_AGENT.description,
@@ -208,10 +209,11 @@ def test_the_cli_takes_a_protocol_name_with_extra_settings(tmp_path, capsys):
 
 
 def test_the_wait_for_a_queued_call_is_a_field_of_its_own_checked_when_made():
+    assert CUDAGYM_V5.late_reference_floor and not CUDAGYM_V4.late_reference_floor
     # cudagym-v5 and kernelbench-v0.8 wait up to 250 ms for the runner to queue a call; the versions before, 5 ms
     assert CUDAGYM_V5.arm_wait_ms == 250.0 and KERNELBENCH.arm_wait_ms == 250.0 and CUDAGYM_V4.arm_wait_ms == 5.0
-    assert dataclasses.replace(CUDAGYM_V5, id=CUDAGYM_V4.id, arm_wait_ms=5.0, description=CUDAGYM_V4.description) \
-        == CUDAGYM_V4
+    assert dataclasses.replace(CUDAGYM_V5, id=CUDAGYM_V4.id, arm_wait_ms=5.0, description=CUDAGYM_V4.description,
+                               late_reference_floor=False) == CUDAGYM_V4
     # baselines never run through the split: their cache key does not move with it
     assert CUDAGYM_V5.timing_key.removeprefix("cudagym-v5") == CUDAGYM_V4.timing_key.removeprefix("cudagym-v4")
     for bad in (-1.0, 1001, True, "5"):

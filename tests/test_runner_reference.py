@@ -19,7 +19,15 @@ from split_pools import cpu_split_pool
 
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import Job, KnownBaselines
-from cudagym.judge.protocol import CUDAGYM_V0, CUDAGYM_V3, CUDAGYM_V4, CUDAGYM_V5, DEFAULT_PROTOCOL, KERNELBENCH, Protocol
+from cudagym.judge.protocol import (
+    CUDAGYM_V0,
+    CUDAGYM_V3,
+    CUDAGYM_V4,
+    CUDAGYM_V5,
+    DEFAULT_PROTOCOL,
+    KERNELBENCH,
+    Protocol,
+)
 from cudagym.judge.records import BuildResult, BuildStatus, EvalResult, EvalStatus, TimingStats
 from cudagym.judge.split import RUNNER_PHASES, TRUSTED_PHASES
 from cudagym.judge.worker import WorkerPool
@@ -224,3 +232,30 @@ def test_the_default_and_kernelbench_presets_take_the_runners_yardstick() -> Non
     assert CUDAGYM_V4.min_runs < 200 and CUDAGYM_V4.target_ci_pct > 0  # it stops once precise enough
     assert CUDAGYM_V3.runner_reference_runs == 20  # kept by id
     assert KERNELBENCH.id == "kernelbench-v0.8" and KERNELBENCH.runner_reference_runs == 100
+
+
+def _scaled(protocol: Protocol, own_us: float, late: list[int]) -> tuple[float, list[str]]:
+    """The speedup vs eager after the runner's yardstick: eager 1,000 us and the candidate 1,000 us here."""
+    import types
+
+    from cudagym.judge.harness.runner import _against_runner_reference
+
+    notes: list[str] = []
+    ctx = types.SimpleNamespace(
+        protocol=protocol, remote=types.SimpleNamespace(unqueued={"reference": late}), notes=notes,
+        note=notes.append, speedup_vs_eager=1.0, speedup_vs_compile=0.5,
+        runner_reference=TimingStats(median_us=own_us, runs=50),
+        timed={"eager": TimingStats(median_us=1000.0, runs=50),
+               "candidate": TimingStats(median_us=1000.0, runs=50)})
+    _against_runner_reference(ctx)  # type: ignore[arg-type]
+    return ctx.speedup_vs_eager, notes
+
+
+def test_a_reference_that_waits_for_the_gpu_inside_cannot_raise_the_speedups() -> None:
+    # its runner's calls were late (not queued before the go): host time in both processes' times, so the speedups
+    # stay the smaller of the two yardsticks' (cudagym-v5); queued in full, or under cudagym-v4, it scales them
+    raised, notes = _scaled(CUDAGYM_V5, 1500.0, [96, 96])
+    assert raised == 1.0 and "96 of its 96 calls there were not queued before the go" in notes[0]
+    assert _scaled(CUDAGYM_V5, 800.0, [96, 96])[0] == pytest.approx(0.8)  # lowering them stands
+    assert _scaled(CUDAGYM_V5, 1500.0, [0, 96])[0] == pytest.approx(1.5)
+    assert _scaled(CUDAGYM_V4, 1500.0, [96, 96])[0] == pytest.approx(1.5)
