@@ -159,3 +159,12 @@ def test_the_wait_for_a_queued_call_is_the_default_unless_a_probe_sets_it() -> N
     assert with_extra(arm_wait_ms=0) == 0.001 and with_extra(arm_wait_ms=1000) == ARM_WAIT_MAX_S  # clamped
     with pytest.raises(ConfigError, match="arm_wait_ms"):  # the protocol says so when it is made
         with_extra(arm_wait_ms="long")
+
+
+def test_late_calls_are_noted_by_kind_with_both_waits() -> None:
+    from cudagym.judge.harness.runner import UNQUEUED_NOTE, unqueued_note
+
+    assert unqueued_note({"calibrate": [0, 15], "timed": [0, 40]}, 0.25, 0.005) == ""
+    note = unqueued_note({"calibrate": [0, 15], "reference": [101, 101], "timed": [40, 40]}, 0.25, 0.005)
+    assert note.startswith(UNQUEUED_NOTE) and "reference 101 of 101, timed 40 of 40 (waited 250 ms for the first, " \
+        "5 ms after" in note and "calibrate" not in note

@@ -51,7 +51,7 @@ from cudagym.judge.protocol import Protocol
 from cudagym.judge.records import EvalCost, EvalResult, EvalStatus, Hardware, Precision, TimingStats
 from cudagym.judge.split import RUNNER_PHASES, TRUSTED_PHASES
 from cudagym.judge.split.channel import RunnerLost
-from cudagym.judge.split.remote import ARM_WAIT_MAX_S, ARM_WAIT_S, RunnerLink
+from cudagym.judge.split.remote import ARM_WAIT_MAX_S, RunnerLink
 
 log = logging.getLogger(__name__)
 
@@ -291,16 +291,8 @@ def arm_wait_s(protocol: Protocol) -> float:
 
     ``protocol.extra["arm_wait_ms"]`` (a probe's knob) where given, else :attr:`Protocol.arm_wait_ms`; within
     1 ms and ``ARM_WAIT_MAX_S``. A runner that queues its call sooner gets the go sooner.
-
-    Raises:
-        ConfigError: The value is not a number.
     """
-    value = protocol.extra.get("arm_wait_ms", protocol.arm_wait_ms)
-    try:
-        ms = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"protocol {protocol.id}: expected a number for extra['arm_wait_ms'], got {value!r}") \
-            from None
+    ms = float(protocol.extra.get("arm_wait_ms", protocol.arm_wait_ms))  # a number: the protocol checked it
     return min(max(ms / 1000.0, 0.001), ARM_WAIT_MAX_S)
 
 
@@ -719,7 +711,7 @@ def _note_request_cost(ctx: EvalContext, link: RunnerLink) -> None:
                                  _part_medians(link.phases_us, len(RUNNER_PHASES)))
     if anatomy:
         ctx.note(anatomy)
-    late = unqueued_note(link.unqueued, link.arm_wait_s)
+    late = unqueued_note(link.unqueued, link.arm_wait_s, link.late_wait_s)
     if late:
         ctx.note(late)
 
@@ -727,16 +719,17 @@ def _note_request_cost(ctx: EvalContext, link: RunnerLink) -> None:
 UNQUEUED_NOTE = "calls not queued before the go"
 
 
-def unqueued_note(unqueued: dict[str, list[int]], wait_s: float) -> str:
+def unqueued_note(unqueued: dict[str, list[int]], wait_s: float, late_wait_s: float) -> str:
     """The note of calls the runner had not queued in full when the judge gave the go (``""`` where none).
 
-    ``unqueued`` holds, per kind of timed request, how many were late and of how many.
+    ``unqueued`` holds, per kind of timed request, how many were late and of how many; ``wait_s`` is the first
+    call's wait, ``late_wait_s`` a later one's.
     """
     late = [f"{kind} {n} of {total}" for kind, (n, total) in unqueued.items() if n]
     if not late:
         return ""
     return (f"{UNQUEUED_NOTE}: " + ", ".join(late) + f" (waited {wait_s * 1000:.0f} ms for the first, "
-            f"{min(wait_s, ARM_WAIT_S) * 1000:.0f} ms after; the forward waits for the GPU inside or queues slowly, "
+            f"{late_wait_s * 1000:.0f} ms after; the forward waits for the GPU inside or queues slowly, "
             "so the host time it spent after the go is in its time)")
 
 

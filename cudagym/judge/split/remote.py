@@ -183,7 +183,8 @@ class RunnerLink:
         try:
             self.channel.send({**message, "round": n})
             t1 = time.perf_counter()
-            self._await_queued(str(message.get("kind", "")), start, t1)
+            if not self._queued_in_time(str(message.get("kind", "")), start, t1):
+                write_value(self._side.cuda_stream, base + ARMED, n)  # go without it
             reply = self._reply(message, expect)
         except OSError as exc:
             raise RunnerLost(f"the runner's channel failed: {exc}") from None
@@ -197,26 +198,28 @@ class RunnerLink:
         self.last_parts_us = [(t1 - t0) * 1e6, (t2 - t1) * 1e6, (time.perf_counter() - t2) * 1e6]
         return reply, bracket_us, outputs
 
-    def _await_queued(self, kind: str, start: Any, sent: float) -> None:
-        """Wait until the runner has queued the whole call (``start`` then passes ARMED) or has replied; else go.
+    @property
+    def late_wait_s(self) -> float:
+        """How long a call waits to be queued once a call of its kind was late (:data:`ARM_WAIT_S` at most)."""
+        return min(self.arm_wait_s, ARM_WAIT_S)
+
+    def _queued_in_time(self, kind: str, start: Any, sent: float) -> bool:
+        """Whether the runner queued the whole call (``start`` passed ARMED), or replied, within the wait.
 
         The go itself waits on the GPU, never on this loop; the loop only decides when to give it without the
-        runner: after :attr:`arm_wait_s`, or :data:`ARM_WAIT_S` for a kind of call that was late before.
+        runner: after :attr:`arm_wait_s`, or :attr:`late_wait_s` for a kind of call that was late before.
         """
-        from cudagym.judge.split.signals import ARMED, write_value
-
         counts = self.unqueued.setdefault(kind, [0, 0])
         counts[1] += 1
-        wait = min(self.arm_wait_s, ARM_WAIT_S) if counts[0] else self.arm_wait_s
-        deadline = sent + wait
+        deadline = sent + (self.late_wait_s if counts[0] else self.arm_wait_s)
         while not start.query():
             left = deadline - time.perf_counter()
-            if left <= 0:  # it waits on its host (a sync inside forward), or queues slowly: go without it
+            if left <= 0:  # it waits on its host (a sync inside forward), or queues slowly
                 counts[0] += 1
-                write_value(self._side.cuda_stream, self.arenas["signals"].tensor.data_ptr() + ARMED, self._round)
-                return
+                return False
             if self.channel.readable(min(left, ARM_POLL_S)):
-                return  # it answered without queueing a call (a failure): the finally below releases the stream
+                return True  # it answered without queueing a call (a failure): the finally releases the stream
+        return True
 
     def hand(self, job: Any) -> None:
         """Hand the runner its job (it loads nothing of it until :meth:`start`)."""
