@@ -168,3 +168,61 @@ def test_late_calls_are_noted_by_kind_with_both_waits() -> None:
     note = unqueued_note({"calibrate": [0, 15], "reference": [101, 101], "timed": [40, 40]}, 0.25, 0.005)
     assert note.startswith(UNQUEUED_NOTE) and "reference 101 of 101, timed 40 of 40 (waited 250 ms for the first, " \
         "5 ms after" in note and "calibrate" not in note
+
+
+# A forward that waits for the GPU inside (a sync mid-way), judged as its own candidate on the H200 under cudagym-v5
+# (session 22): every call late, its bracket 139.1 us beyond its claim and an empty call's cost, 50.4 us allowed.
+LATE_GAP = 674.4 + 139.1
+
+
+def test_a_late_call_is_not_judged_by_its_gap_but_timed_by_the_bracket() -> None:
+    from cudagym.judge.harness.runner import LATE_CHARGE_NOTE, late_charge_note
+
+    claims, brackets = _calls(700.0, LATE_GAP)
+    assert "work ran outside the timed region" in judge_bracketed_claims(claims, brackets, CALIBRATION)[1]
+    note, problem = judge_bracketed_claims(claims, brackets, CALIBRATION, late=[True] * 30)
+    assert problem == "" and "30 of 30 call(s) not queued before the go" in note
+    # the reference's own late calls in the runner cost the same path: the count comes back to the claim
+    counted = late_charge_note(claims, brackets, [True] * 30, LATE_GAP, from_reference=True)
+    assert counted.startswith(LATE_CHARGE_NOTE) and "30 of 30 timed call(s)" in counted
+    assert "less 813.5 us (the reference's own late calls in the runner): median 700." in counted
+    assert late_charge_note(claims, brackets, [False] * 30, LATE_GAP, True) == ""
+
+
+def test_a_late_call_that_hides_work_from_its_claim_is_charged_that_work() -> None:
+    from cudagym.judge.split.remote import late_charge
+
+    # a claim forged to a twentieth: the bracket still holds the 700 us of work, and that is what counts
+    claims, brackets = _calls(700.0, LATE_GAP)
+    forged = [c / 20 for c in claims]  # the brackets are the judge's: the same work, whatever is claimed
+    counted = [late_charge(c, b, LATE_GAP) for c, b in zip(forged, brackets, strict=True)]
+    assert all(abs(x - c) < 3.0 for x, c in zip(counted, claims, strict=True))
+    # with no late reference call to go by, an empty call's cost is taken off: the late path is the candidate's own
+    assert late_charge(35.0, 700.0 + LATE_GAP, 674.4) == pytest.approx(700.0 + 139.1)
+    # a bracket shorter than that cost (noise around a call of a few microseconds) counts the claim
+    assert late_charge(3.0, 600.0, 674.4) == 3.0
+
+
+def test_late_calls_do_not_excuse_a_forged_claim_on_the_calls_that_were_on_time() -> None:
+    claims, brackets = _calls(7.0, 674.4 + 131.0)  # Swish's 138 us kernel claimed as 7 us ...
+    late = [i % 3 == 0 for i in range(30)]  # ... with a third of its calls made late on purpose
+    note, problem = judge_bracketed_claims(claims, brackets, CALIBRATION, late=late)
+    assert "work ran outside the timed region" in problem and "10 of 30 call(s) not queued" in note
+
+
+def test_early_done_is_found_on_late_calls_too() -> None:
+    claims, brackets = _calls(1.0, 252.5)
+    problem = judge_bracketed_claims(claims, brackets, CALIBRATION, late=[True] * 30)[1]
+    assert "signalled done ahead" in problem
+
+
+def test_the_late_base_comes_from_the_reference_when_it_was_late_else_from_an_empty_call() -> None:
+    from cudagym.judge.split.remote import RunnerLink
+
+    link = RunnerLink.__new__(RunnerLink)  # only the figures it keeps: no channel, no runner
+    link.late_reference_gaps_us, link.calibration_gap_us = [], []
+    assert link.late_base_us == 0.0
+    link.calibration_gap_us = list(CALIBRATION)
+    assert link.late_base_us == pytest.approx(674.4)
+    link.late_reference_gaps_us = [810.0, 813.5, 820.0]
+    assert link.late_base_us == 813.5

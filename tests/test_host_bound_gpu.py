@@ -11,7 +11,8 @@ Here the forward launches 400 tiny kernels with 25 µs of host work before each 
 host, about 0.8 ms of device work). Under ``cudagym-v4`` it is timed behind its host; under ``cudagym-v5`` (250 ms)
 the runner queues it in full first and it is timed at its device work (session 22: 10,161 against 762 µs). A
 forward that waits for the GPU inside cannot be queued in full: it waits the long wait once, then 5 ms a call,
-and the result says how many of its calls were late.
+the result says how many of its calls were late, and those calls are timed by the judge's GPU clock (their bracket
+less what the reference's own late calls in the runner cost beyond their work), so a forged claim gains nothing.
 
     pytest -m gpu tests/test_host_bound_gpu.py -v -s
 """
@@ -24,11 +25,12 @@ from pathlib import Path
 import pytest
 
 from cudagym.judge.baselines import reference_solution
-from cudagym.judge.harness.runner import REQUEST_PARTS_NOTE, UNQUEUED_NOTE
+from cudagym.judge.harness.runner import LATE_CHARGE_NOTE, REQUEST_PARTS_NOTE, UNQUEUED_NOTE
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.protocol import get_protocol
 from cudagym.judge.records import EvalResult, EvalStatus
-from cudagym.task import make_task
+from cudagym.solution import Solution
+from cudagym.task import Task, make_task
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
@@ -69,15 +71,19 @@ SYNCS_INSIDE = HOST_BOUND.replace("            x = x + 1.0\n", "            x = 
 QUICK = dict(guards=(), warmup_ms=0.0, min_runs=30, max_runs=30, target_ci_pct=0.0)
 
 
-def _judge(tmp_path: Path, spec: str, name: str, source: str = HOST_BOUND, ok: bool = True) -> EvalResult:
+def _task(name: str, source: str) -> Task:
+    return make_task(source, id=f"test/host_bound_{name}", suite="test", level=1, name="host_bound", origin="test")
+
+
+def _judge(tmp_path: Path, spec: str, name: str, source: str = HOST_BOUND, ok: bool = True,
+           candidate: Solution | None = None) -> EvalResult:
     from cudagym.judge.local import LocalJudge, probe_gpus
 
     base = get_protocol(spec)
     protocol = base.with_changes(id=f"{base.id}-quick", **QUICK)
-    task = make_task(source, id=f"test/host_bound_{name}", suite="test", level=1, name="host_bound",
-                     origin="test")
+    task = _task(name, source)
     with LocalJudge(protocol, devices=list(probe_gpus("auto").device_ids[:1]), cache_dir=tmp_path / name) as judge:
-        result = judge.evaluate(task, reference_solution(task), EvalMode.SUBMIT)
+        result = judge.evaluate(task, candidate or reference_solution(task), EvalMode.SUBMIT)
     if ok:
         assert result.status is EvalStatus.OK, result.message + result.log[-3000:]
     parts = next((n for n in result.notes if n.startswith(REQUEST_PARTS_NOTE)), "")
@@ -122,9 +128,43 @@ def test_a_forward_that_waits_for_the_gpu_inside_pays_the_long_wait_once(syncs_i
 
 
 @needs_gpu
-@pytest.mark.xfail(strict=True, reason="a late call's GPU bracket holds the runner's delivery, queued by its host "
-                   "after the forward returns; the claim check reads it as work outside the timed region (H200, "
-                   "session 22: 139.1 us beyond the claim and an empty call's cost, 50.4 us allowed: "
-                   "unverifiable_timing)")
-def test_a_forward_that_waits_for_the_gpu_inside_is_judged(syncs_inside: EvalResult) -> None:
-    assert syncs_inside.status is EvalStatus.OK, syncs_inside.message
+def test_a_forward_that_waits_for_the_gpu_inside_is_timed_by_the_judges_clock(syncs_inside: EvalResult) -> None:
+    # its bracket holds the runner's delivery, queued by its host after the forward returns: no claim of its calls is
+    # judged by that gap (session 22: 139.1 us beyond the claim and an empty call's cost read as unverifiable_timing);
+    # each call counts at its bracket less what the reference's own late calls in the runner cost the same way
+    assert syncs_inside.status is EvalStatus.OK, syncs_inside.message + syncs_inside.log[-3000:]
+    charged = next(n for n in syncs_inside.notes if n.startswith(LATE_CHARGE_NOTE))
+    assert "the reference's own late calls in the runner" in charged, charged
+    print(charged)
+    # the same code as the reference, timed the same way in the same process
+    assert 0.8 < syncs_inside.speedup_vs_eager < 1.25, syncs_inside.log[-3000:]
+
+
+# the runner's timer made to claim a twentieth of each call, in the forward's own module: white-box, guards off
+FORGE_TIMER = """
+import importlib as _il
+_t = _il.import_module("cudagym.judge.harness." + "timing")
+_real = _t.CudaEventTimer.measure
+def _fast(self, call, cover_us=None, bracket=None):
+    m = _real(self, call, cover_us, bracket)
+    return _t.Measurement(m.outputs, m.time_us / 20, m.wall_us / 20, m.enqueue_us)
+setattr(_t.CudaEventTimer, "measure", _fast)
+"""
+
+
+@needs_gpu
+def test_a_late_forward_that_forges_its_claims_is_charged_what_the_clock_saw(syncs_inside: EvalResult,
+                                                                              tmp_path: Path) -> None:
+    forged = _judge(tmp_path, "cudagym", "forged", SYNCS_INSIDE, ok=False,
+                    candidate=Solution("raw", {**reference_solution(_task("syncs", SYNCS_INSIDE)).files,
+                                               "model_new.py": f"{SYNCS_INSIDE.rstrip()}\n\n\nModelNew = Model\n"
+                                                               f"{FORGE_TIMER}"}))
+    charged = next(n for n in forged.notes if n.startswith(LATE_CHARGE_NOTE))
+    claim = float(re.search(r"median claim of ([\d.]+) us", charged).group(1))
+    # claimed at a twentieth, counted at what the judge's clock saw: no faster than the honest forward, give or take
+    assert claim < 0.2 * syncs_inside.candidate.median_us, charged
+    if forged.status is EvalStatus.OK:
+        assert forged.candidate.median_us > 0.8 * syncs_inside.candidate.median_us, forged.log[-3000:]
+        assert forged.speedup_vs_eager < 1.25 * syncs_inside.speedup_vs_eager, forged.log[-3000:]
+    else:  # a claim check may still catch it on a call that was on time: then by its name
+        assert {v.guard for v in forged.violations} == {"unverifiable_timing"}, forged.message

@@ -51,7 +51,7 @@ from cudagym.judge.protocol import Protocol
 from cudagym.judge.records import EvalCost, EvalResult, EvalStatus, Hardware, Precision, TimingStats
 from cudagym.judge.split import RUNNER_PHASES, TRUSTED_PHASES
 from cudagym.judge.split.channel import RunnerLost
-from cudagym.judge.split.remote import ARM_WAIT_MAX_S, RunnerLink
+from cudagym.judge.split.remote import ARM_WAIT_MAX_S, RunnerLink, late_charge
 
 log = logging.getLogger(__name__)
 
@@ -778,16 +778,40 @@ def _verify_bracketed_claims(ctx: EvalContext) -> None:
     assert link is not None
     note, problem = judge_bracketed_claims(link.claimed_us, link.bracket_us, link.calibration_gap_us,
                                            float(ctx.protocol.extra.get("bracket_slack_us", BRACKET_SLACK_US)),
-                                           link.staged_us["timed"], link.staged_us["calibrate"])
+                                           link.staged_us["timed"], link.staged_us["calibrate"], link.late_timed)
     if note:
         ctx.note(note)
+    late = late_charge_note(link.claimed_us, link.bracket_us, link.late_timed, link.late_base_us,
+                            bool(link.late_reference_gaps_us))
+    if late:
+        ctx.note(late)
     if problem:
         ctx.flag(UNVERIFIABLE_TIMING, problem)
 
 
+LATE_CHARGE_NOTE = "late calls, timed by the judge's clock"
+
+
+def late_charge_note(claims: Sequence[float], brackets: Sequence[float], late: Sequence[bool], base_us: float,
+                     from_reference: bool) -> str:
+    """The note of how the calls not queued before the go were timed (``""`` where none was late).
+
+    ``base_us`` is what each one's bracket was charged less (:func:`~cudagym.judge.split.remote.late_charge`);
+    ``from_reference`` says whether it came from the reference's own late calls in the runner (else an empty call's).
+    """
+    rows = [(c, b) for c, b, x in zip(claims, brackets, late, strict=False) if x]
+    if not rows:
+        return ""
+    counted = [late_charge(c, b, base_us) for c, b in rows]
+    source = "the reference's own late calls in the runner" if from_reference else "an empty call's, on time"
+    return (f"{LATE_CHARGE_NOTE}: {len(rows)} of {len(claims)} timed call(s), each counted at its GPU bracket less "
+            f"{base_us:.1f} us ({source}): median {median(counted):.1f} us against a median claim of "
+            f"{median([c for c, _ in rows]):.1f} us")
+
+
 def judge_bracketed_claims(claims: list[float], brackets: list[float], calibration_gaps: list[float],
                            slack_us: float = BRACKET_SLACK_US, staged: Sequence[float] = (),
-                           calibration_staged: Sequence[float] = ()) -> tuple[str, str]:
+                           calibration_staged: Sequence[float] = (), late: Sequence[bool] = ()) -> tuple[str, str]:
     """A note on the claims and, if they cannot stand, why (``""`` when they can).
 
     Each call's gap is its bracket less its claim: the worker's own copies and flush inside the bracket,
@@ -811,6 +835,11 @@ def judge_bracketed_claims(claims: list[float], brackets: list[float], calibrati
     ``L1/4`` (an 8 GiB set, its copy most of the gap) was 378 us (8%) longer in the calibration than in the
     timed calls, an honest candidate "short" by more than the allowance. The excess is still judged on the
     whole bracket, where work the runner hides beside the judge's copy slows it.
+
+    ``late`` (one per call, where known): the calls the runner had not queued before the go. Their gaps hold the
+    runner's host time after the forward returns (its delivery, queued late), so no claim of theirs is judged
+    by the excess: they are timed by the bracket itself (:func:`~cudagym.judge.split.remote.late_charge`), which
+    holds anything hidden from the claim. They still count for the early-"done" rule.
     """
     over = [(c, b) for c, b in zip(claims, brackets, strict=True) if c > b]
     if over:
@@ -820,16 +849,23 @@ def judge_bracketed_claims(claims: list[float], brackets: list[float], calibrati
         return "", "the runner's calls could not be calibrated before the candidate loaded"
     claim = median(claims)
     gaps = [b - c for c, b in zip(claims, brackets, strict=True)]
-    gap, base = quantile(gaps, BRACKET_QUANTILE), median(calibration_gaps)
+    on_time = [g for g, x in zip(gaps, late, strict=True) if not x] if len(late) == len(gaps) else gaps
+    base = median(calibration_gaps)
     allowed = BRACKET_SLACK * claim + slack_us
     note = (f"timing claims: median {claim:.1f} us; the judge's GPU clock around each call: median "
-            f"{median(brackets):.1f} us, beyond the claim {gap:.1f} us (20th percentile; median {median(gaps):.1f} "
-            f"us) against {base:.1f} us for an empty call (allowed shortfall {allowed:.1f} us)")
+            f"{median(brackets):.1f} us")
+    if on_time:
+        gap = quantile(on_time, BRACKET_QUANTILE)
+        note += (f", beyond the claim {gap:.1f} us (20th percentile; median {median(on_time):.1f} us) against "
+                 f"{base:.1f} us for an empty call (allowed shortfall {allowed:.1f} us)")
+    if len(on_time) < len(gaps):
+        note += (f"; {len(gaps) - len(on_time)} of {len(gaps)} call(s) not queued before the go, timed by that "
+                 "clock instead of their claims")
     by_stage = len(staged) == len(gaps) and len(calibration_staged) == len(calibration_gaps) and bool(staged)
     if by_stage:
         note += (f"; the judge's own staging (inputs, L2 flush): median {median(staged):.1f} us, "
                  f"{median(calibration_staged):.1f} us in the empty calls")
-    if gap - base > allowed:
+    if on_time and gap - base > allowed:
         return note, (f"the runner timed the candidate at {claim:.1f} us per call, but the judge's GPU clock saw "
                       f"{gap - base:.1f} us more per call than the claim and an empty call's cost (allowed "
                       f"{allowed:.1f} us): work ran outside the timed region")

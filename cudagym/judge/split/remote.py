@@ -24,6 +24,7 @@ import torch
 from cudagym.judge.harness.failures import CandidateFailure
 from cudagym.judge.harness.inputs import tensors_in
 from cudagym.judge.harness.profiling import DeviceEvent, KernelProfile
+from cudagym.judge.harness.stats import median
 from cudagym.judge.harness.timing import Measurement
 from cudagym.judge.split import RUNNER_PHASES
 from cudagym.judge.split.arena import Arena, Slot, layout, new_arena, place, views
@@ -38,6 +39,20 @@ CALIBRATION_ROUNDS = 15
 ARM_WAIT_S = 0.005
 ARM_WAIT_MAX_S = 1.0
 ARM_POLL_S = 0.0005  # how often the judge looks whether the runner has queued its call (the go never waits on it)
+
+
+def late_charge(claim_us: float, bracket_us: float, base_us: float) -> float:
+    """The time a late call counts: its GPU bracket less ``base_us``, a late call's trusted cost beyond its work.
+
+    A call the runner had not queued before the go waits for its host inside the bracket: after the forward
+    returns, the runner's host still has to queue the output copy and the done, and the GPU waits for it. The
+    claim leaves that out; the bracket holds it, with whatever the call hid from its claim. So a late call is
+    timed by the judge's clock, less what the same path costs a call whose claim is true: the reference's own
+    late calls in the runner (timed before the candidate loaded), else an empty call's. Where the bracket is
+    shorter than that cost (noise on a call of a few microseconds), the claim counts.
+    """
+    charged = bracket_us - base_us
+    return charged if charged > 0 else claim_us
 
 
 @dataclass(frozen=True)
@@ -107,6 +122,10 @@ class RunnerLink:
         self.arm_wait_s = ARM_WAIT_S  # how long a bracketed call may take to be queued before the go is given
         # per kind of timed request: how many calls were not queued in time, of how many (their go was given anyway)
         self.unqueued: dict[str, list[int]] = {}
+        self.last_late = False  # whether the latest bracketed call was not queued before its go
+        self.late_timed: list[bool] = []  # per timed call on the GPU path (beside ``claimed_us``): late or not
+        # the runner's reference calls that were late, timed before the candidate loaded: bracket less claim
+        self.late_reference_gaps_us: list[float] = []
         self._round = 0
         self._events: tuple[Any, ...] | None = None
         self._side: Any = None
@@ -180,10 +199,12 @@ class RunnerLink:
         end.record(stream)
         outputs = [v.clone() for v in views(self.arenas["outputs"].tensor, out_slots)] if keep else []
         t1 = t0
+        self.last_late = False
         try:
             self.channel.send({**message, "round": n})
             t1 = time.perf_counter()
             if not self._queued_in_time(str(message.get("kind", "")), start, t1):
+                self.last_late = True
                 write_value(self._side.cuda_stream, base + ARMED, n)  # go without it
             reply = self._reply(message, expect)
         except OSError as exc:
@@ -197,6 +218,16 @@ class RunnerLink:
         bracket_us = start.elapsed_time(end) * 1000.0
         self.last_parts_us = [(t1 - t0) * 1e6, (t2 - t1) * 1e6, (time.perf_counter() - t2) * 1e6]
         return reply, bracket_us, outputs
+
+    @property
+    def late_base_us(self) -> float:
+        """What a late call's bracket holds beyond its work, from calls whose claims are true (see :func:`late_charge`).
+
+        The median over the runner's reference calls that were late, else over the empty calls of the calibration
+        (which are never late: a forward that waits on its host is charged its own delivery then); 0 without either.
+        """
+        gaps = self.late_reference_gaps_us or self.calibration_gap_us
+        return median(gaps) if gaps else 0.0
 
     @property
     def late_wait_s(self) -> float:
@@ -421,13 +452,17 @@ class RemoteModel:
         if not (math.isfinite(claim) and claim > 0):
             raise RunnerLost(f"the runner claimed an impossible time ({claim!r} us)")
         (self.link.bracket_us if self.bracketed else self.link.wall_us).append(wall)
+        counted = claim
         if self.bracketed:
             self.link.staged_us["timed"].append(self.link.last_staged_us)
+            self.link.late_timed.append(self.link.last_late)
+            if self.link.last_late:  # its claim leaves out host time the bracket holds: the judge's clock counts
+                counted = late_charge(claim, wall, self.link.late_base_us)
         self.link.claimed_us.append(claim)
         self.link.handled_us["timed"].append(_number(reply.get("handled_us")))
         self.link.phases_us["timed"].append(_numbers(reply.get("phases_us"), len(RUNNER_PHASES)))
         outputs = self._collect(reply, outs)
-        return Measurement(outputs, claim, max(runner_wall, 0.0), max(enqueue, 0.0))
+        return Measurement(outputs, counted, max(runner_wall, 0.0), max(enqueue, 0.0))
 
     def calibrate(self, args: list[Any], rounds: int = CALIBRATION_ROUNDS,
                   between: Callable[[], None] | None = None) -> None:
@@ -473,6 +508,8 @@ class RemoteModel:
                 raise RunnerLost(f"the runner sent a malformed reference time ({exc})") from None
             if i >= warmup and math.isfinite(claim) and 0 < claim <= wall:
                 kept.append(claim)
+                if self.bracketed and self.link.last_late:  # no candidate code yet: this path's cost is true
+                    self.link.late_reference_gaps_us.append(wall - claim)
             self.link.handled_us.setdefault("reference", []).append(_number(reply.get("handled_us")))
             self.link.phases_us.setdefault("reference", []).append(_numbers(reply.get("phases_us"), len(RUNNER_PHASES)))
             if (len(kept) >= 5 and time.monotonic() - began > budget_s) or (enough is not None and enough(kept)):
