@@ -160,6 +160,7 @@ def test_a_late_forward_that_forges_its_claims_is_charged_what_the_clock_saw(syn
                                                "model_new.py": f"{SYNCS_INSIDE.rstrip()}\n\n\nModelNew = Model\n"
                                                                f"{FORGE_TIMER}"}))
     charged = next(n for n in forged.notes if n.startswith(LATE_CHARGE_NOTE))
+    print(charged)
     claim = float(re.search(r"median claim of ([\d.]+) us", charged).group(1))
     # claimed at a twentieth, counted at what the judge's clock saw: no faster than the honest forward, give or take
     assert claim < 0.2 * syncs_inside.candidate.median_us, charged
