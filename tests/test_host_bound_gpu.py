@@ -23,6 +23,7 @@ import re
 from pathlib import Path
 
 import pytest
+from test_split_gpu import FORGE_TIMER  # the runner's timer patched to claim a twentieth of each call
 
 from cudagym.judge.baselines import reference_solution
 from cudagym.judge.harness.runner import LATE_CHARGE_NOTE, REQUEST_PARTS_NOTE, UNQUEUED_NOTE
@@ -138,18 +139,6 @@ def test_a_forward_that_waits_for_the_gpu_inside_is_timed_by_the_judges_clock(sy
     print(charged)
     # the same code as the reference, timed the same way in the same process
     assert 0.8 < syncs_inside.speedup_vs_eager < 1.25, syncs_inside.log[-3000:]
-
-
-# the runner's timer made to claim a twentieth of each call, in the forward's own module: white-box, guards off
-FORGE_TIMER = """
-import importlib as _il
-_t = _il.import_module("cudagym.judge.harness." + "timing")
-_real = _t.CudaEventTimer.measure
-def _fast(self, call, cover_us=None, bracket=None):
-    m = _real(self, call, cover_us, bracket)
-    return _t.Measurement(m.outputs, m.time_us / 20, m.wall_us / 20, m.enqueue_us)
-setattr(_t.CudaEventTimer, "measure", _fast)
-"""
 
 
 @needs_gpu
