@@ -177,16 +177,20 @@ LATE_GAP = 674.4 + 139.1
 
 def test_a_late_call_is_not_judged_by_its_gap_but_timed_by_the_bracket() -> None:
     from cudagym.judge.harness.runner import LATE_CHARGE_NOTE, late_charge_note
+    from cudagym.judge.split.remote import late_charge
 
     claims, brackets = _calls(700.0, LATE_GAP)
     assert "work ran outside the timed region" in judge_bracketed_claims(claims, brackets, CALIBRATION)[1]
     note, problem = judge_bracketed_claims(claims, brackets, CALIBRATION, late=[True] * 30)
     assert problem == "" and "30 of 30 call(s) not queued before the go" in note
-    # the reference's own late calls in the runner cost the same path: the count comes back to the claim
-    counted = late_charge_note(claims, brackets, [True] * 30, LATE_GAP, from_reference=True)
-    assert counted.startswith(LATE_CHARGE_NOTE) and "30 of 30 timed call(s)" in counted
-    assert "less 813.5 us (the reference's own late calls in the runner): median 700." in counted
-    assert late_charge_note(claims, brackets, [False] * 30, LATE_GAP, True) == ""
+    # it counts its bracket less an empty call's cost: the 139 us its host left the GPU waiting are in its time
+    counted = [late_charge(c, b, 674.4) for c, b in zip(claims, brackets, strict=True)]
+    assert all(x - c == pytest.approx(139.1, abs=1.3) for x, c in zip(counted, claims, strict=True))
+    text = late_charge_note({"reference": [(700.0, 839.0)] * 3, "timed": list(zip(claims, counted, strict=True))},
+                            674.4)
+    assert text.startswith(LATE_CHARGE_NOTE) and "an empty call's 674.4 us" in text
+    assert "reference 3 call(s), median 839.0 us against a median claim of 700.0 us; timed 30 call(s)" in text
+    assert late_charge_note({}, 674.4) == late_charge_note({"timed": []}, 674.4) == ""
 
 
 def test_a_late_call_that_hides_work_from_its_claim_is_charged_that_work() -> None:
@@ -195,11 +199,14 @@ def test_a_late_call_that_hides_work_from_its_claim_is_charged_that_work() -> No
     # a claim forged to a twentieth: the bracket still holds the 700 us of work, and that is what counts
     claims, brackets = _calls(700.0, LATE_GAP)
     forged = [c / 20 for c in claims]  # the brackets are the judge's: the same work, whatever is claimed
-    counted = [late_charge(c, b, LATE_GAP) for c, b in zip(forged, brackets, strict=True)]
-    assert all(abs(x - c) < 3.0 for x, c in zip(counted, claims, strict=True))
-    # with no late reference call to go by, an empty call's cost is taken off: the late path is the candidate's own
-    assert late_charge(35.0, 700.0 + LATE_GAP, 674.4) == pytest.approx(700.0 + 139.1)
-    # a bracket shorter than that cost (noise around a call of a few microseconds) counts the claim
+    counted = [late_charge(c, b, 674.4) for c, b in zip(forged, brackets, strict=True)]
+    assert min(counted) >= 700.0 + 139.0
+    # a runner that writes its outputs into the arena and signals done itself, skipping its whole delivery, gains
+    # only the empty call's path beyond the judge's staging, as an on-time call could: never its host's wait
+    staging = 250.0
+    skipped = [late_charge(c, staging + 700.0, 674.4) for c in forged]
+    assert min(skipped) >= 700.0 - (674.4 - staging)
+    # never less than the claim: a call noise left shorter than an empty one counts what it claims
     assert late_charge(3.0, 600.0, 674.4) == 3.0
 
 
@@ -216,13 +223,15 @@ def test_early_done_is_found_on_late_calls_too() -> None:
     assert "signalled done ahead" in problem
 
 
-def test_the_late_base_comes_from_the_reference_when_it_was_late_else_from_an_empty_call() -> None:
+def test_late_calls_of_either_kind_count_against_the_calibration_and_are_recorded_by_kind() -> None:
     from cudagym.judge.split.remote import RunnerLink
 
     link = RunnerLink.__new__(RunnerLink)  # only the figures it keeps: no channel, no runner
-    link.late_reference_gaps_us, link.calibration_gap_us = [], []
+    link.calibration_gap_us, link.late_counted_us = [], {}
     assert link.late_base_us == 0.0
     link.calibration_gap_us = list(CALIBRATION)
     assert link.late_base_us == pytest.approx(674.4)
-    link.late_reference_gaps_us = [810.0, 813.5, 820.0]
-    assert link.late_base_us == 813.5
+    assert link.count_late("reference", 700.0, 1513.5) == pytest.approx(839.1)
+    assert link.count_late("timed", 35.0, 1513.5) == pytest.approx(839.1)  # the same bracket, a forged claim
+    assert link.late_counted_us == {"reference": [(700.0, pytest.approx(839.1))],
+                                    "timed": [(35.0, pytest.approx(839.1))]}

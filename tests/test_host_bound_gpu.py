@@ -11,8 +11,8 @@ Here the forward launches 400 tiny kernels with 25 µs of host work before each 
 host, about 0.8 ms of device work). Under ``cudagym-v4`` it is timed behind its host; under ``cudagym-v5`` (250 ms)
 the runner queues it in full first and it is timed at its device work (session 22: 10,161 against 762 µs). A
 forward that waits for the GPU inside cannot be queued in full: it waits the long wait once, then 5 ms a call,
-the result says how many of its calls were late, and those calls are timed by the judge's GPU clock (their bracket
-less what the reference's own late calls in the runner cost beyond their work), so a forged claim gains nothing.
+the result says how many of its calls were late, and those calls, the reference's in the runner as the candidate's,
+are timed by the judge's GPU clock (their bracket less an empty call's cost), so a forged claim gains nothing.
 
     pytest -m gpu tests/test_host_bound_gpu.py -v -s
 """
@@ -132,13 +132,23 @@ def test_a_forward_that_waits_for_the_gpu_inside_pays_the_long_wait_once(syncs_i
 def test_a_forward_that_waits_for_the_gpu_inside_is_timed_by_the_judges_clock(syncs_inside: EvalResult) -> None:
     # its bracket holds the runner's delivery, queued by its host after the forward returns: no claim of its calls is
     # judged by that gap (session 22: 139.1 us beyond the claim and an empty call's cost read as unverifiable_timing);
-    # each call counts at its bracket less what the reference's own late calls in the runner cost the same way
+    # each call, the reference's in the runner as the candidate's, counts at its bracket less an empty call's cost
     assert syncs_inside.status is EvalStatus.OK, syncs_inside.message + syncs_inside.log[-3000:]
     charged = next(n for n in syncs_inside.notes if n.startswith(LATE_CHARGE_NOTE))
-    assert "the reference's own late calls in the runner" in charged, charged
     print(charged)
-    # the same code as the reference, timed the same way in the same process
-    assert 0.8 < syncs_inside.speedup_vs_eager < 1.25, syncs_inside.log[-3000:]
+    counted, claimed = _late(charged, "timed")
+    assert counted >= claimed and _late(charged, "reference")[0] >= _late(charged, "reference")[1], charged
+    # the same code as the reference, timed the same way in the same process; against eager (the yardstick may lower
+    # the speedups, not raise them, where its calls were late) it pays the GPU's wait for the runner's host after
+    # each call (session 23, before that was charged: 0.932x with a 4% wider count than the claims)
+    assert 0.7 < syncs_inside.speedup_vs_eager < 1.25, syncs_inside.log[-3000:]
+
+
+def _late(note: str, kind: str) -> tuple[float, float]:
+    """A late-charge note's median count and median claim for ``kind`` (µs)."""
+    found = re.search(kind + r" \d+ call\(s\), median ([\d.]+) us against a median claim of ([\d.]+) us", note)
+    assert found, note
+    return float(found.group(1)), float(found.group(2))
 
 
 @needs_gpu
@@ -150,7 +160,7 @@ def test_a_late_forward_that_forges_its_claims_is_charged_what_the_clock_saw(syn
                                                                f"{FORGE_TIMER}"}))
     charged = next(n for n in forged.notes if n.startswith(LATE_CHARGE_NOTE))
     print(charged)
-    claim = float(re.search(r"median claim of ([\d.]+) us", charged).group(1))
+    claim = _late(charged, "timed")[1]
     # claimed at a twentieth, counted at what the judge's clock saw: no faster than the honest forward, give or take
     assert claim < 0.2 * syncs_inside.candidate.median_us, charged
     if forged.status is EvalStatus.OK:

@@ -51,7 +51,7 @@ from cudagym.judge.protocol import Protocol
 from cudagym.judge.records import EvalCost, EvalResult, EvalStatus, Hardware, Precision, TimingStats
 from cudagym.judge.split import RUNNER_PHASES, TRUSTED_PHASES
 from cudagym.judge.split.channel import RunnerLost
-from cudagym.judge.split.remote import ARM_WAIT_MAX_S, RunnerLink, late_charge
+from cudagym.judge.split.remote import ARM_WAIT_MAX_S, RunnerLink
 
 log = logging.getLogger(__name__)
 
@@ -781,8 +781,7 @@ def _verify_bracketed_claims(ctx: EvalContext) -> None:
                                            link.staged_us["timed"], link.staged_us["calibrate"], link.late_timed)
     if note:
         ctx.note(note)
-    late = late_charge_note(link.claimed_us, link.bracket_us, link.late_timed, link.late_base_us,
-                            bool(link.late_reference_gaps_us))
+    late = late_charge_note(link.late_counted_us, link.late_base_us)
     if late:
         ctx.note(late)
     if problem:
@@ -792,21 +791,18 @@ def _verify_bracketed_claims(ctx: EvalContext) -> None:
 LATE_CHARGE_NOTE = "late calls, timed by the judge's clock"
 
 
-def late_charge_note(claims: Sequence[float], brackets: Sequence[float], late: Sequence[bool], base_us: float,
-                     from_reference: bool) -> str:
-    """The note of how the calls not queued before the go were timed (``""`` where none was late).
+def late_charge_note(counted: dict[str, list[tuple[float, float]]], base_us: float) -> str:
+    """The note of how the calls not queued before the go were timed (``""`` where none was).
 
-    ``base_us`` is what each one's bracket was charged less (:func:`~cudagym.judge.split.remote.late_charge`);
-    ``from_reference`` says whether it came from the reference's own late calls in the runner (else an empty call's).
+    ``counted`` holds, per kind of timed request, each late call's claim and the time it counted
+    (:func:`~cudagym.judge.split.remote.late_charge`, its bracket less ``base_us``).
     """
-    rows = [(c, b) for c, b, x in zip(claims, brackets, late, strict=False) if x]
-    if not rows:
+    parts = [f"{kind} {len(rows)} call(s), median {median([c for _, c in rows]):.1f} us against a median claim of "
+             f"{median([c for c, _ in rows]):.1f} us" for kind, rows in counted.items() if rows]
+    if not parts:
         return ""
-    counted = [late_charge(c, b, base_us) for c, b in rows]
-    source = "the reference's own late calls in the runner" if from_reference else "an empty call's, on time"
-    return (f"{LATE_CHARGE_NOTE}: {len(rows)} of {len(claims)} timed call(s), each counted at its GPU bracket less "
-            f"{base_us:.1f} us ({source}): median {median(counted):.1f} us against a median claim of "
-            f"{median([c for c, _ in rows]):.1f} us")
+    return (f"{LATE_CHARGE_NOTE} (each its GPU bracket less an empty call's {base_us:.1f} us, so the GPU's wait for "
+            "the runner's host after the forward returns is in it): " + "; ".join(parts))
 
 
 def judge_bracketed_claims(claims: list[float], brackets: list[float], calibration_gaps: list[float],

@@ -42,17 +42,17 @@ ARM_POLL_S = 0.0005  # how often the judge looks whether the runner has queued i
 
 
 def late_charge(claim_us: float, bracket_us: float, base_us: float) -> float:
-    """The time a late call counts: its GPU bracket less ``base_us``, a late call's trusted cost beyond its work.
+    """The time a late call counts: its GPU bracket less ``base_us``, what an empty call's bracket holds beyond it.
 
     A call the runner had not queued before the go waits for its host inside the bracket: after the forward
-    returns, the runner's host still has to queue the output copy and the done, and the GPU waits for it. The
-    claim leaves that out; the bracket holds it, with whatever the call hid from its claim. So a late call is
-    timed by the judge's clock, less what the same path costs a call whose claim is true: the reference's own
-    late calls in the runner (timed before the candidate loaded), else an empty call's. Where the bracket is
-    shorter than that cost (noise on a call of a few microseconds), the claim counts.
+    returns, the runner's host still has to queue the output copy and the done while the GPU idles. The claim
+    leaves that wait out; the bracket holds it, with whatever the call hid from its claim, and nothing there
+    tells the two apart. So a late call, the reference's or the candidate's, is timed by the judge's clock less
+    the cost of an empty call queued in time (the calibration, before any candidate code was in the runner): it
+    pays the wait its host left the GPU in, and can hide no more than an on-time call can (what it skips of the
+    empty call's path). Never less than the claim (a claim beyond the bracket is a violation of its own).
     """
-    charged = bracket_us - base_us
-    return charged if charged > 0 else claim_us
+    return max(bracket_us - base_us, claim_us)
 
 
 @dataclass(frozen=True)
@@ -124,8 +124,8 @@ class RunnerLink:
         self.unqueued: dict[str, list[int]] = {}
         self.last_late = False  # whether the latest bracketed call was not queued before its go
         self.late_timed: list[bool] = []  # per timed call on the GPU path (beside ``claimed_us``): late or not
-        # the runner's reference calls that were late, timed before the candidate loaded: bracket less claim
-        self.late_reference_gaps_us: list[float] = []
+        # per kind of timed request (timed, reference): each late call's claim and what it counted (late_charge)
+        self.late_counted_us: dict[str, list[tuple[float, float]]] = {}
         self._round = 0
         self._events: tuple[Any, ...] | None = None
         self._side: Any = None
@@ -221,13 +221,14 @@ class RunnerLink:
 
     @property
     def late_base_us(self) -> float:
-        """What a late call's bracket holds beyond its work, from calls whose claims are true (see :func:`late_charge`).
+        """What an empty call queued in time holds in its bracket beyond its claim (median; 0 uncalibrated)."""
+        return median(self.calibration_gap_us) if self.calibration_gap_us else 0.0
 
-        The median over the runner's reference calls that were late, else over the empty calls of the calibration
-        (which are never late: a forward that waits on its host is charged its own delivery then); 0 without either.
-        """
-        gaps = self.late_reference_gaps_us or self.calibration_gap_us
-        return median(gaps) if gaps else 0.0
+    def count_late(self, kind: str, claim_us: float, bracket_us: float) -> float:
+        """The time a late call of ``kind`` counts (:func:`late_charge`), recorded for the result's note."""
+        counted = late_charge(claim_us, bracket_us, self.late_base_us)
+        self.late_counted_us.setdefault(kind, []).append((claim_us, counted))
+        return counted
 
     @property
     def late_wait_s(self) -> float:
@@ -457,7 +458,7 @@ class RemoteModel:
             self.link.staged_us["timed"].append(self.link.last_staged_us)
             self.link.late_timed.append(self.link.last_late)
             if self.link.last_late:  # its claim leaves out host time the bracket holds: the judge's clock counts
-                counted = late_charge(claim, wall, self.link.late_base_us)
+                counted = self.link.count_late("timed", claim, wall)
         self.link.claimed_us.append(claim)
         self.link.handled_us["timed"].append(_number(reply.get("handled_us")))
         self.link.phases_us["timed"].append(_numbers(reply.get("phases_us"), len(RUNNER_PHASES)))
@@ -496,7 +497,8 @@ class RemoteModel:
         No candidate code is in the runner's process yet, so its claims are the reference's time there; a claim
         the trusted clock around it contradicts (beyond that clock, or not a time) is dropped. ``warmup`` calls
         go first and are not kept; the timed calls stop early once ``enough`` says so of the claims kept, or,
-        after 5, once ``budget_s`` has passed.
+        after 5, once ``budget_s`` has passed. A call not queued before its go counts as a late candidate call
+        does (:func:`late_charge`), so the two are timed alike.
         """
         kept: list[float] = []
         began = time.monotonic()
@@ -506,10 +508,9 @@ class RemoteModel:
                 claim = float(reply["time_us"])
             except (KeyError, TypeError, ValueError) as exc:
                 raise RunnerLost(f"the runner sent a malformed reference time ({exc})") from None
-            if i >= warmup and math.isfinite(claim) and 0 < claim <= wall:
-                kept.append(claim)
-                if self.bracketed and self.link.last_late:  # no candidate code yet: this path's cost is true
-                    self.link.late_reference_gaps_us.append(wall - claim)
+            if i >= warmup and math.isfinite(claim) and 0 < claim <= wall:  # a late one as a late candidate's
+                kept.append(self.link.count_late("reference", claim, wall) if self.bracketed and self.link.last_late
+                            else claim)
             self.link.handled_us.setdefault("reference", []).append(_number(reply.get("handled_us")))
             self.link.phases_us.setdefault("reference", []).append(_numbers(reply.get("phases_us"), len(RUNNER_PHASES)))
             if (len(kept) >= 5 and time.monotonic() - began > budget_s) or (enough is not None and enough(kept)):
