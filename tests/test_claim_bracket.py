@@ -228,6 +228,7 @@ def test_late_calls_of_either_kind_count_against_the_calibration_and_are_recorde
 
     link = RunnerLink.__new__(RunnerLink)  # only the figures it keeps: no channel, no runner
     link.calibration_gap_us, link.late_counted_us = [], {}
+    link.staged_us, link.last_staged_us = {"timed": [], "calibrate": []}, 0.0
     assert link.late_base_us == 0.0
     link.calibration_gap_us = list(CALIBRATION)
     assert link.late_base_us == pytest.approx(674.4)
@@ -235,3 +236,23 @@ def test_late_calls_of_either_kind_count_against_the_calibration_and_are_recorde
     assert link.count_late("timed", 35.0, 1513.5) == pytest.approx(839.1)  # the same bracket, a forged claim
     assert link.late_counted_us == {"reference": [(700.0, pytest.approx(839.1))],
                                     "timed": [(35.0, pytest.approx(839.1))]}
+
+
+def test_a_late_call_whose_inputs_copied_faster_than_in_the_calibration_is_counted_after_the_go() -> None:
+    from cudagym.judge.split.remote import RunnerLink, late_charge
+
+    # L1/4's 8 GiB set: the judge's copy 378 us slower in the calibration than in the timed calls
+    link = RunnerLink.__new__(RunnerLink)
+    link.calibration_gap_us, link.late_counted_us = list(L1_4_CALIBRATION), {}
+    link.staged_us = {"timed": [], "calibrate": [4428.0] * 15}
+    link.last_staged_us = 4050.0
+    work, after_go, wait = 2310.2, 4739.1 - 4428.0, 139.0
+    bracket = 4050.0 + after_go + work + wait
+    # the whole bracket less the calibration's would drop the 378 us faster copy from the call's time
+    assert late_charge(115.5, bracket, link.late_base_us) == pytest.approx(work + wait - 378.0, abs=1.0)
+    assert link.count_late("timed", 115.5, bracket) == pytest.approx(work + wait, abs=1.0)
+    # with the copy as fast as in the calibration, work hidden beside it slows it by 300 us: after the go alone
+    # would miss that, the whole bracket holds it, and the larger reading stands
+    base, staged = 4428.0 + after_go, 4428.0
+    slowed = staged + 300.0 + after_go + work + wait
+    assert late_charge(5.0, slowed, base, staged + 300.0, after_go) == pytest.approx(work + wait + 300.0)

@@ -801,8 +801,9 @@ def late_charge_note(counted: dict[str, list[tuple[float, float]]], base_us: flo
              f"{median([c for c, _ in rows]):.1f} us" for kind, rows in counted.items() if rows]
     if not parts:
         return ""
-    return (f"{LATE_CHARGE_NOTE} (each its GPU bracket less an empty call's {base_us:.1f} us, so the GPU's wait for "
-            "the runner's host after the forward returns is in it): " + "; ".join(parts))
+    return (f"{LATE_CHARGE_NOTE} (each its GPU bracket less an empty call's {base_us:.1f} us, or the same after the "
+            "judge's staging where that is more, so the GPU's wait for the runner's host after the forward returns "
+            "is in it): " + "; ".join(parts))
 
 
 def judge_bracketed_claims(claims: list[float], brackets: list[float], calibration_gaps: list[float],

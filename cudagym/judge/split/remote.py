@@ -41,7 +41,8 @@ ARM_WAIT_MAX_S = 1.0
 ARM_POLL_S = 0.0005  # how often the judge looks whether the runner has queued its call (the go never waits on it)
 
 
-def late_charge(claim_us: float, bracket_us: float, base_us: float) -> float:
+def late_charge(claim_us: float, bracket_us: float, base_us: float, staged_us: float | None = None,
+                after_go_base_us: float | None = None) -> float:
     """The time a late call counts: its GPU bracket less ``base_us``, what an empty call's bracket holds beyond it.
 
     A call the runner had not queued before the go waits for its host inside the bracket: after the forward
@@ -50,9 +51,18 @@ def late_charge(claim_us: float, bracket_us: float, base_us: float) -> float:
     tells the two apart. So a late call, the reference's or the candidate's, is timed by the judge's clock less
     the cost of an empty call queued in time (the calibration, before any candidate code was in the runner): it
     pays the wait its host left the GPU in, and can hide no more than an on-time call can (what it skips of the
-    empty call's path). Never less than the claim (a claim beyond the bracket is a violation of its own).
+    empty call's path).
+
+    Where the judge's own staging of this call (``staged_us``) and an empty call's cost after its go
+    (``after_go_base_us``) are known, the same reading after the go counts too, and the larger of the two
+    stands: a large input set's copy can run slower in the calibration than here (the whole bracket would then
+    undercount the call), while work hidden beside the judge's copy slows that copy (after the go alone would
+    miss it). Never less than the claim (a claim beyond the bracket is a violation of its own).
     """
-    return max(bracket_us - base_us, claim_us)
+    counted = max(bracket_us - base_us, claim_us)
+    if staged_us is not None and after_go_base_us is not None:
+        counted = max(counted, bracket_us - staged_us - after_go_base_us)
+    return counted
 
 
 @dataclass(frozen=True)
@@ -225,8 +235,11 @@ class RunnerLink:
         return median(self.calibration_gap_us) if self.calibration_gap_us else 0.0
 
     def count_late(self, kind: str, claim_us: float, bracket_us: float) -> float:
-        """The time a late call of ``kind`` counts (:func:`late_charge`), recorded for the result's note."""
-        counted = late_charge(claim_us, bracket_us, self.late_base_us)
+        """What the latest call, a late one of ``kind``, counts (:func:`late_charge`), kept for the result's note."""
+        staged = self.staged_us["calibrate"]
+        after_go = (median([g - s for g, s in zip(self.calibration_gap_us, staged, strict=True)])
+                    if staged and len(staged) == len(self.calibration_gap_us) else None)
+        counted = late_charge(claim_us, bracket_us, self.late_base_us, self.last_staged_us, after_go)
         self.late_counted_us.setdefault(kind, []).append((claim_us, counted))
         return counted
 
