@@ -4,7 +4,9 @@
 # peak device memory and time per phase. Resumable across device calls: journals, tables and the baseline cache
 # are packed into $OUT/sweep.tgz after every level; put that file in $STATE (default benchmarks/results/kernelbench/) before the next
 # It stops submitting tasks TAIL seconds
-# before its budget (default 150: jobs in flight finish) and is killed 10 s before it, so results are never lost.
+# before its budget (default 150: jobs in flight finish), starts no task that a job as long as the longest so far
+# would not finish 45 s before it (`--deadline-s`, counted from the judge's start), and is killed 10 s before it,
+# so results are never lost.
 #   bash benchmarks/kernelbench_sweep.sh [TOTAL_SECONDS [STEP ...]]      (repository root, GPU host)
 # TOTAL_SECONDS defaults to 570 (a 10-minute call). A STEP is a protocol (kernelbench, cudagym, cuda-agent: its
 # sweep) or "throughput": the first $FIRST (default 20) L1 tasks under cudagym twice, the second time with a fresh
@@ -61,7 +63,8 @@ check() {  # check NAME PROTOCOL LEVEL JOURNAL [ARG...]: one `cudagym baselines 
   start=$(date +%s)
   timeout $(( left - 10 )) python3 -c "from cudagym.cli import main; raise SystemExit(main())" baselines check \
     --suite kernelbench --level "$level" --protocol "$p" --devices "${DEVICES:-auto}" \
-    --journal "$journal" --table "$out/$name.md" --stop-after-s $(( left - tail_s )) ${RETRY:+--retry-failed} "$@" \
+    --journal "$journal" --table "$out/$name.md" --stop-after-s $(( left - tail_s )) --deadline-s $(( left - 45 )) \
+    ${RETRY:+--retry-failed} "$@" \
     > "$out/$name.log" 2>&1 < /dev/null  # stdin: check_listed reads its task list from it
   rc=$?
   rm -rf "$out/baselines"; cp -r "$CUDAGYM_CACHE_DIR/baselines" "$out/baselines"  # *.lock files included: harmless

@@ -395,3 +395,61 @@ def test_the_table_sets_the_profiled_kernels_beside_the_timed_median():
             "1 task(s) above 1") in text
     assert "| 0.900 |" in text and "| - |" in text  # the unprofiled row shows a dash
     assert "profiled_over_timed" in to_csv(rows).splitlines()[0]
+
+
+def test_a_job_is_started_only_if_one_as_long_as_the_longest_so_far_would_end_by_the_deadline() -> None:
+    from cudagym.judge.task_check import ends_in_time
+
+    assert ends_in_time(0.0, 1e6, 1e6, 9)  # no deadline
+    assert ends_in_time(400.0, 100.0, 150.0, 1) and not ends_in_time(400.0, 101.0, 150.0, 1)
+    assert ends_in_time(400.0, 390.0, 0.0, 3)  # nothing timed yet: nothing to go by
+
+
+class _TimedJudge:
+    """A stand-in for ``LocalJudge`` whose jobs end at once, each saying it took ``wall_s`` in its worker."""
+
+    journal = None
+
+    def __init__(self, wall_s: float) -> None:
+        self.wall_s, self.submitted = wall_s, []
+
+    def submit(self, task, solution, mode, *, job_id):
+        from concurrent.futures import Future
+
+        from cudagym.judge.records import no_gpu_verdict
+
+        self.submitted.append(task.id)
+        future: Future = Future()
+        future.set_result(no_gpu_verdict(BuildResult(BuildStatus.OK, "raw"), protocol_id="p", wall_time_s=self.wall_s))
+        return future
+
+
+def test_a_run_with_a_deadline_starts_no_job_it_could_not_finish(tmp_path) -> None:
+    from cudagym.judge.protocol import get_protocol
+    from cudagym.judge.task_check import CheckPlan, check_tasks
+
+    tasks = resolve_tasks(_args(suite="bundled"))[:5]
+    judge = _TimedJudge(200.0)
+    plan = CheckPlan(str(tmp_path / "check.md"), window=2, deadline_s=150.0)
+    rows = check_tasks(tasks, get_protocol("kernelbench"), judge, plan, lambda t: None, log=io.StringIO())
+    # two go before any job has a time; once a job took 200 s, none would end by 150 s, even alone on the GPU
+    assert judge.submitted == [t.id for t in tasks[:2]]
+    assert [r.status for r in rows] == ["no_gpu"] * 2 + ["not_run"] * 3
+    assert rows[2].message == "not started: a job as long as this run's longest (200 s) would end after --deadline-s"
+    assert "3 not_run" in (tmp_path / "check.md").read_text()
+    # 100 s jobs fit one at a time (these take no time on the clock): all five run, none queued behind another
+    judge = _TimedJudge(100.0)
+    rows = check_tasks(tasks, get_protocol("kernelbench"), judge, plan, lambda t: None, log=io.StringIO())
+    assert len(judge.submitted) == 5 and {r.status for r in rows} == {"no_gpu"}
+
+
+def test_the_deadline_reaches_the_check_through_the_cli(tmp_path, capsys, monkeypatch) -> None:
+    import cudagym.commands.baselines as commands
+
+    plans = []
+    monkeypatch.setattr(commands, "check", lambda tasks, protocol, plan, **kw: plans.append(plan) or 0)
+    assert cli_main(["baselines", "check", "--suite", "bundled", "--first", "1", "--deadline-s", "520",
+                     "--stop-after-s", "400", "--table", str(tmp_path / "c.md")]) == 0
+    assert plans[0].deadline_s == 520.0 and plans[0].stop_after_s == 400.0
+    assert cli_main(["baselines", "check", "--suite", "bundled", "--deadline-s", "soon"]) == 2  # a clear error
+    assert "argument --deadline-s: invalid float value: 'soon'" in capsys.readouterr().err

@@ -71,6 +71,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                        help="the markdown table to write (a .csv with the same rows lies beside it)")
     check.add_argument("--stop-after-s", type=float, default=0.0,
                        help="submit no new task after this many seconds; running ones finish (0: no limit)")
+    check.add_argument("--deadline-s", type=float, default=0.0,
+                       help="start no task that would end after this many seconds, taking it to last as long as "
+                            "the longest so far, behind those in flight (0: no limit)")
     check.add_argument("--window", type=int, default=2, help="jobs in flight at once per GPU (default 2)")
     check.add_argument("--first", type=int, default=0, help="only the first N tasks of the selection (0: all)")
     check.add_argument("--retry-failed", action="store_true",
@@ -169,7 +172,7 @@ def _check(args: argparse.Namespace) -> int:
     from cudagym.judge.task_check import CheckPlan
 
     devices: str | list[str] = "auto" if args.devices == "auto" else args.devices.split(",")
-    plan = CheckPlan(args.table, args.stop_after_s, args.window, args.retry_failed)
+    plan = CheckPlan(args.table, args.stop_after_s, args.window, args.retry_failed, args.deadline_s)
     tasks = resolve_tasks(args)
     if args.first > 0:
         tasks = tasks[:args.first]

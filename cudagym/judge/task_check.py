@@ -9,7 +9,8 @@ Resumable: jobs have stable ids, so a run given the same ``--journal`` answers t
 from the journal and runs the rest; the table (markdown and CSV) is rewritten after every finished task,
 so a run that is killed leaves a table of everything done so far. ``--stop-after-s`` stops submitting new
 tasks after that many seconds and waits for the ones in flight, so a time-boxed session (a 10-minute device
-call) ends cleanly with its results written.
+call) ends cleanly with its results written; ``--deadline-s`` starts no task that the longest job so far says
+would end after it, so jobs longer than that margin are not cut half done either.
 """
 
 from __future__ import annotations
@@ -340,12 +341,25 @@ class CheckPlan:
             few enough that the jobs still running when the budget ends finish soon.
         retry_failed: Run once more the tasks whose journaled result is not OK (under a second job id, so
             the retry is journaled and resumable too).
+        deadline_s: Every job should end this many seconds after the start (0: no limit): a task is submitted
+            only while the longest job of this run so far would still end by then, queued behind the jobs in
+            flight on its GPU. A run cut at a hard limit (a device call's) then loses no job half done.
     """
 
     table: str
     stop_after_s: float = 0.0
     window: int = 2
     retry_failed: bool = False
+    deadline_s: float = 0.0
+
+
+def ends_in_time(deadline_s: float, elapsed_s: float, longest_s: float, ahead: int) -> bool:
+    """Whether a job submitted now would end by ``deadline_s`` (seconds since the start; 0: no limit).
+
+    It is taken to last as long as the longest job so far (``longest_s``), after the ``ahead`` jobs queued before
+    it on its GPU, each as long (those already running are counted whole: a cut job is lost, a late start is not).
+    """
+    return deadline_s <= 0 or elapsed_s + longest_s * (ahead + 1) <= deadline_s
 
 
 def check_tasks(
@@ -378,20 +392,34 @@ def check_tasks(
     queue = list(tasks)
     title = _title(protocol)
     evaluated = answered = 0
+    longest = 0.0  # the longest job this run evaluated (journaled answers take no time)
+    replayed: set[Future[EvalResult]] = set()
+    unreached = "not reached within --stop-after-s"
     while queue or flying:
         budget_over = plan.stop_after_s > 0 and time.monotonic() - started > plan.stop_after_s
         while queue and len(flying) < window and not budget_over:
+            if not ends_in_time(plan.deadline_s, time.monotonic() - started, longest, len(flying) // gpus):
+                budget_over = True
+                unreached = (f"not started: a job as long as this run's longest ({longest:.0f} s) would end after "
+                             "--deadline-s")
+                break
             task = queue.pop(0)
             job_id = _job_id(check_job_id(protocol, task), journal, plan.retry_failed)
             known = journal is not None and journal.result(job_id) is not None
             answered, evaluated = answered + known, evaluated + (not known)
-            flying[judge.submit(task, solution_of(task), EvalMode.PROFILE, job_id=job_id)] = task
+            future = judge.submit(task, solution_of(task), EvalMode.PROFILE, job_id=job_id)
+            flying[future] = task
+            if known:
+                replayed.add(future)
         if not flying:
             break
         done, _ = wait(flying, return_when=FIRST_COMPLETED)
         for future in done:
             task = flying.pop(future)
-            row = row_of(task, future.result())
+            result = future.result()
+            if future not in replayed:
+                longest = max(longest, result.wall_time_s)
+            row = row_of(task, result)
             rows[task.id] = row
             print(f"[{len(rows)}/{len(tasks)} {time.monotonic() - started:5.0f}s] {task.id}: {row.status} "
                   f"eager {row.eager_us:.1f} us, compile {row.compile_us:.1f} us, peak {row.peak_memory_gib:.2f} GiB",
@@ -399,7 +427,7 @@ def check_tasks(
         facts = RunFacts(time.monotonic() - started, evaluated, answered, gpus)
         write_tables(list(rows.values()), plan.table, title, facts, protocol.threshold)
     for task in queue:
-        rows[task.id] = TaskRow(task.id, task.level, NOT_RUN, message="not reached within --stop-after-s")
+        rows[task.id] = TaskRow(task.id, task.level, NOT_RUN, message=unreached)
     facts = RunFacts(time.monotonic() - started, evaluated, answered, gpus)
     write_tables(list(rows.values()), plan.table, title, facts, protocol.threshold)
     return [rows[t.id] for t in tasks]
