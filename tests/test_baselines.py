@@ -453,3 +453,34 @@ def test_the_deadline_reaches_the_check_through_the_cli(tmp_path, capsys, monkey
     assert plans[0].deadline_s == 520.0 and plans[0].stop_after_s == 400.0
     assert cli_main(["baselines", "check", "--suite", "bundled", "--deadline-s", "soon"]) == 2  # a clear error
     assert "argument --deadline-s: invalid float value: 'soon'" in capsys.readouterr().err
+
+
+def test_a_row_names_the_calls_the_runner_had_not_queued_before_the_go():
+    from cudagym.judge.records import EvalCost, EvalResult, EvalStatus
+    from cudagym.judge.task_check import row_of, to_csv, to_markdown
+    from cudagym.suites import load_tasks
+
+    task = load_tasks("bundled")[0]
+    # session 23's sync-inside forward on the H200: every call of both kinds late
+    late = EvalCost(late_calls=40, timed_calls=40, late_reference_calls=205, reference_calls=205)
+    row = row_of(task, EvalResult(EvalStatus.OK, "correct", eager=stats(10.0), compiled=stats(4.0), cost=late))
+    on_time = row_of(task, EvalResult(EvalStatus.OK, "correct", eager=stats(10.0), compiled=stats(4.0),
+                                      cost=EvalCost(timed_calls=40, reference_calls=130)))
+    assert row.late_calls == "reference 205/205, timed 40/40" and on_time.late_calls == ""
+    only_timed = EvalCost(late_calls=3, timed_calls=40, reference_calls=130)
+    assert row_of(task, EvalResult(EvalStatus.OK, cost=only_timed)).late_calls == "timed 3/40"
+    text = to_markdown([row, on_time], "t")
+    assert (f"Calls not queued before the judge's go (each timed by its GPU clock, the GPU's wait for the runner's "
+            f"host in it): 1 task(s): {task.id} (reference 205/205, timed 40/40).") in text
+    assert "Calls not queued" not in to_markdown([on_time], "t")
+    assert "late_calls" in to_csv([row]).splitlines()[0] and "reference 205/205, timed 40/40" in to_csv([row])
+
+
+def test_late_call_counts_survive_the_journal(tmp_path):
+    from cudagym.judge.journal import Journal
+    from cudagym.judge.records import EvalCost, EvalResult, EvalStatus
+
+    journal = Journal(tmp_path / "j.jsonl")
+    cost = EvalCost(late_calls=40, timed_calls=40, late_reference_calls=205, reference_calls=205)
+    journal.record_result("job", EvalResult(EvalStatus.OK, "correct", cost=cost), task_id="t", solution_hash="h")
+    assert Journal(tmp_path / "j.jsonl").result("job").cost == cost

@@ -227,6 +227,12 @@ class EvalCost:
     timing_s: float = 0.0  # the timing loop, with torch.compile's compile and warm-up
     compile_s: float = 0.0  # torch.compile's first call (compiling the baseline), part of timing_s
     profile_s: float = 0.0  # the post-timing check and the per-kernel profile
+    # the split's timed calls that the runner had not queued when the judge gave its go (a forward that waits for
+    # the GPU inside): each timed by the judge's GPU bracket, not the runner's claim; of all such calls (warm-ups in)
+    late_calls: int = 0  # the candidate's
+    timed_calls: int = 0
+    late_reference_calls: int = 0  # the reference's, timed in the runner before the candidate loaded
+    reference_calls: int = 0
 
 
 @dataclass(frozen=True)

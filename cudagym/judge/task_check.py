@@ -68,6 +68,8 @@ class TaskRow:
     allocated_over_bound_gib: float = 0.0
     device_memory_gib: float = 0.0
     host_in_baselines: str = ""  # baselines whose host enqueue outlasted the longest cover (host time timed)
+    # the split's calls not queued before the judge's go, timed by its GPU clock: "reference L/N, timed L/N"
+    late_calls: str = ""
     load_s: float = 0.0
     check_s: float = 0.0
     timing_s: float = 0.0
@@ -110,10 +112,18 @@ def row_of(task: Task, result: EvalResult) -> TaskRow:
         allocated_peak_gib=cost.peak_allocated_bytes / GIB,
         allocated_over_bound_gib=(cost.peak_allocated_bytes - bound) / GIB * (measured and allocated),
         device_memory_gib=cost.device_memory_total_bytes / GIB, host_in_baselines=" ".join(_outlasted(result.log)),
+        late_calls=_late(cost),
         load_s=cost.load_s, check_s=cost.check_s,
         timing_s=cost.timing_s, profile_s=cost.profile_s, wall_s=result.wall_time_s,
         message=message[:MAX_MESSAGE_CHARS],
     )
+
+
+def _late(cost: EvalCost) -> str:
+    """``reference L/N, timed L/N`` for the kinds of calls with late ones (``""`` where none was late)."""
+    kinds = (("reference", cost.late_reference_calls, cost.reference_calls), ("timed", cost.late_calls,
+                                                                              cost.timed_calls))
+    return ", ".join(f"{kind} {late}/{total}" for kind, late, total in kinds if late)
 
 
 def _profiled_over_timed(result: EvalResult) -> float:
@@ -243,6 +253,12 @@ def _phase_summary(rows: Sequence[TaskRow], facts: RunFacts | None, threshold: f
             lines.append(f"The reference in the candidate's runner / eager here (the yardstick's scale): median "
                          f"{statistics.median(factors):.3f}, range {factors[0]:.3f}-{factors[-1]:.3f}; its timed "
                          f"calls there: median {statistics.median(calls):.0f}, range {calls[0]}-{calls[-1]}.")
+        late = [r for r in rows if r.late_calls]
+        if late:
+            named = ", ".join(f"{r.task_id} ({r.late_calls})" for r in late[:6]) + (
+                f" and {len(late) - 6} more" if len(late) > 6 else "")
+            lines.append(f"Calls not queued before the judge's go (each timed by its GPU clock, the GPU's wait for "
+                         f"the runner's host in it): {len(late)} task(s): {named}.")
         verdicts = sorted((r.speedup_vs_eager, r.task_id) for r in rows if r.speedup_vs_eager > 0)
         if verdicts:
             free = [task for ratio, task in reversed(verdicts) if ratio > 1.0 + threshold]

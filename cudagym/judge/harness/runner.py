@@ -1089,7 +1089,16 @@ def _cost(ctx: EvalContext) -> EvalCost:
                     input_set_bytes=ctx.io_bytes[0],
                     output_set_bytes=ctx.io_bytes[1],
                     load_s=clock.get("load"), check_s=clock.get("check"), timing_s=clock.get("timing"),
-                    compile_s=clock.get("compile"), profile_s=clock.get("profile"))
+                    compile_s=clock.get("compile"), profile_s=clock.get("profile"),
+                    **_late_calls(link.unqueued if link is not None else {}))
+
+
+def _late_calls(unqueued: dict[str, list[int]]) -> dict[str, int]:
+    """The split's late timed calls and all of them, the candidate's and the reference's (EvalCost's fields)."""
+    late, timed = unqueued.get("timed", [0, 0])
+    late_reference, reference = unqueued.get("reference", [0, 0])
+    return {"late_calls": late, "timed_calls": timed, "late_reference_calls": late_reference,
+            "reference_calls": reference}
 
 
 def _too_large_message(ctx: EvalContext, why: str) -> str:
