@@ -484,3 +484,11 @@ def test_late_call_counts_survive_the_journal(tmp_path):
     cost = EvalCost(late_calls=40, timed_calls=40, late_reference_calls=205, reference_calls=205)
     journal.record_result("job", EvalResult(EvalStatus.OK, "correct", cost=cost), task_id="t", solution_hash="h")
     assert Journal(tmp_path / "j.jsonl").result("job").cost == cost
+
+
+def test_tasks_a_cut_run_never_submitted_still_show_what_the_journal_holds(tmp_path):
+    tasks = resolve_tasks(_args(suite="bundled"))[:4]
+    assert _check_run(tmp_path, tasks[2:])[0] == 0  # an earlier call finished the last two
+    code, table = _check_run(tmp_path, tasks, stop_after_s=1e-9)  # this one's budget is over at once
+    rows = {r["task_id"]: r["status"] for r in csv_rows(table)}
+    assert code == 1 and rows == {tasks[0].id: "not_run", tasks[1].id: "not_run", tasks[2].id: "ok", tasks[3].id: "ok"}

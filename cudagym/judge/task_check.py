@@ -413,15 +413,18 @@ def check_tasks(
     unreached = "not reached within --stop-after-s"
     while queue or flying:
         budget_over = plan.stop_after_s > 0 and time.monotonic() - started > plan.stop_after_s
-        while queue and len(flying) < window and not budget_over:
-            if not ends_in_time(plan.deadline_s, time.monotonic() - started, longest, len(flying) // gpus):
-                budget_over = True
+        while queue and len(flying) < window:
+            task = queue[0]
+            job_id = _job_id(check_job_id(protocol, task), journal, plan.retry_failed)
+            known = journal is not None and journal.result(job_id) is not None
+            if not known and budget_over:  # a journaled answer takes no time: it is always given
+                break
+            if not known and not ends_in_time(plan.deadline_s, time.monotonic() - started, longest,
+                                              len(flying) // gpus):
                 unreached = (f"not started: a job as long as this run's longest ({longest:.0f} s) would end after "
                              "--deadline-s")
                 break
-            task = queue.pop(0)
-            job_id = _job_id(check_job_id(protocol, task), journal, plan.retry_failed)
-            known = journal is not None and journal.result(job_id) is not None
+            queue.pop(0)
             answered, evaluated = answered + known, evaluated + (not known)
             future = judge.submit(task, solution_of(task), EvalMode.PROFILE, job_id=job_id)
             flying[future] = task
@@ -442,8 +445,10 @@ def check_tasks(
                   file=stream, flush=True)
         facts = RunFacts(time.monotonic() - started, evaluated, answered, gpus)
         write_tables(list(rows.values()), plan.table, title, facts, protocol.threshold)
-    for task in queue:
-        rows[task.id] = TaskRow(task.id, task.level, NOT_RUN, message=unreached)
+    for task in queue:  # not submitted: what the journal already holds of them still counts
+        held = journal.result(_job_id(check_job_id(protocol, task), journal, plan.retry_failed)) if journal else None
+        rows[task.id] = row_of(task, held) if held is not None else TaskRow(task.id, task.level, NOT_RUN,
+                                                                            message=unreached)
     facts = RunFacts(time.monotonic() - started, evaluated, answered, gpus)
     write_tables(list(rows.values()), plan.table, title, facts, protocol.threshold)
     return [rows[t.id] for t in tasks]
