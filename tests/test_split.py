@@ -194,7 +194,7 @@ pool = pytest.fixture(scope="module", name="pool")(cpu_split_pool)
 
 
 def judge(pool: WorkerPool, candidate: str, *, guards: Sequence[str] = (), mode: EvalMode = EvalMode.VERIFY,
-          job_id: str = "job") -> EvalResult:
+          job_id: str = "job", runner_reference_runs: int = 0) -> EvalResult:
     code = textwrap.dedent(candidate)
     job = Job(
         job_id=job_id,
@@ -203,7 +203,8 @@ def judge(pool: WorkerPool, candidate: str, *, guards: Sequence[str] = (), mode:
         build=BuildResult(BuildStatus.OK, "inline"),
         mode=mode,
         protocol=CUDAGYM_V0.with_changes(id="test-split", guards=tuple(guards), num_inputs=2, warmup_runs=1,
-                                         warmup_ms=0.0, min_runs=5, max_runs=5, target_ci_pct=0.0),
+                                         warmup_ms=0.0, min_runs=5, max_runs=5, target_ci_pct=0.0,
+                                         runner_reference_runs=runner_reference_runs),
         baselines=KnownBaselines(),
     )
     return pool.submit(job).result(timeout=300)
@@ -222,6 +223,24 @@ def test_honest_candidate_passes_and_is_timed_in_the_runner(pool: WorkerPool) ->
                      load), load
     started = float(re.search(r"start to ready ([0-9.]+) s", load).group(1))
     assert 0.1 < started < 180  # the runner's own start (torch imported, the harness loaded) is in its account
+
+
+def test_the_empty_calls_cost_is_the_cheaper_of_two_rounds_taken_before_the_candidate(pool: WorkerPool) -> None:
+    # a round taken in a transient (H200, session 24: 837.2 us against 671-672 us in the jobs around it) made an
+    # attacker's calls look short of an empty call; a second round after the runner's reference timing, still
+    # before the candidate loads, is taken, and the cheaper stands
+    result = judge(pool, HONEST, mode=EvalMode.SUBMIT, runner_reference_runs=5, job_id="rounds")
+    assert result.status is EvalStatus.OK, result.message + result.log[-3000:]
+    note = next(n for n in result.notes if n.startswith("timing claims: median"))
+    rounds = re.search(r"the cheaper of 2 rounds taken before the candidate loaded \(medians ([\d.]+), ([\d.]+) "
+                       r"us\)", note)
+    assert rounds, note
+    calibrated = float(re.search(r"beyond the calibrated ([\d.]+) us of an empty one", note).group(1))
+    assert calibrated == min(float(rounds.group(1)), float(rounds.group(2))), note
+    assert result.runner_reference is not None and result.runner_reference.runs == 5
+    # without the runner's reference timing there is one round, and the note says nothing of rounds
+    single = judge(pool, HONEST, mode=EvalMode.SUBMIT, job_id="one-round")
+    assert not any("rounds taken before" in n for n in single.notes), single.notes
 
 
 def test_a_patched_comparison_in_the_candidates_process_forges_nothing(pool: WorkerPool) -> None:
