@@ -138,10 +138,16 @@ def test_a_forward_that_waits_for_the_gpu_inside_is_timed_by_the_judges_clock(sy
     print(charged)
     counted, claimed = _late(charged, "timed")
     assert counted >= claimed and _late(charged, "reference")[0] >= _late(charged, "reference")[1], charged
-    # the same code as the reference, timed the same way in the same process; against eager (the yardstick may lower
-    # the speedups, not raise them, where its calls were late) it pays the GPU's wait for the runner's host after
-    # each call (session 23, before that was charged: 0.932x with a 4% wider count than the claims)
-    assert 0.7 < syncs_inside.speedup_vs_eager < 1.25, syncs_inside.log[-3000:]
+    # the same code as the reference, timed the same way in the same runner: the two are charged alike
+    # (session 24: 1,230.2 us against the runner's reference's 1,152.4 us, 0.937x)
+    assert syncs_inside.runner_reference is not None, syncs_inside.log[-3000:]
+    alike = syncs_inside.runner_reference.median_us / syncs_inside.candidate.median_us
+    assert 0.8 < alike < 1.25, syncs_inside.log[-3000:]
+    # against eager in the judge's own process (the yardstick may lower the speedups, not raise them, where its
+    # calls were late) it pays the late path: the GPU's wait for the runner's host after the go and after the forward
+    # returns (session 24: 0.681x, with the runner's reference at 1.376x eager's time; session 23, before that wait
+    # was charged: 0.932x)
+    assert 0.5 < syncs_inside.speedup_vs_eager < 1.25, syncs_inside.log[-3000:]
 
 
 def _late(note: str, kind: str) -> tuple[float, float]:
@@ -161,10 +167,14 @@ def test_a_late_forward_that_forges_its_claims_is_charged_what_the_clock_saw(syn
     charged = next(n for n in forged.notes if n.startswith(LATE_CHARGE_NOTE))
     print(charged)
     claim = _late(charged, "timed")[1]
-    # claimed at a twentieth, counted at what the judge's clock saw: no faster than the honest forward, give or take
+    # claimed at a twentieth, counted at what the judge's clock saw: no faster than the same code's reference timed
+    # in its own runner before it loaded, give or take (a host-bound forward's time moves from one job to the next:
+    # session 24, the honest job's reference 1,152.4 us, the forger's 1,075.0 us; the forger counted 985.8 us)
     assert claim < 0.2 * syncs_inside.candidate.median_us, charged
     if forged.status is EvalStatus.OK:
-        assert forged.candidate.median_us > 0.8 * syncs_inside.candidate.median_us, forged.log[-3000:]
-        assert forged.speedup_vs_eager < 1.25 * syncs_inside.speedup_vs_eager, forged.log[-3000:]
+        assert forged.runner_reference is not None, forged.log[-3000:]
+        assert forged.candidate.median_us > 0.8 * forged.runner_reference.median_us, forged.log[-3000:]
+        assert forged.speedup_vs_eager < 1.25 * max(syncs_inside.speedup_vs_eager, forged.eager.median_us
+                                                    / forged.runner_reference.median_us), forged.log[-3000:]
     else:  # a claim check may still catch it on a call that was on time: then by its name
         assert {v.guard for v in forged.violations} == {"unverifiable_timing"}, forged.message
