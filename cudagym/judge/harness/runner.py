@@ -51,7 +51,7 @@ from cudagym.judge.protocol import Protocol
 from cudagym.judge.records import EvalCost, EvalResult, EvalStatus, Hardware, Precision, TimingStats
 from cudagym.judge.split import RUNNER_PHASES, TRUSTED_PHASES
 from cudagym.judge.split.channel import RunnerLost
-from cudagym.judge.split.remote import ARM_WAIT_MAX_S, RunnerLink
+from cudagym.judge.split.remote import ARM_WAIT_MAX_S, RECALIBRATION_ROUNDS, RunnerLink
 
 log = logging.getLogger(__name__)
 
@@ -323,7 +323,7 @@ def _time_reference_in_runner(ctx: EvalContext, model: Any, recalibrate: bool = 
     ctx.runner_reference = summarize(samples)
     if recalibrate:
         between = _baseline_round(ctx, inputs) if _retimes(ctx) and not ctx.on_gpu else None
-        model.calibrate(inputs, between=between)
+        model.calibrate(inputs, rounds=RECALIBRATION_ROUNDS, between=between)
 
 
 def _reference_enough(protocol: Protocol) -> Callable[[list[float]], bool] | None:

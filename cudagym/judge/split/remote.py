@@ -33,6 +33,7 @@ from cudagym.judge.split.signals import SIGNAL_BYTES
 
 MIN_REPLY_S = 5.0  # the least time a request gets, whatever the job's budget says
 CALIBRATION_ROUNDS = 15
+RECALIBRATION_ROUNDS = 8  # the second round, after the runner's reference timing: a median of its own, at half cost
 # A runner that has not queued its whole call within the protocol's wait (Protocol.arm_wait_ms) waits on its host
 # (a sync inside forward) or queues slowly: the go is given without it, and its host time after the go is timed.
 # Later calls of that kind then wait at most ARM_WAIT_S, so a forward that syncs inside pays the long wait once.
