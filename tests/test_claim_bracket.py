@@ -193,6 +193,17 @@ def test_a_late_call_is_not_judged_by_its_gap_but_timed_by_the_bracket() -> None
     assert late_charge_note({}, 674.4) == late_charge_note({"timed": []}, 674.4) == ""
 
 
+def test_the_late_note_gives_the_runners_account_of_its_delivery_only_where_every_reading_is_whole() -> None:
+    from cudagym.judge.harness.runner import late_charge_note
+
+    counted = {"timed": [(935.5, 1233.8)] * 3}
+    said = late_charge_note(counted, 337.2, {"timed": [[290.0, 250.0], [300.0, 260.0], [310.0, 240.0]]})
+    assert said.endswith("the runner says its delivery after the forward (its end event to its done, median) took "
+                         "timed 300.0 us on the GPU's clock, 250.0 us of host time"), said
+    # a reply without the figures (-1.0 for each missing one) adds nothing: the count stands as it was
+    assert late_charge_note(counted, 337.2, {"timed": [[-1.0, -1.0]] * 3}) == late_charge_note(counted, 337.2)
+
+
 def test_a_late_call_that_hides_work_from_its_claim_is_charged_that_work() -> None:
     from cudagym.judge.split.remote import late_charge
 

@@ -787,7 +787,7 @@ def _verify_bracketed_claims(ctx: EvalContext) -> None:
                                            link.staged_us["timed"], link.staged_us["calibrate"], link.late_timed)
     if note:
         ctx.note(note + calibration_rounds_note(link.calibration_rounds_us))
-    late = late_charge_note(link.late_counted_us, link.late_base_us)
+    late = late_charge_note(link.late_counted_us, link.late_base_us, link.late_closing_us)
     if late:
         ctx.note(late)
     if problem:
@@ -805,19 +805,27 @@ def calibration_rounds_note(rounds: Sequence[float]) -> str:
 LATE_CHARGE_NOTE = "late calls, timed by the judge's clock"
 
 
-def late_charge_note(counted: dict[str, list[tuple[float, float]]], base_us: float) -> str:
+def late_charge_note(counted: dict[str, list[tuple[float, float]]], base_us: float,
+                     closing: dict[str, list[list[float]]] | None = None) -> str:
     """The note of how the calls not queued before the go were timed (``""`` where none was).
 
     ``counted`` holds, per kind of timed request, each late call's claim and the time it counted
-    (:func:`~cudagym.judge.split.remote.late_charge`, its bracket less ``base_us``).
+    (:func:`~cudagym.judge.split.remote.late_charge`, its bracket less ``base_us``). ``closing``, where given:
+    per kind, each late call's delivery (from its end event to its done) by the runner's own account, on the
+    GPU's clock and in host time; the note reports their medians as the runner's word, to explain the count.
     """
     parts = [f"{kind} {len(rows)} call(s), median {median([c for _, c in rows]):.1f} us against a median claim of "
              f"{median([c for c, _ in rows]):.1f} us" for kind, rows in counted.items() if rows]
     if not parts:
         return ""
+    said = [f"{kind} {median([r[0] for r in rows]):.1f} us on the GPU's clock, {median([r[1] for r in rows]):.1f} us "
+            "of host time" for kind, rows in ((k, (closing or {}).get(k, [])) for k in counted)
+            if rows and all(len(r) == 2 and min(r) >= 0 for r in rows)]
     return (f"{LATE_CHARGE_NOTE} (each its GPU bracket less an empty call's {base_us:.1f} us, or the same after the "
             "judge's staging where that is more, so the GPU's wait for the runner's host after the forward returns "
-            "is in it): " + "; ".join(parts))
+            "is in it): " + "; ".join(parts)
+            + ("; the runner says its delivery after the forward (its end event to its done, median) took "
+               + "; ".join(said) if said else ""))
 
 
 def judge_bracketed_claims(claims: list[float], brackets: list[float], calibration_gaps: list[float],

@@ -85,6 +85,8 @@ class Measurement:
         wall_us: Host wall time around the call (less the cover's time).
         enqueue_us: Host time in the call itself, until it returned: the launches, not the wait.
         wait_us: Host time blocked in the closing device synchronize, after everything was queued.
+        closing_us: A bracketed call's delivery on the GPU's clock: from its end event to its done.
+        closing_host_us: The host time spent queueing that delivery.
     """
 
     outputs: Any
@@ -92,6 +94,8 @@ class Measurement:
     wall_us: float
     enqueue_us: float = 0.0
     wait_us: float = 0.0
+    closing_us: float = 0.0
+    closing_host_us: float = 0.0
 
 
 class Timer(abc.ABC):
@@ -153,15 +157,17 @@ class CudaEventTimer(Timer):
             bracket.close(outputs, stream)
             PRISTINE.event_record(self._closed, stream)
         queued = PRISTINE.perf_counter()
+        closing_ms = 0.0
         PRISTINE.sync(self.device)  # device-wide: work on every stream has finished
         t1 = PRISTINE.perf_counter()
         elapsed_ms = PRISTINE.event_elapsed_time(self._start, self._end)
         hidden_ms = PRISTINE.event_elapsed_time(self._covered, self._start) \
             if bracket is not None or self.cover is not None else 0.0
         if bracket is not None:
-            hidden_ms += PRISTINE.event_elapsed_time(self._end, self._closed)
+            closing_ms = PRISTINE.event_elapsed_time(self._end, self._closed)
+            hidden_ms += closing_ms
         return Measurement(outputs, elapsed_ms * 1000.0, (t1 - t0) * 1e6 - hidden_ms * 1000.0, (c1 - c0) * 1e6,
-                           (t1 - queued) * 1e6)
+                           (t1 - queued) * 1e6, closing_ms * 1000.0, (queued - c1) * 1e6)
 
 
 class ProfilerTimer(Timer):

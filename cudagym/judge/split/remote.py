@@ -138,6 +138,8 @@ class RunnerLink:
         self.late_timed: list[bool] = []  # per timed call on the GPU path (beside ``claimed_us``): late or not
         # per kind of timed request (timed, reference): each late call's claim and what it counted (late_charge)
         self.late_counted_us: dict[str, list[tuple[float, float]]] = {}
+        # per kind: each late call's delivery by the runner's own account (GPU clock, host time; notes only)
+        self.late_closing_us: dict[str, list[list[float]]] = {}
         self._round = 0
         self._events: tuple[Any, ...] | None = None
         self._side: Any = None
@@ -410,6 +412,8 @@ class RemoteModel:
             spec, stage = self._staged(tuple(args))
             reply, clock_us, outs = self.link.bracketed({**request, "args": spec}, stage, self.out_slots, expect,
                                                         keep)
+            if self.link.last_late:  # where the late path's time went, by the runner's word (explains, decides nothing)
+                self.link.late_closing_us.setdefault(kind, []).append(_numbers(reply.get("closing_us"), 2))
         else:
             spec = self._place(tuple(args))
             t0 = time.perf_counter()

@@ -374,7 +374,10 @@ class _Server:
         wait = min(max(measured.wait_us, 0.0), measure)
         return {"kind": "timed", "problem": problem, "time_us": _finite(measured.time_us),
                 "wall_us": _finite(measured.wall_us), "enqueue_us": _finite(measured.enqueue_us),
-                "flag_changes": changes,  # and the runner's own account (cudagym.judge.split.RUNNER_PHASES):
+                "flag_changes": changes,
+                # a bracketed call's delivery, from its end event to its done: GPU clock and host time (notes only)
+                "closing_us": [_finite(measured.closing_us), _finite(measured.closing_host_us)],
+                # and the runner's own account (cudagym.judge.split.RUNNER_PHASES):
                 "phases_us": [_finite(x) for x in (prepare, measure - wait, wait, deliver)]}
 
     def _bracket(self, request: dict[str, Any]) -> _RunnerBracket | None:
