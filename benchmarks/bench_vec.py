@@ -137,12 +137,13 @@ GPU_ENVS = 16
 GPU_SECONDS = float(os.environ.get("CUDAGYM_BENCH_SECONDS", "120"))
 
 
-def evaluations_per_gpu_hour(judge: Any) -> tuple[float, int]:
-    """16 sub-envs of ``make_vec`` write their task's reference solution, then ``profile`` every step."""
+def evaluations_per_gpu_hour(judge: Any, protocol: str | None = None) -> tuple[float, int]:
+    """16 sub-envs of ``make_vec`` write their task's reference solution, then ``profile`` every step (under
+    ``protocol``, else the judge's own)."""
     from cudagym.sources.bundled import BundledSource
 
     source = BundledSource()
-    venv = gym.make_vec("CudaKernel-Bundled-v0", num_envs=GPU_ENVS, judge=judge, tasks=L1,
+    venv = gym.make_vec("CudaKernel-Bundled-v0", num_envs=GPU_ENVS, judge=judge, tasks=L1, protocol=protocol,
                         max_episode_steps=1_000_000, max_turns=1_000_000, token_budget=1 << 30)
     venv.reset(seed=0)
     subenvs = venv.unwrapped.envs
@@ -332,4 +333,25 @@ def test_gpu_evaluations_per_hour_by_spare_runners(benchmark):
     first = rates[SPARES[0]]
     print("by spare runners: " + ", ".join(f"{n}: {r:,.0f} ({r / first:.3f}x)" for n, r in rates.items()))
     benchmark.extra_info.update({f"spares_{n}_per_gpu_hour": r for n, r in rates.items()})
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)
+
+
+PROTOCOLS = [p.strip() for p in os.environ.get("CUDAGYM_BENCH_PROTOCOLS", "").split(";") if p.strip()]
+
+
+@pytest.mark.skipif(not (GPU and PROTOCOLS), reason="set CUDAGYM_BENCH_GPU=1 and CUDAGYM_BENCH_PROTOCOLS="
+                    "'cudagym;cudagym[runner_reference_batch=10]' on a GPU host")
+def test_gpu_evaluations_per_hour_by_protocol(benchmark):
+    """LocalJudge under each protocol in turn, in one run (e.g. the runner's reference one call a request against
+    ten): the rate and where each job's time went."""
+    from cudagym.judge.local import LocalJudge
+
+    rates = {}
+    for protocol in PROTOCOLS:
+        with LocalJudge() as judge:
+            rates[protocol] = evaluations_per_gpu_hour(judge, protocol)[0]
+        print(f"{protocol}: {rates[protocol]:,.0f} evaluations per GPU-hour")
+    first = rates[PROTOCOLS[0]]
+    print("by protocol: " + ", ".join(f"{p}: {r:,.0f} ({r / first:.3f}x)" for p, r in rates.items()))
+    benchmark.extra_info.update({f"{p}_per_gpu_hour": r for p, r in rates.items()})
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)

@@ -10,7 +10,8 @@
 # under $PROBE_PROTOCOL, default cudagym, in the split) sync (benchmarks/sync_probe.py on $SYNC_TASK, default L1/71,
 # and its GPU test: does the forward wait for the GPU inside, how many launches, how its time moves) watched
 # (benchmarks/watched_timing_probe.py on two bundled tasks and $WATCH_TASKS, default L1/57 and L3/10: what profiling every timed call costs) placement (benchmarks/placement_probe.py on $REPEAT_TASK,
-# default allocator and expandable segments, each with inputs from the allocator, from an arena, and beside 8 idle contexts) retake (the baselines' retaken rounds) raw_rt raw_full (its full evaluation alone) vec (LocalJudge then RayJudge, $VEC_SECONDS each, default 60: give it vec:300) scaling (two GPUs) memory repeat (benchmarks/repeat_probe.py on
+# default allocator and expandable segments, each with inputs from the allocator, from an arena, and beside 8 idle contexts) retake (the baselines' retaken rounds) batch (bench_vec's LocalJudge rate under each of $PROTOCOLS, ';'-separated,
+# default the runner's reference one call a request against ten: issue 15) raw_rt raw_full (its full evaluation alone) vec (LocalJudge then RayJudge, $VEC_SECONDS each, default 60: give it vec:300) scaling (two GPUs) memory repeat (benchmarks/repeat_probe.py on
 # $REPEAT_TASK, a KernelBench task: carry .data/kb) sanit (default: the first list but soak) hostbound (a host-bound forward under the default
 # arm wait and a long one). A step may carry its own limit: NAME:SECONDS.
 # Wheels the host lacks (gymnasium) are installed from .whl/ when it exists (../shared/tools/stage-wheels.sh);
@@ -119,6 +120,9 @@ for s in $steps; do
                                       --benchmark-json "$out/bench_raw_full.json" ;;  # 8 rounds, 6 s apart
     vec)        run_step vec        env CUDAGYM_BENCH_GPU=1 CUDAGYM_BENCH_SECONDS=${VEC_SECONDS:-60} $base benchmarks/bench_vec.py \
                                       -k local_vs_ray --benchmark-json "$out/bench_vec.json" ;;
+    batch)      run_step batch      env CUDAGYM_BENCH_GPU=1 CUDAGYM_BENCH_SECONDS=${VEC_SECONDS:-60} \
+                                      CUDAGYM_BENCH_PROTOCOLS="${PROTOCOLS:-cudagym;cudagym[runner_reference_batch=10]}" \
+                                      $base benchmarks/bench_vec.py -k by_protocol --benchmark-json "$out/bench_batch.json" ;;
     spares)     run_step spares     env CUDAGYM_BENCH_GPU=1 CUDAGYM_BENCH_SECONDS=60 CUDAGYM_BENCH_SPARES=${SPARES:-8,12} \
                                       $base benchmarks/bench_vec.py -k spare_runners --benchmark-json "$out/bench_spares.json" ;;
     sandbox)    run_step sandbox    $pyt tests/test_sandbox_gpu.py tests/test_sandbox_escapes.py ;;

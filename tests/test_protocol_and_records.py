@@ -108,7 +108,11 @@ def test_a_name_with_extra_settings_is_that_protocol_under_an_id_of_its_own():
     assert get_protocol("kernelbench[arm_wait_ms=1.5]").extra == {**KERNELBENCH.extra, "arm_wait_ms": 1.5}
     for bad, why in (("cudagym[x]", "key=value"), ("cudagym[=1]", "key=value"), ("cudagym[x=../a]", "key=value"),
                      ("cudagym[x=a b]", "key=value"), ("fastest[x=1]", "expected one of"),
-                     ("cudagym[arm_wait_ms=soon]", "arm_wait_ms"), ("cudagym[arm_wait_ms=5000]", "arm_wait_ms")):
+                     ("cudagym[arm_wait_ms=soon]", "arm_wait_ms"), ("cudagym[arm_wait_ms=5000]", "arm_wait_ms"),
+                     ("cudagym[runner_reference_batch=-1]", "runner_reference_batch"),
+                     ("cudagym[runner_reference_batch=2.5]", "runner_reference_batch"),
+                     ("cudagym[runner_reference_batch=true]", "runner_reference_batch"),
+                     ("cudagym[runner_reference_batch=5000]", "runner_reference_batch")):
         with pytest.raises(ConfigError, match=why):
             get_protocol(bad)
 
@@ -117,7 +121,8 @@ def test_a_name_with_extra_settings_is_that_protocol_under_an_id_of_its_own():
     "changes",
     [{"num_inputs": 0}, {"min_runs": 0}, {"max_runs": 1, "min_runs": 5}, {"threshold": 1.5},
      {"timing": "wallclock"}, {"statistic": "mode"}, {"baseline_precision": "fp16"}, {"warmup_ms": -1.0},
-     {"warmup_ms": 1e9}],
+     {"warmup_ms": 1e9}, {"runner_reference_batch": -1}, {"runner_reference_batch": 1001},
+     {"runner_reference_batch": 2.0}],
 )
 def test_invalid_protocols_are_rejected(changes):
     with pytest.raises(ConfigError):

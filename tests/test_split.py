@@ -194,7 +194,7 @@ pool = pytest.fixture(scope="module", name="pool")(cpu_split_pool)
 
 
 def judge(pool: WorkerPool, candidate: str, *, guards: Sequence[str] = (), mode: EvalMode = EvalMode.VERIFY,
-          job_id: str = "job", runner_reference_runs: int = 0) -> EvalResult:
+          job_id: str = "job", runner_reference_runs: int = 0, reference_batch: int = 0) -> EvalResult:
     code = textwrap.dedent(candidate)
     job = Job(
         job_id=job_id,
@@ -204,7 +204,8 @@ def judge(pool: WorkerPool, candidate: str, *, guards: Sequence[str] = (), mode:
         mode=mode,
         protocol=CUDAGYM_V0.with_changes(id="test-split", guards=tuple(guards), num_inputs=2, warmup_runs=1,
                                          warmup_ms=0.0, min_runs=5, max_runs=5, target_ci_pct=0.0,
-                                         runner_reference_runs=runner_reference_runs),
+                                         runner_reference_runs=runner_reference_runs,
+                                         runner_reference_batch=reference_batch),
         baselines=KnownBaselines(),
     )
     return pool.submit(job).result(timeout=300)
@@ -241,6 +242,24 @@ def test_the_empty_calls_cost_is_the_cheaper_of_two_rounds_taken_before_the_cand
     # without the runner's reference timing there is one round, and the note says nothing of rounds
     single = judge(pool, HONEST, mode=EvalMode.SUBMIT, job_id="one-round")
     assert not any("rounds taken before" in n for n in single.notes), single.notes
+
+
+def test_the_runners_reference_can_be_timed_in_batches_of_its_own_loop_before_the_candidate(pool: WorkerPool) -> None:
+    # one warm-up and one timed call as requests of their own (none late on this path), then the other 9 of the 10
+    # timed calls five and four a request: the same count of samples at a fraction of the round trips
+    result = judge(pool, HONEST, mode=EvalMode.SUBMIT, runner_reference_runs=10, reference_batch=5, job_id="batch")
+    assert result.status is EvalStatus.OK, result.message + result.log[-3000:]
+    assert result.runner_reference is not None and result.runner_reference.runs == 10
+    assert result.runner_reference.min_us > 0, result.runner_reference
+    note = next(n for n in result.notes if "timed in the runner's own loop" in n)
+    assert note.endswith("9 of its 10 timed calls timed in the runner's own loop, 5 a request (its L2 flush and "
+                         "launch cover, as eager here), the rest one a request"), note
+    cost = next(n for n in result.notes if n.startswith("timed requests, this process's wall time each (median): "))
+    assert re.search(r"reference 2 x [0-9.]+ ms .*reference_batch 2 x [0-9.]+ ms", cost), cost
+    # one a request, as before, without the setting
+    single = judge(pool, HONEST, mode=EvalMode.SUBMIT, runner_reference_runs=10, job_id="single")
+    assert single.runner_reference.runs == 10
+    assert not any("timed in the runner's own loop" in n for n in single.notes), single.notes
 
 
 def test_a_patched_comparison_in_the_candidates_process_forges_nothing(pool: WorkerPool) -> None:

@@ -78,6 +78,15 @@ class Protocol:
             as its own candidate came out 1.84x faster than eager on ``L1/71`` (a tier it did not earn) and
             between 1.31x and 0.76x across fresh judges on ``L2/77``. Without a runner (``runner=False``) there
             is nothing to correct and the result says so.
+        runner_reference_batch: 0 sends each of the runner's reference calls as its own timed request, as the
+            candidate's are. ``N > 0``: after the warm-ups (and at least two calls) sent that way, the runner times
+            the rest in its own loop, ``N`` calls a request, with its own L2 flush and launch cover, as the judge's
+            process times eager; no candidate code is in the runner yet, so its clock needs no bracket. Where one
+            of those first calls after the first was not queued before the go (the reference waits for the GPU
+            inside), every call stays a request of its own, timed as a late candidate call is. A request costs
+            about 2.2 ms on the H200 whatever the call (session 22: the reference's ~130 took 0.290 s of a
+            1.08 s verdict). A multiple of 10 lets the precision target stop it soonest. ``extra["
+            runner_reference_batch"]`` overrides it (a probe's setting).
         arm_wait_ms: Where the trust split times the candidate on a GPU: how long the judge waits for the runner
             to queue a whole timed call (it says so on the GPU) before it gives the go anyway. A call queued
             sooner gets the go at once and is timed at its device work. One that is not queued by then (a forward
@@ -134,6 +143,7 @@ class Protocol:
     launch_cover_max_us: float = 0.0
     retake_leaked_baselines: bool = False
     runner_reference_runs: int = 0
+    runner_reference_batch: int = 0
     arm_wait_ms: float = 5.0
     late_reference_floor: bool = False
     l2_flush: bool = True
@@ -176,6 +186,11 @@ class Protocol:
         if not 0 <= self.runner_reference_runs <= 1000:
             raise ConfigError(f"protocol {self.id}: expected 0 <= runner_reference_runs <= 1000, got "
                               f"{self.runner_reference_runs}")
+        batches = (("runner_reference_batch", self.runner_reference_batch),
+                   ("extra['runner_reference_batch']", self.extra.get("runner_reference_batch", 0)))
+        for name, size in batches:
+            if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= 1000:
+                raise ConfigError(f"protocol {self.id}: expected {name} a whole number in [0, 1000], got {size!r}")
         if self.timing not in ("cuda_events", "profiler"):
             raise ConfigError(f"protocol {self.id}: timing must be cuda_events or profiler, got {self.timing}")
         if self.statistic not in ("median", "mean"):

@@ -315,15 +315,29 @@ def _time_reference_in_runner(ctx: EvalContext, model: Any, recalibrate: bool = 
     try:
         samples = model.time_reference(inputs, protocol.runner_reference_runs,
                                        min(protocol.warmup_runs, REFERENCE_WARMUP_MAX), REFERENCE_BUDGET_S,
-                                       enough=_reference_enough(protocol))
+                                       enough=_reference_enough(protocol), batch=reference_batch(protocol))
     except CandidateFailure as exc:  # no candidate code is in the runner yet: the reference's (or the judge's) doing
         last = next((line.strip() for line in reversed(exc.text.splitlines()) if line.strip()), "")
         ctx.note(f"{RUNNER_REFERENCE_NOTE}: not taken, the reference failed in the runner ({last[:300]})")
         return
     ctx.runner_reference = summarize(samples)
+    batched = ctx.remote.reference_batched if ctx.remote is not None else 0
+    if batched:
+        ctx.note(f"{RUNNER_REFERENCE_NOTE}: {batched} of its {len(samples)} timed calls timed in the runner's own "
+                 f"loop, {reference_batch(protocol)} a request (its L2 flush and launch cover, as eager here), the "
+                 "rest one a request")
     if recalibrate:
         between = _baseline_round(ctx, inputs) if _retimes(ctx) and not ctx.on_gpu else None
         model.calibrate(inputs, rounds=RECALIBRATION_ROUNDS, between=between)
+
+
+def reference_batch(protocol: Protocol) -> int:
+    """How many of the runner's reference calls one request times; 0: one a request.
+
+    :attr:`Protocol.runner_reference_batch`, or ``protocol.extra["runner_reference_batch"]`` (a probe's setting)
+    where given.
+    """
+    return int(protocol.extra.get("runner_reference_batch", protocol.runner_reference_batch))
 
 
 def _reference_enough(protocol: Protocol) -> Callable[[list[float]], bool] | None:

@@ -125,6 +125,7 @@ class RunnerLink:
         self.bracket_us: list[float] = []  # the trusted GPU bracket around each timed call (the GPU path)
         self.calibration_gap_us: list[float] = []  # bracket less claim of empty timed calls, before the candidate
         self.calibration_rounds_us: list[float] = []  # each calibration round's median (the lowest round is kept)
+        self.reference_batched = 0  # the reference's calls the runner timed in its own loop (time_reference)
         # the judge's own part of each bracket (inputs into the arena, the L2 flush), until its go: timed and empty
         self.staged_us: dict[str, list[float]] = {"timed": [], "calibrate": []}
         self.last_staged_us = 0.0  # the latest bracket's
@@ -524,7 +525,7 @@ class RemoteModel:
                 self.link.staged_us["calibrate"][:] = staged
 
     def time_reference(self, args: list[Any], runs: int, warmup: int, budget_s: float,
-                       enough: Callable[[list[float]], bool] | None = None) -> list[float]:
+                       enough: Callable[[list[float]], bool] | None = None, batch: int = 0) -> list[float]:
         """The task's reference timed in the runner, before it loads the candidate: the runner's own claims (µs).
 
         No candidate code is in the runner's process yet, so its claims are the reference's time there; a claim
@@ -532,20 +533,53 @@ class RemoteModel:
         go first and are not kept; the timed calls stop early once ``enough`` says so of the claims kept, or,
         after 5, once ``budget_s`` has passed. A call not queued before its go counts as a late candidate call
         does (:func:`late_charge`), so the two are timed alike.
+
+        With ``batch`` > 0, once the warm-ups and at least two calls have gone as requests of their own and none
+        after the first was late, the runner times the rest ``batch`` calls a request in its own loop
+        (``RunnerLink.reference_batched`` then says how many); a batch whose claims this process's clock around
+        the request contradicts is dropped, and the calls after it go one a request again.
         """
         kept: list[float] = []
         began = time.monotonic()
-        for i in range(warmup + runs):
+        single = max(warmup, 2) if batch > 0 else warmup + runs
+        late_after_first = False
+        for i in range(min(single, warmup + runs)):
             reply, wall, _ = self._timed_request("reference", args, "reference_timed", keep=False)
             try:
                 claim = float(reply["time_us"])
             except (KeyError, TypeError, ValueError) as exc:
                 raise RunnerLost(f"the runner sent a malformed reference time ({exc})") from None
+            late = self.bracketed and self.link.last_late
+            late_after_first = late_after_first or (late and i > 0)
             if i >= warmup and math.isfinite(claim) and 0 < claim <= wall:  # a late one as a late candidate's
-                kept.append(self.link.count_late("reference", claim, wall) if self.bracketed and self.link.last_late
-                            else claim)
+                kept.append(self.link.count_late("reference", claim, wall) if late else claim)
             self.link.handled_us.setdefault("reference", []).append(_number(reply.get("handled_us")))
             self.link.phases_us.setdefault("reference", []).append(_numbers(reply.get("phases_us"), len(RUNNER_PHASES)))
+            if (len(kept) >= 5 and time.monotonic() - began > budget_s) or (enough is not None and enough(kept)):
+                return kept
+        done = min(single, warmup + runs)
+        if done >= warmup + runs:
+            return kept
+        if late_after_first:  # the reference waits for the GPU inside: each call a request, timed as a late one
+            return kept + self.time_reference(args, warmup + runs - done, 0, max(budget_s - (time.monotonic() - began),
+                                                                                 0.0), _after(enough, kept))
+        left = warmup + runs - done
+        while left > 0:
+            count = min(batch, left)
+            spec = self._place(tuple(args))
+            t0 = time.perf_counter()
+            reply = self.link.request({"kind": "reference_batch", "args": spec, "count": count},
+                                      expect="reference_batch_timed")
+            wall_us = (time.perf_counter() - t0) * 1e6
+            self.link.request_s.setdefault("reference_batch", []).append(wall_us / 1e6)
+            self.link.handled_us.setdefault("reference_batch", []).append(_number(reply.get("handled_us")))
+            claims = _numbers(reply.get("times_us"), count)
+            if min(claims) <= 0 or sum(claims) > wall_us:  # not the runner's own code's answer: per request again
+                return kept + self.time_reference(args, left, 0, max(budget_s - (time.monotonic() - began), 0.0),
+                                                  _after(enough, kept))
+            kept.extend(claims)
+            self.link.reference_batched += count
+            left -= count
             if (len(kept) >= 5 and time.monotonic() - began > budget_s) or (enough is not None and enough(kept)):
                 break
         return kept
@@ -585,6 +619,14 @@ def _number(value: Any) -> float:
     except (TypeError, ValueError):
         return -1.0
     return x if math.isfinite(x) else -1.0
+
+
+def _after(enough: Callable[[list[float]], bool] | None,
+           before: list[float]) -> Callable[[list[float]], bool] | None:
+    """``enough`` judged on ``before`` and the claims a later part of the same timing adds to them."""
+    if enough is None:
+        return None
+    return lambda more: enough(before + more)
 
 
 def _numbers(value: Any, count: int) -> list[float]:

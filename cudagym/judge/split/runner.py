@@ -116,6 +116,8 @@ class _Server:
                     reply = self._calibrate(job, start)
                 elif kind == "reference":
                     reply = self._timed_reference(job, start)
+                elif kind == "reference_batch":
+                    reply = self._timed_reference_batch(job, start)
                 else:
                     reply = {"kind": "error", "message": f"unknown request {str(kind)[:60]!r} before start"}
             except Exception as exc:
@@ -341,6 +343,34 @@ class _Server:
                 return fn()
 
         return {**self._timed_call(self.reference_model, request, flags, call), "kind": "reference_timed"}
+
+    def _timed_reference_batch(self, job: Any, request: dict[str, Any]) -> dict[str, Any]:
+        """The reference timed ``count`` times in this process's own loop, as the judge's process times eager.
+
+        Each call: this process's L2 flush, then its timer (with its launch cover on the GPU) around the call.
+        Answered only before any candidate code is loaded, while this process's clock is the judge's own code's.
+        """
+        import torch
+
+        from cudagym.judge.harness.integrity import protocol_flags
+        from cudagym.judge.harness.loading import build_reference, load_reference
+
+        self._timing_tools(job.protocol)
+        flags = protocol_flags(job.protocol.matmul_tf32, job.protocol.cudnn_tf32)
+        flags.apply()
+        if self.reference_model is None:
+            if self.reference is None:
+                self.reference = load_reference(job.task)
+            train = job.protocol.extra.get("module_mode", "eval") == "train"
+            self.reference_model = build_reference(self.reference, self.device, job.protocol.seed, train)
+        model, args = self.reference_model, self._args(request)
+        count = max(1, min(int(request.get("count", 1)), 1000))
+        times = []
+        with torch.no_grad():
+            for _ in range(count):
+                self.flusher.flush()
+                times.append(_finite(self.timer.measure(lambda: model(*args)).time_us))
+        return {"kind": "reference_batch_timed", "times_us": times}
 
     def _timed(self, request: dict[str, Any]) -> dict[str, Any]:
         ctx = self.ctx
