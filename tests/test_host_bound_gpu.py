@@ -112,6 +112,15 @@ def test_a_call_queued_in_full_before_the_go_is_timed_at_its_device_work(tmp_pat
     assert 0.75 < behind.speedup_vs_eager < 1.33, behind.log[-3000:]
 
 
+@needs_gpu
+def test_a_reference_whose_host_outlasts_any_cover_is_not_timed_in_batches(tmp_path: Path) -> None:
+    # 15 ms of host a call against a 2 ms cover at most: batched behind a cover its samples would hold host time,
+    # so each call stays a request of its own, queued in full before its go, and timed at its device work
+    queued = _judge(tmp_path, "cudagym[runner_reference_batch=10]", "queued_batch")
+    assert not any("timed in the runner's own loop" in n for n in queued.notes), queued.notes
+    assert 0.9 < queued.speedup_vs_eager < 1.1, queued.log[-3000:]
+
+
 @pytest.fixture(scope="module")
 def syncs_inside(tmp_path_factory: pytest.TempPathFactory) -> EvalResult:
     if not torch.cuda.is_available():

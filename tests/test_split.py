@@ -252,8 +252,8 @@ def test_the_runners_reference_can_be_timed_in_batches_of_its_own_loop_before_th
     assert result.runner_reference is not None and result.runner_reference.runs == 10
     assert result.runner_reference.min_us > 0, result.runner_reference
     note = next(n for n in result.notes if "timed in the runner's own loop" in n)
-    assert note.endswith("9 of its 10 timed calls timed in the runner's own loop, 5 a request (its L2 flush and "
-                         "launch cover, as eager here), the rest one a request"), note
+    assert note.endswith("9 of its 10 timed calls timed in the runner's own loop, 5 a request (its L2 flush, no "
+                         "launch cover on this path), the rest one a request"), note
     cost = next(n for n in result.notes if n.startswith("timed requests, this process's wall time each (median): "))
     assert re.search(r"reference 2 x [0-9.]+ ms .*reference_batch 2 x [0-9.]+ ms", cost), cost
     # one a request, as before, without the setting

@@ -315,7 +315,8 @@ def _time_reference_in_runner(ctx: EvalContext, model: Any, recalibrate: bool = 
     try:
         samples = model.time_reference(inputs, protocol.runner_reference_runs,
                                        min(protocol.warmup_runs, REFERENCE_WARMUP_MAX), REFERENCE_BUDGET_S,
-                                       enough=_reference_enough(protocol), batch=reference_batch(protocol))
+                                       enough=_reference_enough(protocol), batch=reference_batch(protocol),
+                                       cover=_reference_cover(ctx))
     except CandidateFailure as exc:  # no candidate code is in the runner yet: the reference's (or the judge's) doing
         last = next((line.strip() for line in reversed(exc.text.splitlines()) if line.strip()), "")
         ctx.note(f"{RUNNER_REFERENCE_NOTE}: not taken, the reference failed in the runner ({last[:300]})")
@@ -323,9 +324,11 @@ def _time_reference_in_runner(ctx: EvalContext, model: Any, recalibrate: bool = 
     ctx.runner_reference = summarize(samples)
     batched = ctx.remote.reference_batched if ctx.remote is not None else 0
     if batched:
+        cover_us = ctx.remote.reference_cover_us if ctx.remote is not None else 0.0
+        how = (f"its L2 flush and a {cover_us:.0f} us launch cover sized to its host time, as eager's here"
+               if cover_us else "its L2 flush, no launch cover on this path")
         ctx.note(f"{RUNNER_REFERENCE_NOTE}: {batched} of its {len(samples)} timed calls timed in the runner's own "
-                 f"loop, {reference_batch(protocol)} a request (its L2 flush and launch cover, as eager here), the "
-                 "rest one a request")
+                 f"loop, {reference_batch(protocol)} a request ({how}), the rest one a request")
     if recalibrate:
         between = _baseline_round(ctx, inputs) if _retimes(ctx) and not ctx.on_gpu else None
         model.calibrate(inputs, rounds=RECALIBRATION_ROUNDS, between=between)
@@ -338,6 +341,21 @@ def reference_batch(protocol: Protocol) -> int:
     where given.
     """
     return int(protocol.extra.get("runner_reference_batch", protocol.runner_reference_batch))
+
+
+def _reference_cover(ctx: EvalContext) -> Callable[[list[float]], float | None] | None:
+    """How long a launch cover goes before each of the runner's batched reference calls; ``None`` on the CPU path.
+
+    Given the host times its single calls took to queue, the cover's length, or ``None`` where they outlast the
+    longest cover allowed. Sized as the baselines' are here (:class:`~cudagym.judge.harness.timing.CoverSizing`,
+    within the protocol's ``launch_cover_us`` and ``launch_cover_max_us``), so the batched calls, like the single
+    ones queued in full before their go, are timed at their device work.
+    """
+    protocol = ctx.protocol
+    if not (ctx.on_gpu and protocol.launch_cover_us > 0 and protocol.timing == "cuda_events"):
+        return None
+    sizing = CoverSizing(protocol.launch_cover_us, max(protocol.launch_cover_max_us, protocol.launch_cover_us))
+    return lambda enqueued: None if sizing.outlasted(enqueued) else sizing.size(enqueued)
 
 
 def _reference_enough(protocol: Protocol) -> Callable[[list[float]], bool] | None:

@@ -126,6 +126,7 @@ class RunnerLink:
         self.calibration_gap_us: list[float] = []  # bracket less claim of empty timed calls, before the candidate
         self.calibration_rounds_us: list[float] = []  # each calibration round's median (the lowest round is kept)
         self.reference_batched = 0  # the reference's calls the runner timed in its own loop (time_reference)
+        self.reference_cover_us = 0.0  # the launch cover before each of them (0: none)
         # the judge's own part of each bracket (inputs into the arena, the L2 flush), until its go: timed and empty
         self.staged_us: dict[str, list[float]] = {"timed": [], "calibrate": []}
         self.last_staged_us = 0.0  # the latest bracket's
@@ -525,7 +526,8 @@ class RemoteModel:
                 self.link.staged_us["calibrate"][:] = staged
 
     def time_reference(self, args: list[Any], runs: int, warmup: int, budget_s: float,
-                       enough: Callable[[list[float]], bool] | None = None, batch: int = 0) -> list[float]:
+                       enough: Callable[[list[float]], bool] | None = None, batch: int = 0,
+                       cover: Callable[[list[float]], float | None] | None = None) -> list[float]:
         """The task's reference timed in the runner, before it loads the candidate: the runner's own claims (µs).
 
         No candidate code is in the runner's process yet, so its claims are the reference's time there; a claim
@@ -536,19 +538,25 @@ class RemoteModel:
 
         With ``batch`` > 0, once the warm-ups and at least two calls have gone as requests of their own and none
         after the first was late, the runner times the rest ``batch`` calls a request in its own loop
-        (``RunnerLink.reference_batched`` then says how many); a batch whose claims this process's clock around
-        the request contradicts is dropped, and the calls after it go one a request again.
+        (``RunnerLink.reference_batched`` then says how many). ``cover``, given the host times those single
+        calls took to queue, says how long a launch cover the runner puts before each batched call (``None``:
+        its host outlasts any cover allowed, and every call stays a request of its own, queued in full before its
+        go). A batched call whose host outlasted its cover is dropped (its sample holds host time); a batch
+        whose claims this process's clock around the request contradicts, or that lost half its calls so, is
+        dropped whole, and the calls after it go one a request again.
         """
         kept: list[float] = []
         began = time.monotonic()
         single = max(warmup, 2) if batch > 0 else warmup + runs
         late_after_first = False
+        enqueued: list[float] = []
         for i in range(min(single, warmup + runs)):
             reply, wall, _ = self._timed_request("reference", args, "reference_timed", keep=False)
             try:
                 claim = float(reply["time_us"])
             except (KeyError, TypeError, ValueError) as exc:
                 raise RunnerLost(f"the runner sent a malformed reference time ({exc})") from None
+            enqueued.append(_number(reply.get("enqueue_us")))
             late = self.bracketed and self.link.last_late
             late_after_first = late_after_first or (late and i > 0)
             if i >= warmup and math.isfinite(claim) and 0 < claim <= wall:  # a late one as a late candidate's
@@ -560,25 +568,30 @@ class RemoteModel:
         done = min(single, warmup + runs)
         if done >= warmup + runs:
             return kept
-        if late_after_first:  # the reference waits for the GPU inside: each call a request, timed as a late one
-            return kept + self.time_reference(args, warmup + runs - done, 0, max(budget_s - (time.monotonic() - began),
-                                                                                 0.0), _after(enough, kept))
+        cover_us = cover(enqueued) if cover is not None and min(enqueued) >= 0 else None
         left = warmup + runs - done
+        if late_after_first or (cover is not None and cover_us is None):  # it waits for the GPU inside, or its host
+            # outlasts any cover: each call a request, queued in full before its go (or timed as a late one)
+            return kept + self.time_reference(args, left, 0, max(budget_s - (time.monotonic() - began), 0.0),
+                                              _after(enough, kept))
+        self.link.reference_cover_us = cover_us or 0.0
         while left > 0:
             count = min(batch, left)
             spec = self._place(tuple(args))
             t0 = time.perf_counter()
-            reply = self.link.request({"kind": "reference_batch", "args": spec, "count": count},
+            reply = self.link.request({"kind": "reference_batch", "args": spec, "count": count, "cover_us": cover_us},
                                       expect="reference_batch_timed")
             wall_us = (time.perf_counter() - t0) * 1e6
             self.link.request_s.setdefault("reference_batch", []).append(wall_us / 1e6)
             self.link.handled_us.setdefault("reference_batch", []).append(_number(reply.get("handled_us")))
             claims = _numbers(reply.get("times_us"), count)
-            if min(claims) <= 0 or sum(claims) > wall_us:  # not the runner's own code's answer: per request again
+            hosts = _numbers(reply.get("enqueue_us"), count)
+            covered = [c for c, h in zip(claims, hosts, strict=True) if cover_us is None or 0 <= h <= cover_us]
+            if min(claims) <= 0 or sum(claims) > wall_us or 2 * len(covered) < count:  # per request again
                 return kept + self.time_reference(args, left, 0, max(budget_s - (time.monotonic() - began), 0.0),
                                                   _after(enough, kept))
-            kept.extend(claims)
-            self.link.reference_batched += count
+            kept.extend(covered)
+            self.link.reference_batched += len(covered)
             left -= count
             if (len(kept) >= 5 and time.monotonic() - began > budget_s) or (enough is not None and enough(kept)):
                 break

@@ -347,7 +347,8 @@ class _Server:
     def _timed_reference_batch(self, job: Any, request: dict[str, Any]) -> dict[str, Any]:
         """The reference timed ``count`` times in this process's own loop, as the judge's process times eager.
 
-        Each call: this process's L2 flush, then its timer (with its launch cover on the GPU) around the call.
+        Each call: this process's L2 flush, then its timer around the call, behind a launch cover of the
+        request's ``cover_us`` on the GPU (sized by the judge to the reference's host time, as eager's are).
         Answered only before any candidate code is loaded, while this process's clock is the judge's own code's.
         """
         import torch
@@ -365,12 +366,16 @@ class _Server:
             self.reference_model = build_reference(self.reference, self.device, job.protocol.seed, train)
         model, args = self.reference_model, self._args(request)
         count = max(1, min(int(request.get("count", 1)), 1000))
-        times = []
+        cover = request.get("cover_us")
+        cover_us = float(cover) if isinstance(cover, (int, float)) and 0 < cover <= 250_000 else None
+        times, enqueues = [], []
         with torch.no_grad():
             for _ in range(count):
                 self.flusher.flush()
-                times.append(_finite(self.timer.measure(lambda: model(*args)).time_us))
-        return {"kind": "reference_batch_timed", "times_us": times}
+                measured = self.timer.measure(lambda: model(*args), cover_us=cover_us)
+                times.append(_finite(measured.time_us))
+                enqueues.append(_finite(measured.enqueue_us))
+        return {"kind": "reference_batch_timed", "times_us": times, "enqueue_us": enqueues}
 
     def _timed(self, request: dict[str, Any]) -> dict[str, Any]:
         ctx = self.ctx
