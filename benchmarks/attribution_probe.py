@@ -1,0 +1,136 @@
+"""Can Nsight Compute name the kernels a candidate's forward ran, from outside the candidate's Python?
+
+Issue 13's open hole: the kernels a timed call ran are attributed by a profile taken in the runner, the
+candidate's own process, and sent to the judge as a reply the candidate can rewrite (white-box test 21). ``ncu``
+runs its target under an injection library and hands kernel names and durations to its own front-end process,
+which writes the report: forging that needs the injection library's internals, not a Python dict. This probe
+shows, on a GPU host, whether that path works at all and what it costs, for two forwards of the same Swish:
+
+- ``own``: a CUDA kernel of its own (CuPy ``RawKernel``), the way a raw-format solution runs;
+- ``fallback``: torch's ``sigmoid`` and ``mul`` (what a fallback hides behind a renamed profile);
+
+each plain (no ``ncu``), under ``ncu`` directly, and under ``ncu`` with the child confined as the runner is
+(``cudagym.judge.confine.wrap``: bubblewrap, no network, private ``/tmp`` and ``/dev/shm``). It prints per run the
+kernels ``ncu`` named with their summed ``gpu__time_duration``, and the wall time against the plain run's.
+
+    python benchmarks/attribution_probe.py [--calls 3] [--ncu ncu] [--out DIR]     (a GPU host)
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CHILD = r'''
+import sys
+import torch
+
+variant, calls = sys.argv[1], int(sys.argv[2])
+x = torch.randn(1 << 22, device="cuda")
+if variant == "own":
+    import cupy
+    kernel = cupy.RawKernel(r"""
+    extern "C" __global__ void cudagym_probe_swish(const float* x, float* y, long long n) {
+        long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+        if (i < n) { float v = x[i]; y[i] = v / (1.0f + __expf(-v)); }
+    }""", "cudagym_probe_swish")
+
+    def forward(t):
+        y = torch.empty_like(t)
+        n = t.numel()
+        kernel(((n + 255) // 256,), (256,), (t.data_ptr(), y.data_ptr(), cupy.int64(n)),
+               stream=cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream))
+        return y
+else:
+    def forward(t):
+        return torch.sigmoid(t) * t
+for _ in range(calls):
+    y = forward(x)
+torch.cuda.synchronize()
+print("done", float(y[:4].sum()))
+'''
+
+DURATION = "gpu__time_duration.sum"
+UNITS_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6}
+
+
+def kernel_times(report: str) -> dict[str, float]:
+    """Per kernel name, the summed ``gpu__time_duration`` (µs) in an ``ncu --csv`` report (its details page).
+
+    Lines before the CSV header (``ncu``'s own ``==PROF==`` messages, the target's output) are skipped.
+    """
+    lines = report.splitlines()
+    start = next((i for i, line in enumerate(lines) if '"Kernel Name"' in line and '"Metric Value"' in line), None)
+    if start is None:
+        return {}
+    totals: dict[str, float] = {}
+    for row in csv.DictReader(io.StringIO("\n".join(lines[start:]))):
+        if row.get("Metric Name") != DURATION:
+            continue
+        try:
+            value = float(str(row.get("Metric Value", "")).replace(",", ""))
+        except ValueError:
+            continue
+        scale = UNITS_US.get(str(row.get("Metric Unit", "")).strip(), 1.0)
+        name = str(row.get("Kernel Name", ""))
+        totals[name] = totals.get(name, 0.0) + value * scale
+    return totals
+
+
+def run(argv: list[str], cwd: Path) -> tuple[int, str, float]:
+    """``argv``'s exit status, its stdout and stderr together, and its wall time (s)."""
+    began = time.perf_counter()
+    env = {**os.environ, "CUPY_CACHE_DIR": "/tmp/cudagym-attrib-cupy"}  # inside the sandbox only /tmp is writable
+    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
+    return done.returncode, done.stdout + done.stderr, time.perf_counter() - began
+
+
+def main(args: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=3, help="forwards per run (default 3)")
+    parser.add_argument("--ncu", default=shutil.which("ncu") or "/usr/local/cuda/bin/ncu", help="the ncu to run")
+    parser.add_argument("--out", default=None, help="keep each run's output here")
+    opts = parser.parse_args(args)
+    if not Path(opts.ncu).exists():
+        print(f"no ncu at {opts.ncu} (--ncu names one)")
+        return 2
+    from cudagym.judge import confine
+
+    work = Path(tempfile.mkdtemp(prefix="cudagym-attrib-"))
+    (work / "child.py").write_text(CHILD)
+    out = Path(opts.out) if opts.out else None
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+    profile = [opts.ncu, "--csv", "--metrics", DURATION, "--clock-control", "none", "--target-processes", "all"]
+    rows = []
+    for variant in ("own", "fallback"):
+        child = [sys.executable, str(work / "child.py"), variant, str(opts.calls)]
+        view = confine.view_for(reads=[str(work)], gpu=True, chdir=work)
+        ways = {"plain": child, "ncu": [*profile, *child], "ncu+sandbox": [*profile, *confine.wrap(child, view)]}
+        plain_s = 0.0
+        for way, argv in ways.items():
+            status, text, wall = run(argv, work)
+            if out:
+                (out / f"{variant}-{way.replace('+', '-')}.log").write_text(text)
+            plain_s = wall if way == "plain" else plain_s
+            times = kernel_times(text)
+            named = ", ".join(f"{k[:60]} {v:.1f} us" for k, v in sorted(times.items())) or "(no kernels named)"
+            rows.append(f"| {variant} | {way} | {status} | {wall:.2f} s ({wall / max(plain_s, 1e-9):.2f}x) | {named} |")
+    print("| forward | run | exit | wall (vs plain) | kernels ncu named, summed duration |")
+    print("|---|---|---|---|---|")
+    print("\n".join(rows))
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
