@@ -322,10 +322,11 @@ class _Server:
         flags = protocol_flags(job.protocol.matmul_tf32, job.protocol.cudnn_tf32)
         return {**self._timed_call(empty, request, flags, lambda fn: fn()), "kind": "calibrated"}
 
-    def _timed_reference(self, job: Any, request: dict[str, Any]) -> dict[str, Any]:
-        """One timed call of the task's reference, by the candidate's timed path: no candidate code is loaded yet."""
-        import torch
+    def _reference_for_timing(self, job: Any) -> tuple[Any, Any]:
+        """The task's reference model (built once) and the protocol's precision flags, applied; the timer ready.
 
+        What the reference's timed calls need; only before any candidate code is loaded.
+        """
         from cudagym.judge.harness.integrity import protocol_flags
         from cudagym.judge.harness.loading import build_reference, load_reference
 
@@ -337,12 +338,19 @@ class _Server:
                 self.reference = load_reference(job.task)
             train = job.protocol.extra.get("module_mode", "eval") == "train"
             self.reference_model = build_reference(self.reference, self.device, job.protocol.seed, train)
+        return self.reference_model, flags
+
+    def _timed_reference(self, job: Any, request: dict[str, Any]) -> dict[str, Any]:
+        """One timed call of the task's reference, by the candidate's timed path: no candidate code is loaded yet."""
+        import torch
+
+        model, flags = self._reference_for_timing(job)
 
         def call(fn: Any) -> Any:
             with torch.no_grad():
                 return fn()
 
-        return {**self._timed_call(self.reference_model, request, flags, call), "kind": "reference_timed"}
+        return {**self._timed_call(model, request, flags, call), "kind": "reference_timed"}
 
     def _timed_reference_batch(self, job: Any, request: dict[str, Any]) -> dict[str, Any]:
         """The reference timed ``count`` times in this process's own loop, as the judge's process times eager.
@@ -353,18 +361,8 @@ class _Server:
         """
         import torch
 
-        from cudagym.judge.harness.integrity import protocol_flags
-        from cudagym.judge.harness.loading import build_reference, load_reference
-
-        self._timing_tools(job.protocol)
-        flags = protocol_flags(job.protocol.matmul_tf32, job.protocol.cudnn_tf32)
-        flags.apply()
-        if self.reference_model is None:
-            if self.reference is None:
-                self.reference = load_reference(job.task)
-            train = job.protocol.extra.get("module_mode", "eval") == "train"
-            self.reference_model = build_reference(self.reference, self.device, job.protocol.seed, train)
-        model, args = self.reference_model, self._args(request)
+        model = self._reference_for_timing(job)[0]
+        args = self._args(request)
         count = max(1, min(int(request.get("count", 1)), 1000))
         cover = request.get("cover_us")
         cover_us = float(cover) if isinstance(cover, (int, float)) and 0 < cover <= 250_000 else None
