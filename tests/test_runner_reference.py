@@ -188,7 +188,10 @@ def test_a_candidate_that_slows_the_reference_in_its_process_gains_nothing(pool:
     result = judge(pool, SLOWS_THE_REFERENCE, protocol(10), job_id="slows")
     assert result.status is EvalStatus.OK, result.message + result.log[-3000:]
     assert result.runner_reference.median_us < 5000  # timed before the candidate's import ran: no 40 ms sleeps
-    assert 0.8 < result.speedup_vs_eager < 1.25, result.message
+    # the attack, had it reached the yardstick, would read about 20x (40 ms of sleeps against 1.9 ms); the CPU path's
+    # ten reference calls move with the host's load: 0.92-0.99x on an idle 2-core host, 1.43x once in CI (a runner
+    # starting beside the reference's calls)
+    assert 0.5 < result.speedup_vs_eager < 2.0, result.message
 
 
 def test_verify_times_nothing_in_the_runner(pool: WorkerPool) -> None:
