@@ -270,10 +270,7 @@ def _load_remote(ctx: EvalContext) -> None:
     ctx.remote.hand(ctx.runner_job)
     marks.append(time.perf_counter())
     if ctx.job.mode is not EvalMode.VERIFY:  # before any candidate code is in the runner: an empty call's cost
-        # between baseline turns on the CPU path only: on the H200 that made an empty request cost 5.4 ms against
-        # 1.4 ms for a timed one, so a forged timer passed; there the calibration runs back to back
-        between = _baseline_round(ctx, inputs) if _retimes(ctx) and not ctx.on_gpu else None
-        model.calibrate(inputs, between=between)
+        model.calibrate(inputs, between=_calibration_between(ctx, inputs))
     del inputs
     marks.append(time.perf_counter())
     if ctx.job.mode is not EvalMode.VERIFY and ctx.protocol.runner_reference_runs:
@@ -284,6 +281,16 @@ def _load_remote(ctx: EvalContext) -> None:
     marks.append(time.perf_counter())
     spent = [b - a for a, b in zip(marks, marks[1:], strict=False)]
     ctx.note(LOAD_NOTE.format(*spent) + (f" (the runner's account: {stages})" if stages else ""))
+
+
+def _calibration_between(ctx: EvalContext, inputs: list[Any]) -> Callable[[], None] | None:
+    """What runs before each empty call of a calibration (``None``: nothing).
+
+    A baseline round on the CPU path where baselines are retimed, as they will run between the timed calls. On the
+    H200 a baseline round between empty calls made an empty request cost 5.4 ms against 1.4 ms for a timed
+    one, so a forged timer passed; there the calibration runs back to back.
+    """
+    return _baseline_round(ctx, inputs) if _retimes(ctx) and not ctx.on_gpu else None
 
 
 def arm_wait_s(protocol: Protocol) -> float:
@@ -330,8 +337,7 @@ def _time_reference_in_runner(ctx: EvalContext, model: Any, recalibrate: bool = 
         ctx.note(f"{RUNNER_REFERENCE_NOTE}: {batched} of its {len(samples)} timed calls timed in the runner's own "
                  f"loop, {reference_batch(protocol)} a request ({how}), the rest one a request")
     if recalibrate:
-        between = _baseline_round(ctx, inputs) if _retimes(ctx) and not ctx.on_gpu else None
-        model.calibrate(inputs, rounds=RECALIBRATION_ROUNDS, between=between)
+        model.calibrate(inputs, rounds=RECALIBRATION_ROUNDS, between=_calibration_between(ctx, inputs))
 
 
 def reference_batch(protocol: Protocol) -> int:

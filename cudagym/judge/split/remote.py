@@ -570,10 +570,13 @@ class RemoteModel:
             return kept
         cover_us = cover(enqueued) if cover is not None and min(enqueued) >= 0 else None
         left = warmup + runs - done
-        if late_after_first or (cover is not None and cover_us is None):  # it waits for the GPU inside, or its host
-            # outlasts any cover: each call a request, queued in full before its go (or timed as a late one)
+
+        def one_a_request() -> list[float]:  # the calls left, each a request of its own, within what is left of it all
             return kept + self.time_reference(args, left, 0, max(budget_s - (time.monotonic() - began), 0.0),
                                               _after(enough, kept))
+
+        if late_after_first or (cover is not None and cover_us is None):  # it waits for the GPU inside, or its host
+            return one_a_request()  # outlasts any cover: queued in full before its go (or timed as a late one)
         self.link.reference_cover_us = cover_us or 0.0
         while left > 0:
             count = min(batch, left)
@@ -587,9 +590,8 @@ class RemoteModel:
             claims = _numbers(reply.get("times_us"), count)
             hosts = _numbers(reply.get("enqueue_us"), count)
             covered = [c for c, h in zip(claims, hosts, strict=True) if cover_us is None or 0 <= h <= cover_us]
-            if min(claims) <= 0 or sum(claims) > wall_us or 2 * len(covered) < count:  # per request again
-                return kept + self.time_reference(args, left, 0, max(budget_s - (time.monotonic() - began), 0.0),
-                                                  _after(enough, kept))
+            if min(claims) <= 0 or sum(claims) > wall_us or 2 * len(covered) < count:
+                return one_a_request()
             kept.extend(covered)
             self.link.reference_batched += len(covered)
             left -= count
