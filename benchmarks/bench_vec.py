@@ -195,7 +195,10 @@ LOAD_NOTE = re.compile(re.escape(runner.LOAD_NOTE).replace(re.escape("{:.2f}"), 
 PARTS = ("wall", "load", "check", "timing", "profile", "primed", "runner ready", "calibration", "yardstick",
          "candidate load", "runner start")
 RUNNER_START = re.compile(re.escape(split_runner.START_STAGE) + r" ([\d.]+) s")  # in the runner's own account
-REQUEST_KINDS = ("calibrate", "reference", "timed")  # the harness's note of what each timed request cost the judge
+# the harness's note of what each kind of request cost the judge
+REQUEST_KINDS = ("calibrate", "reference_warm", "reference", "reference_batch", "timed")
+WARM_NOTE = re.compile(re.escape(runner.REFERENCE_WARM_NOTE)
+                       + r": .* built there in ([\d.]+) ms, its calls ([\d.]+) ms")
 REQUEST = re.compile(r"(\w+) \d+ x ([\d.]+) ms")
 REQUESTS_ALL = re.compile(r"(\w+) \d+ x [\d.]+ ms(?: \([^)]*\))? \[first ([\d.]+) ms, all ([\d.]+) ms\]")
 PART = re.compile(r"([a-zA-Z][a-zA-Z ]*?) ([\d.]+)$")  # one "name 0.123" of the parts note
@@ -242,6 +245,10 @@ def job_parts(batch: dict[str, Any]) -> list[dict[str, float]]:
                         part.update({f"{kind} first ms": float(first), f"{kind} all ms": float(every)})
             if str(note).startswith(runner.REQUEST_PARTS_NOTE):  # each side's account of a request, part by part
                 part.update(request_parts(str(note)))
+            warm = WARM_NOTE.search(str(note))
+            if warm:  # the runner's account of the reference's warm-up: building it, then its untimed calls
+                part.update({"reference built ms": float(warm.group(1)),
+                             "reference warm calls ms": float(warm.group(2))})
         found.append(part)
     return found
 
@@ -251,6 +258,7 @@ def describe_requests(parts: list[dict[str, float]]) -> str:
     cells = _spreads(parts, [(kind, f"{kind} request ms") for kind in REQUEST_KINDS], "ms", 2)
     per_verdict = _spreads(parts, [(f"{kind} {which}", f"{kind} {which} ms") for kind in REQUEST_KINDS
                                    for which in ("first", "all")], "ms", 1)
+    per_verdict += _spreads(parts, [(k, f"{k} ms") for k in ("reference built", "reference warm calls")], "ms", 1)
     keys = sorted({k for p in parts for k in p if k.startswith("timed ") and k.endswith(" ms")
                    and (" here " in k or " runner " in k)}, key=_part_order)
     anatomy = _spreads(parts, [(k.removeprefix("timed ").removesuffix(" ms"), k) for k in keys], "ms", 3)
@@ -348,8 +356,8 @@ def test_gpu_evaluations_per_hour_by_protocol(benchmark):
 
     rates = {}
     for protocol in PROTOCOLS:
-        with LocalJudge() as judge:
-            rates[protocol] = evaluations_per_gpu_hour(judge, protocol)[0]
+        with LocalJudge(protocol) as judge:  # the env takes the judge's protocol
+            rates[protocol] = evaluations_per_gpu_hour(judge)[0]
         print(f"{protocol}: {rates[protocol]:,.0f} evaluations per GPU-hour")
     first = rates[PROTOCOLS[0]]
     print("by protocol: " + ", ".join(f"{p}: {r:,.0f} ({r / first:.3f}x)" for p, r in rates.items()))
