@@ -151,16 +151,23 @@ def test_the_same_code_is_as_fast_as_eager_when_the_yardstick_is_the_runners(poo
                      r"\(x0\.[0-9]+\): [0-9.]+x vs eager, [0-9.]+x vs torch.compile \(against this process's times "
                      r"alone: [0-9.]+x", note), note
     assert f"{fair.speedup_vs_eager:.3f}x vs eager" in fair.message
-    # what each kind of timed request cost the judge, beside the runner's own part: 2 warm-ups + 10 reference calls,
-    # and 15 + 8 empty calls (a second round after the reference's, the cheaper standing)
+    # what each kind of timed request cost the judge, beside the runner's own part: 15 + 8 empty calls (a second
+    # round after the reference's, the cheaper standing), the reference's 2 warm-ups in one untimed request, then
+    # its 10 timed calls
     cost = next(n for n in fair.notes if n.startswith("timed requests, this process's wall time each (median): "))
     assert re.search(r"calibrate 23 x [0-9.]+ ms \(the runner's own [0-9.]+ ms\) \[first [0-9.]+ ms, all \d+ ms\], "
-                     r"reference 12 x [0-9.]+ ms \(the runner's own [0-9.]+ ms\) \[first [0-9.]+ ms, all \d+ ms\], "
+                     r"reference_warm 1 x [0-9.]+ ms \(the runner's own [0-9.]+ ms\) \[first [0-9.]+ ms, all \d+ ms\], "
+                     r"reference 10 x [0-9.]+ ms \(the runner's own [0-9.]+ ms\) \[first [0-9.]+ ms, all \d+ ms\], "
                      r"timed \d+ x [0-9.]+ ms", cost), cost
+    warm = next(n for n in fair.notes if n.startswith("the reference's warm-up in the runner: "))
+    built, calls = map(float, re.search(r"2 untimed call\(s\) in one request, the reference built there in ([0-9.]+) "
+                                         r"ms, its calls ([0-9.]+) ms$", warm).groups())
+    assert calls >= 2 * 1.5, warm  # two calls of the reference, each 1.5 ms of sleep in the runner
     bench = load_script("benchmarks/bench_vec.py", "bench_vec_reads_the_harness")  # the GPU driver reads it so
     parts = bench.job_parts({"status": ["ok"], "wall_time_s": [1.0], "notes": [list(fair.notes)],
                              "cost": {f"{name}_s": [0.1] for name in ("load", "check", "timing", "profile")}})
-    assert {"reference first ms", "reference all ms", "calibrate all ms"} <= set(parts[0]), parts
+    assert {"reference first ms", "reference all ms", "calibrate all ms", "reference_warm all ms",
+            "reference built ms", "reference warm calls ms"} <= set(parts[0]), parts
     # and where a timed request's time went, by each side's account: the runner's parts fit inside what this
     # process waited for its reply, and this process's parts inside its wall time per request
     anatomy = next(n for n in fair.notes if n.startswith("timed requests, part by part (ms, medians): "))

@@ -82,3 +82,55 @@ def test_the_same_code_is_as_fast_as_eager_against_the_runners_yardstick(tmp_pat
         # and two single calls: the same yardstick, at a tenth of the requests (issue 15)
         assert any(re.search(r" timed in the runner's own loop, 10 a request \(its L2 flush and a \d+ us launch "
                              r"cover sized to its host time", n) for n in result.notes) is batched, result.notes
+
+
+# The reference's first call in a fresh process waits for the GPU (as a first cuBLAS or allocator call can); the
+# calls after it do not.
+COLD_FIRST = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls == 1:
+            torch.cuda.synchronize()
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(1024, 1024)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@needs_gpu
+def test_a_reference_whose_first_call_waits_for_the_gpu_costs_no_arm_wait(tmp_path: Path) -> None:
+    """The reference's warm-ups go untimed in one request, so a cold first call is not a late bracketed one.
+
+    H200, session 25: under ``cudagym-v5`` (250 ms arm wait) the first of the runner's reference requests took
+    382.8 ms a verdict on bundled L1 tasks (median), 0.59 s the whole yardstick against 0.30 s under ``cudagym-v4``
+    (5 ms): the bracketed first warm-up could not be queued before its go and held the judge the whole wait.
+    """
+    from cudagym.judge.local import LocalJudge, probe_gpus
+
+    task = make_task(COLD_FIRST, id="test/cold_first", suite="test", level=1, name="cold_first", origin="test")
+    protocol = get_protocol("cudagym-v5").with_changes(id="cudagym-v5-cold-quick", **QUICK)
+    with LocalJudge(protocol, devices=list(probe_gpus("auto").device_ids[:1]), cache_dir=tmp_path / "cache") as j:
+        result = j.evaluate(task, reference_solution(task), EvalMode.SUBMIT)
+    assert result.status is EvalStatus.OK, result.message + result.log[-3000:]
+    cost = next(n for n in result.notes if n.startswith("timed requests, this process's wall time each (median): "))
+    print(cost)
+    assert result.cost.late_reference_calls == 0, result.notes  # the cold call was a warm-up, outside any bracket
+    first = float(re.search(r"reference \d+ x [0-9.]+ ms \(the runner's own [0-9.]+ ms\) \[first ([0-9.]+) ms",
+                            cost).group(1))
+    assert first < 100.0, cost  # a warm call, not the 250 ms wait
+    assert any(n.startswith("the reference's warm-up in the runner: ") for n in result.notes), result.notes

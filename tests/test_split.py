@@ -245,17 +245,19 @@ def test_the_empty_calls_cost_is_the_cheaper_of_two_rounds_taken_before_the_cand
 
 
 def test_the_runners_reference_can_be_timed_in_batches_of_its_own_loop_before_the_candidate(pool: WorkerPool) -> None:
-    # one warm-up and one timed call as requests of their own (none late on this path), then the other 9 of the 10
-    # timed calls five and four a request: the same count of samples at a fraction of the round trips
+    # the warm-up untimed in a request of its own, two timed calls as requests of their own (none late on this
+    # path), then the other 8 of the 10 five and three a request: the same count of samples at a fraction of the
+    # round trips
     result = judge(pool, HONEST, mode=EvalMode.SUBMIT, runner_reference_runs=10, reference_batch=5, job_id="batch")
     assert result.status is EvalStatus.OK, result.message + result.log[-3000:]
     assert result.runner_reference is not None and result.runner_reference.runs == 10
     assert result.runner_reference.min_us > 0, result.runner_reference
     note = next(n for n in result.notes if "timed in the runner's own loop" in n)
-    assert note.endswith("9 of its 10 timed calls timed in the runner's own loop, 5 a request (its L2 flush, no "
+    assert note.endswith("8 of its 10 timed calls timed in the runner's own loop, 5 a request (its L2 flush, no "
                          "launch cover on this path), the rest one a request"), note
     cost = next(n for n in result.notes if n.startswith("timed requests, this process's wall time each (median): "))
-    assert re.search(r"reference 2 x [0-9.]+ ms .*reference_batch 2 x [0-9.]+ ms", cost), cost
+    assert re.search(r"reference_warm 1 x [0-9.]+ ms .*reference 2 x [0-9.]+ ms .*reference_batch 2 x [0-9.]+ ms",
+                     cost), cost
     # one a request, as before, without the setting
     single = judge(pool, HONEST, mode=EvalMode.SUBMIT, runner_reference_runs=10, job_id="single")
     assert single.runner_reference.runs == 10

@@ -304,8 +304,9 @@ def arm_wait_s(protocol: Protocol) -> float:
 
 
 REFERENCE_BUDGET_S = 3.0  # the reference's timed calls in the runner stop after this long (once 5 are in)
-REFERENCE_WARMUP_MAX = 5  # untimed calls first (the runner's first cuDNN or cuBLAS call sets up its handles)
+REFERENCE_WARMUP_MAX = 5  # untimed calls first, in one request (the first cuDNN or cuBLAS call sets up its handles)
 RUNNER_REFERENCE_NOTE = "speedups against the reference in the candidate's runner"
+REFERENCE_WARM_NOTE = "the reference's warm-up in the runner"
 
 
 def _time_reference_in_runner(ctx: EvalContext, model: Any, recalibrate: bool = False) -> None:
@@ -319,9 +320,9 @@ def _time_reference_in_runner(ctx: EvalContext, model: Any, recalibrate: bool = 
     """
     protocol = ctx.protocol
     inputs = ctx.make_inputs(TIMING_SEED_OFFSET + secrets.randbelow(2**30))
+    warmup = min(protocol.warmup_runs, REFERENCE_WARMUP_MAX)
     try:
-        samples = model.time_reference(inputs, protocol.runner_reference_runs,
-                                       min(protocol.warmup_runs, REFERENCE_WARMUP_MAX), REFERENCE_BUDGET_S,
+        samples = model.time_reference(inputs, protocol.runner_reference_runs, warmup, REFERENCE_BUDGET_S,
                                        enough=_reference_enough(protocol), batch=reference_batch(protocol),
                                        cover=_reference_cover(ctx))
     except CandidateFailure as exc:  # no candidate code is in the runner yet: the reference's (or the judge's) doing
@@ -329,6 +330,10 @@ def _time_reference_in_runner(ctx: EvalContext, model: Any, recalibrate: bool = 
         ctx.note(f"{RUNNER_REFERENCE_NOTE}: not taken, the reference failed in the runner ({last[:300]})")
         return
     ctx.runner_reference = summarize(samples)
+    warm = ctx.remote.reference_warm_us if ctx.remote is not None else []
+    if len(warm) == 2 and min(warm) >= 0:
+        ctx.note(f"{REFERENCE_WARM_NOTE}: {warmup} untimed call(s) in one request, the reference built there in "
+                 f"{warm[0] / 1000:.1f} ms, its calls {warm[1] / 1000:.1f} ms")
     batched = ctx.remote.reference_batched if ctx.remote is not None else 0
     if batched:
         cover_us = ctx.remote.reference_cover_us if ctx.remote is not None else 0.0
@@ -850,15 +855,24 @@ def late_charge_note(counted: dict[str, list[tuple[float, float]]], base_us: flo
     ``counted`` holds, per kind of timed request, each late call's claim and the time it counted
     (:func:`~cudagym.judge.split.remote.late_charge`, its bracket less ``base_us``). ``closing``, where given:
     per kind, each late call's delivery (from its end event to its done) by the runner's own account, on the
-    GPU's clock and in host time; the note reports their medians as the runner's word, to explain the count.
+    GPU's clock and in host time, then (where sent) the host time of its parts: the outputs queued, done
+    signalled, armed; the note reports their medians as the runner's word, to explain the count.
     """
     parts = [f"{kind} {len(rows)} call(s), median {median([c for _, c in rows]):.1f} us against a median claim of "
              f"{median([c for c, _ in rows]):.1f} us" for kind, rows in counted.items() if rows]
     if not parts:
         return ""
-    said = [f"{kind} {median([r[0] for r in rows]):.1f} us on the GPU's clock, {median([r[1] for r in rows]):.1f} us "
-            "of host time" for kind, rows in ((k, (closing or {}).get(k, [])) for k in counted)
-            if rows and all(len(r) == 2 and min(r) >= 0 for r in rows)]
+    said = []
+    for kind in counted:
+        rows = [r for r in (closing or {}).get(kind, []) if len(r) >= 2]
+        if not rows or not all(min(r[:2]) >= 0 for r in rows):
+            continue
+        said.append(f"{kind} {median([r[0] for r in rows]):.1f} us on the GPU's clock, "
+                    f"{median([r[1] for r in rows]):.1f} us of host time")
+        if all(len(r) >= 5 and min(r[2:5]) >= 0 for r in rows):
+            queued, done, armed = (median([r[i] for r in rows]) for i in (2, 3, 4))
+            said[-1] += f" (the outputs queued {queued:.1f} us, done {done:.1f} us, armed {armed:.1f} us of it)"
+
     return (f"{LATE_CHARGE_NOTE} (each its GPU bracket less an empty call's {base_us:.1f} us, or the same after the "
             "judge's staging where that is more, so the GPU's wait for the runner's host after the forward returns "
             "is in it): " + "; ".join(parts)

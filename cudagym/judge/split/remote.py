@@ -127,6 +127,8 @@ class RunnerLink:
         self.calibration_rounds_us: list[float] = []  # each calibration round's median (the lowest round is kept)
         self.reference_batched = 0  # the reference's calls the runner timed in its own loop (time_reference)
         self.reference_cover_us = 0.0  # the launch cover before each of them (0: none)
+        # the reference's untimed warm-up in the runner, by its account: building it, then its calls (µs; [] none)
+        self.reference_warm_us: list[float] = []
         # the judge's own part of each bracket (inputs into the arena, the L2 flush), until its go: timed and empty
         self.staged_us: dict[str, list[float]] = {"timed": [], "calibrate": []}
         self.last_staged_us = 0.0  # the latest bracket's
@@ -140,7 +142,8 @@ class RunnerLink:
         self.late_timed: list[bool] = []  # per timed call on the GPU path (beside ``claimed_us``): late or not
         # per kind of timed request (timed, reference): each late call's claim and what it counted (late_charge)
         self.late_counted_us: dict[str, list[tuple[float, float]]] = {}
-        # per kind: each late call's delivery by the runner's own account (GPU clock, host time; notes only)
+        # per kind: each late call's delivery by the runner's own account (GPU clock, host time, then the host time
+        # of its parts: the outputs queued, done, armed; notes only)
         self.late_closing_us: dict[str, list[list[float]]] = {}
         self._round = 0
         self._events: tuple[Any, ...] | None = None
@@ -415,7 +418,7 @@ class RemoteModel:
             reply, clock_us, outs = self.link.bracketed({**request, "args": spec}, stage, self.out_slots, expect,
                                                         keep)
             if self.link.last_late:  # where the late path's time went, by the runner's word (explains, decides nothing)
-                self.link.late_closing_us.setdefault(kind, []).append(_numbers(reply.get("closing_us"), 2))
+                self.link.late_closing_us.setdefault(kind, []).append(_numbers(reply.get("closing_us"), 5))
         else:
             spec = self._place(tuple(args))
             t0 = time.perf_counter()
@@ -532,12 +535,12 @@ class RemoteModel:
 
         No candidate code is in the runner's process yet, so its claims are the reference's time there; a claim
         the trusted clock around it contradicts (beyond that clock, or not a time) is dropped. ``warmup`` calls
-        go first and are not kept; the timed calls stop early once ``enough`` says so of the claims kept, or,
-        after 5, once ``budget_s`` has passed. A call not queued before its go counts as a late candidate call
-        does (:func:`late_charge`), so the two are timed alike.
+        go first, untimed, back to back in one request (:meth:`warm_reference`); the timed calls stop early once
+        ``enough`` says so of the claims kept, or, after 5, once ``budget_s`` has passed. A call not queued
+        before its go counts as a late candidate call does (:func:`late_charge`), so the two are timed alike.
 
-        With ``batch`` > 0, once the warm-ups and at least two calls have gone as requests of their own and none
-        after the first was late, the runner times the rest ``batch`` calls a request in its own loop
+        With ``batch`` > 0, once at least two calls have gone as requests of their own and none after the first
+        was late, the runner times the rest ``batch`` calls a request in its own loop
         (``RunnerLink.reference_batched`` then says how many). ``cover``, given the host times those single
         calls took to queue, says how long a launch cover the runner puts before each batched call (``None``:
         its host outlasts any cover allowed, and every call stays a request of its own, queued in full before its
@@ -547,10 +550,12 @@ class RemoteModel:
         """
         kept: list[float] = []
         began = time.monotonic()
-        single = max(warmup, 2) if batch > 0 else warmup + runs
+        if warmup > 0:
+            self.warm_reference(args, warmup)
+        single = min(2 if batch > 0 else runs, runs)
         late_after_first = False
         enqueued: list[float] = []
-        for i in range(min(single, warmup + runs)):
+        for i in range(single):
             reply, wall, _ = self._timed_request("reference", args, "reference_timed", keep=False)
             try:
                 claim = float(reply["time_us"])
@@ -559,17 +564,16 @@ class RemoteModel:
             enqueued.append(_number(reply.get("enqueue_us")))
             late = self.bracketed and self.link.last_late
             late_after_first = late_after_first or (late and i > 0)
-            if i >= warmup and math.isfinite(claim) and 0 < claim <= wall:  # a late one as a late candidate's
+            if math.isfinite(claim) and 0 < claim <= wall:  # a late one as a late candidate's
                 kept.append(self.link.count_late("reference", claim, wall) if late else claim)
             self.link.handled_us.setdefault("reference", []).append(_number(reply.get("handled_us")))
             self.link.phases_us.setdefault("reference", []).append(_numbers(reply.get("phases_us"), len(RUNNER_PHASES)))
             if (len(kept) >= 5 and time.monotonic() - began > budget_s) or (enough is not None and enough(kept)):
                 return kept
-        done = min(single, warmup + runs)
-        if done >= warmup + runs:
+        if single >= runs:
             return kept
-        cover_us = cover(enqueued) if cover is not None and min(enqueued) >= 0 else None
-        left = warmup + runs - done
+        cover_us = cover(enqueued) if cover is not None and enqueued and min(enqueued) >= 0 else None
+        left = runs - single
 
         def one_a_request() -> list[float]:  # the calls left, each a request of its own, within what is left of it all
             return kept + self.time_reference(args, left, 0, max(budget_s - (time.monotonic() - began), 0.0),
@@ -598,6 +602,23 @@ class RemoteModel:
             if (len(kept) >= 5 and time.monotonic() - began > budget_s) or (enough is not None and enough(kept)):
                 break
         return kept
+
+    def warm_reference(self, args: list[Any], count: int) -> None:
+        """``count`` untimed calls of the task's reference in the runner, before it loads the candidate.
+
+        One request, not bracketed: the runner builds the reference, calls it back to back and synchronizes. A
+        fresh process's first call loads kernels and sets up library handles, and may wait for the GPU while it
+        does; as a bracketed call it could not be queued before its go and held this process for the whole arm
+        wait (:attr:`RunnerLink.arm_wait_s`). The runner's account (building it, then the calls) is kept in
+        :attr:`RunnerLink.reference_warm_us`.
+        """
+        spec = self._place(tuple(args))
+        t0 = time.perf_counter()
+        reply = self.link.request({"kind": "reference_warm", "args": spec, "count": count},
+                                  expect="reference_warmed")
+        self.link.request_s.setdefault("reference_warm", []).append(time.perf_counter() - t0)
+        self.link.handled_us.setdefault("reference_warm", []).append(_number(reply.get("handled_us")))
+        self.link.reference_warm_us = [_number(reply.get("built_us")), _number(reply.get("calls_us"))]
 
     def profile(self, args: list[Any], keep: str = "last") -> tuple[KernelProfile, Any]:
         """The runner's kernel profile of the candidate on ``args`` (as it reports it), and one call's outputs.

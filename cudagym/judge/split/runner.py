@@ -32,6 +32,7 @@ from cudagym.judge.sandbox import SandboxPolicy, enter_sandbox, set_cpu_budget
 from cudagym.judge.split.channel import Channel, RunnerLost
 
 # what the runner's start spends its time on, in order (reported to the trusted side, which notes it)
+REFERENCE_WARM_MAX = 100  # the most warm-up calls one request may ask of the reference
 LOAD_STAGES = ("setup", "source checks", "reference", "candidate module", "models", "guards")
 START_STAGE = "start to ready"  # the runner's own start: from its process's birth to ready (imports, CUDA up)
 PROFILE_ROWS = 2000  # rows of a profile reply (one per kernel name and stream); the smallest beyond are summed
@@ -114,6 +115,8 @@ class _Server:
                     reply = self._attach(start, fds)
                 elif kind == "calibrate":
                     reply = self._calibrate(job, start)
+                elif kind == "reference_warm":
+                    reply = self._reference_warm(job, start)
                 elif kind == "reference":
                     reply = self._timed_reference(job, start)
                 elif kind == "reference_batch":
@@ -340,6 +343,28 @@ class _Server:
             self.reference_model = build_reference(self.reference, self.device, job.protocol.seed, train)
         return self.reference_model, flags
 
+    def _reference_warm(self, job: Any, request: dict[str, Any]) -> dict[str, Any]:
+        """The reference's warm-up calls, untimed, back to back in this process's own loop, then a synchronize.
+
+        A fresh process's first call loads kernels, sets up library handles and allocates, and may wait for the
+        GPU while it does: as a bracketed call it could not be queued before its go and held the judge for the
+        whole arm wait. No candidate code is loaded yet; the outputs are dropped.
+        """
+        import torch
+
+        t0 = time.perf_counter()
+        model = self._reference_for_timing(job)[0]
+        built = time.perf_counter()
+        args = self._args(request)
+        count = max(1, min(int(request.get("count", 1)), REFERENCE_WARM_MAX))
+        with torch.no_grad():
+            for _ in range(count):
+                model(*args)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return {"kind": "reference_warmed", "count": count, "built_us": _finite((built - t0) * 1e6),
+                "calls_us": _finite((time.perf_counter() - built) * 1e6)}
+
     def _timed_reference(self, job: Any, request: dict[str, Any]) -> dict[str, Any]:
         """One timed call of the task's reference, by the candidate's timed path: no candidate code is loaded yet."""
         import torch
@@ -408,8 +433,10 @@ class _Server:
         return {"kind": "timed", "problem": problem, "time_us": _finite(measured.time_us),
                 "wall_us": _finite(measured.wall_us), "enqueue_us": _finite(measured.enqueue_us),
                 "flag_changes": changes,
-                # a bracketed call's delivery, from its end event to its done: GPU clock and host time (notes only)
-                "closing_us": [_finite(measured.closing_us), _finite(measured.closing_host_us)],
+                # a bracketed call's delivery, from its end event to its done: GPU clock and host time, then the
+                # host time of its parts (the outputs queued, done, armed; notes only)
+                "closing_us": [_finite(measured.closing_us), _finite(measured.closing_host_us),
+                               *(_finite(x) for x in (bracket.parts_us if bracket is not None else []))],
                 # and the runner's own account (cudagym.judge.split.RUNNER_PHASES):
                 "phases_us": [_finite(x) for x in (prepare, measure - wait, wait, deliver)]}
 
@@ -460,6 +487,7 @@ class _RunnerBracket:
         self.server, self.request, self.round = server, request, round_
         self.base = server.arenas["signals"].tensor.data_ptr()
         self.problem = ""
+        self.parts_us: list[float] = []  # host time of close's parts: the outputs queued, done, armed (notes only)
 
     def open(self, stream: Any) -> None:
         """The call waits on the GPU until the trusted side has placed its inputs."""
@@ -473,10 +501,15 @@ class _RunnerBracket:
 
         from cudagym.judge.split.signals import ARMED, DONE, write_value
 
+        marks = [time.perf_counter()]
         with torch.cuda.stream(stream):  # the call's stream, whatever the candidate made current
             self.problem = self.server._queue_outputs(self.request, outputs)
+        marks.append(time.perf_counter())
         write_value(stream.cuda_stream, self.base + DONE, self.round)
+        marks.append(time.perf_counter())
         write_value(self.server.side.cuda_stream, self.base + ARMED, self.round)
+        marks.append(time.perf_counter())
+        self.parts_us = [(b - a) * 1e6 for a, b in zip(marks, marks[1:], strict=False)]
 
 
 def process_age_s() -> float:
