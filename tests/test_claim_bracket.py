@@ -202,6 +202,13 @@ def test_the_late_note_gives_the_runners_account_of_its_delivery_only_where_ever
                          "timed 300.0 us on the GPU's clock, 250.0 us of host time"), said
     # a reply without the figures (-1.0 for each missing one) adds nothing: the count stands as it was
     assert late_charge_note(counted, 337.2, {"timed": [[-1.0, -1.0]] * 3}) == late_charge_note(counted, 337.2)
+    # with the host time of the delivery's parts (the outputs queued, done, armed), their medians too
+    parts = late_charge_note(counted, 337.2, {"timed": [[290.0, 250.0, 20.0, 4.0, 3.0], [300.0, 260.0, 22.0, 5.0, 3.0],
+                                                        [310.0, 240.0, 24.0, 6.0, 3.0]]})
+    assert parts.endswith("timed 300.0 us on the GPU's clock, 250.0 us of host time (the outputs queued 22.0 us, "
+                          "done 5.0 us, armed 3.0 us of it)"), parts
+    partial = late_charge_note(counted, 337.2, {"timed": [[290.0, 250.0, -1.0, -1.0, -1.0]] * 3})
+    assert partial == late_charge_note(counted, 337.2, {"timed": [[290.0, 250.0]] * 3})  # the whole only
 
 
 def test_a_late_call_that_hides_work_from_its_claim_is_charged_that_work() -> None:
