@@ -10,8 +10,13 @@ shows, on a GPU host, whether that path works at all and what it costs, for two 
 - ``fallback``: torch's ``sigmoid`` and ``mul`` (what a fallback hides behind a renamed profile);
 
 each plain (no ``ncu``), under ``ncu`` directly, and under ``ncu`` with the child confined as the runner is
-(``cudagym.judge.confine.wrap``: bubblewrap, no network, private ``/tmp`` and ``/dev/shm``). It prints per run the
-kernels ``ncu`` named with their summed ``gpu__time_duration``, and the wall time against the plain run's.
+(``cudagym.judge.confine.wrap``: bubblewrap, no network, private ``/tmp`` and ``/dev/shm``). Confined, the child
+needs ``ncu``'s injection libraries in its view (session 25: without them it ran unprofiled), and its injection
+reports to the front end over a connection (the report's host is ``127.0.0.1``), which a private network cuts;
+so three confined runs: ``ncu``'s folder in the view, then that with the host's network kept (is the connection
+the channel?), then the front end itself inside the sandbox with the child (the two share its loopback; the
+front end is then in reach of the child). It prints per run the kernels ``ncu`` named with their summed
+``gpu__time_duration``, the wall time against the plain run's, and ``ncu``'s first warning or error.
 
     python benchmarks/attribution_probe.py [--calls 3] [--ncu ncu] [--out DIR]     (a GPU host)
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import io
 import os
 import shutil
@@ -28,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 CHILD = r'''
 import sys
@@ -85,6 +92,25 @@ def kernel_times(report: str) -> dict[str, float]:
     return totals
 
 
+def first_complaint(report: str) -> str:
+    """``ncu``'s (or the loader's) first warning or error line in ``report``; ``""`` where none."""
+    return next((line.strip() for line in report.splitlines()
+                 if line.startswith(("==WARNING==", "==ERROR==", "ERROR:"))), "")
+
+
+def confined_ways(confine: Any, profile: list[str], child: list[str], work: Path, ncu: str) -> dict[str, list[str]]:
+    """The confined runs, by name: the child in the sandbox under the front end outside it (``ncu``'s folder in
+    its view; then with the host's network kept), and both in the sandbox together."""
+    folder = str(Path(os.path.realpath(ncu)).parent)  # the injection libraries lie below the front end's folder
+    bare = confine.view_for(reads=(str(work),), gpu=True, chdir=str(work))
+    seen = confine.view_for(reads=(str(work), folder), gpu=True, chdir=str(work), shm=True)
+    networked = dataclasses.replace(seen, network=True)
+    return {"ncu+sandbox": [*profile, *confine.wrap(child, bare)],
+            "ncu+sandbox+folder": [*profile, *confine.wrap(child, seen)],
+            "ncu+sandbox+folder+net": [*profile, *confine.wrap(child, networked)],
+            "sandbox(ncu)": confine.wrap([*profile, *child], seen)}
+
+
 def run(argv: list[str], cwd: Path) -> tuple[int, str, float]:
     """``argv``'s exit status, its stdout and stderr together, and its wall time (s)."""
     began = time.perf_counter()
@@ -113,19 +139,20 @@ def main(args: list[str] | None = None) -> int:
     rows = []
     for variant in ("own", "fallback"):
         child = [sys.executable, str(work / "child.py"), variant, str(opts.calls)]
-        view = confine.view_for(reads=[str(work)], gpu=True, chdir=work)
-        ways = {"plain": child, "ncu": [*profile, *child], "ncu+sandbox": [*profile, *confine.wrap(child, view)]}
+        ways = {"plain": child, "ncu": [*profile, *child]}
+        ways.update(confined_ways(confine, profile, child, work, opts.ncu))
         plain_s = 0.0
         for way, argv in ways.items():
             status, text, wall = run(argv, work)
             if out:
-                (out / f"{variant}-{way.replace('+', '-')}.log").write_text(text)
+                (out / f"{variant}-{way.replace('+', '-').replace('(', '-').replace(')', '')}.log").write_text(text)
             plain_s = wall if way == "plain" else plain_s
             times = kernel_times(text)
             named = ", ".join(f"{k[:60]} {v:.1f} us" for k, v in sorted(times.items())) or "(no kernels named)"
-            rows.append(f"| {variant} | {way} | {status} | {wall:.2f} s ({wall / max(plain_s, 1e-9):.2f}x) | {named} |")
-    print("| forward | run | exit | wall (vs plain) | kernels ncu named, summed duration |")
-    print("|---|---|---|---|---|")
+            rows.append(f"| {variant} | {way} | {status} | {wall:.2f} s ({wall / max(plain_s, 1e-9):.2f}x) | {named} "
+                        f"| {first_complaint(text)[:160]} |")
+    print("| forward | run | exit | wall (vs plain) | kernels ncu named, summed duration | ncu's first warning |")
+    print("|---|---|---|---|---|---|")
     print("\n".join(rows))
     shutil.rmtree(work, ignore_errors=True)
     return 0

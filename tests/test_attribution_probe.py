@@ -35,3 +35,36 @@ def test_a_report_without_the_details_page_names_nothing() -> None:
 def test_without_ncu_it_says_so(capsys) -> None:
     assert probe.main(["--ncu", "/nonexistent/ncu"]) == 2
     assert "no ncu at /nonexistent/ncu" in capsys.readouterr().out
+
+
+def test_the_first_complaint_is_ncus_or_the_loaders_first_warning_or_error() -> None:
+    report = ("done 1.6\n==WARNING== No kernels were profiled.\n"
+              "ERROR: ld.so: object 'libcuda-injection.so' from LD_PRELOAD cannot be preloaded\n")
+    assert probe.first_complaint(report) == "==WARNING== No kernels were profiled."
+    assert probe.first_complaint(REPORT) == ""
+
+
+def test_the_confined_runs_differ_in_what_the_child_sees(tmp_path, monkeypatch) -> None:
+    from cudagym.judge import confine
+
+    monkeypatch.setenv("CUDAGYM_SANDBOX", "bwrap")
+    tool = tmp_path / "opt" / "nsight-compute" / "2025.3.1"
+    tool.mkdir(parents=True)
+    work = tmp_path / "work"
+    work.mkdir()
+    ncu = tool / "ncu"
+    ncu.write_text("#!/bin/sh\n")
+    profile = [str(ncu), "--csv"]
+    child = ["python3", "child.py", "own", "3"]
+    ways = probe.confined_ways(confine, profile, child, work, str(ncu))
+    assert list(ways) == ["ncu+sandbox", "ncu+sandbox+folder", "ncu+sandbox+folder+net", "sandbox(ncu)"]
+
+    def binds(argv: list[str]) -> set[str]:
+        return {argv[i + 1] for i, a in enumerate(argv) if a == "--ro-bind"}
+
+    for name, argv in ways.items():
+        outside = argv[:2] == profile  # the front end outside the sandbox, or inside it with the child
+        assert outside is (name != "sandbox(ncu)"), argv
+        assert argv[-len(child):] == child
+        assert (str(tool) in binds(argv)) is (name != "ncu+sandbox"), name  # the injection libraries in view
+        assert ("--unshare-net" in argv) is (name != "ncu+sandbox+folder+net"), name
