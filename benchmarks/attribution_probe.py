@@ -13,10 +13,12 @@ each plain (no ``ncu``), under ``ncu`` directly, and under ``ncu`` with the chil
 (``cudagym.judge.confine.wrap``: bubblewrap, no network, private ``/tmp`` and ``/dev/shm``). Confined, the child
 needs ``ncu``'s injection libraries in its view (session 25: without them it ran unprofiled), and its injection
 reports to the front end over a connection (the report's host is ``127.0.0.1``), which a private network cuts;
-so three confined runs: ``ncu``'s folder in the view, then that with the host's network kept (is the connection
-the channel?), then the front end itself inside the sandbox with the child (the two share its loopback; the
-front end is then in reach of the child). It prints per run the kernels ``ncu`` named with their summed
-``gpu__time_duration``, the wall time against the plain run's, and ``ncu``'s first warning or error.
+so four confined runs: ``ncu``'s folder in the view, then that with the host's network kept (is the connection
+the channel?), the front end itself inside the sandbox with the child (the two share its loopback; the front end
+is then in reach of the child), and the child launched under ``ncu --mode=launch`` in the sandbox with the front
+end outside, attaching through the sandbox's network alone (``nsenter --net``). It prints per run the kernels
+``ncu`` named with their summed ``gpu__time_duration``, the wall time against the plain run's, and ``ncu``'s
+first warning or error.
 
     python benchmarks/attribution_probe.py [--calls 3] [--ncu ncu] [--out DIR]     (a GPU host)
 """
@@ -27,7 +29,9 @@ import argparse
 import csv
 import dataclasses
 import io
+import json
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -111,6 +115,72 @@ def confined_ways(confine: Any, profile: list[str], child: list[str], work: Path
             "sandbox(ncu)": confine.wrap([*profile, *child], seen)}
 
 
+INFO_WAIT_S = 30.0  # how long bubblewrap may take to say its sandbox's process id
+ATTACH_TRIES_S = 30.0  # how long the front end keeps trying to reach the launched child
+
+
+def sandbox_pid(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], int]:
+    """Start bubblewrap's ``argv`` with ``--info-fd`` and return it with its sandbox's first process id (0: none)."""
+    read_fd, write_fd = os.pipe()
+    wrapped = [argv[0], "--info-fd", str(write_fd), *argv[1:]]
+    started = subprocess.Popen(wrapped, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                               pass_fds=(write_fd,))
+    os.close(write_fd)
+    data, deadline = b"", time.monotonic() + INFO_WAIT_S
+    with os.fdopen(read_fd, "rb") as info:
+        while time.monotonic() < deadline:
+            if not select.select([info], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                break
+            chunk = os.read(info.fileno(), 4096)
+            data += chunk
+            try:
+                return started, int(json.loads(data)["child-pid"])
+            except (ValueError, KeyError, TypeError):
+                if not chunk:
+                    break
+    return started, 0
+
+
+def attached_run(confine: Any, ncu: str, child: list[str], work: Path, metrics: list[str]) -> tuple[int, str, float]:
+    """The child launched under ``ncu --mode=launch`` in the sandbox (waiting for a front end), and the front end
+    outside it, in the sandbox's network alone (``nsenter --net``), attaching and writing the report.
+
+    The front end then lies outside the child's processes and files, and reaches its injection over the
+    sandbox's own loopback.
+    """
+    folder = str(Path(os.path.realpath(ncu)).parent)
+    view = confine.view_for(reads=(str(work), folder), gpu=True, chdir=str(work), shm=True)
+    argv = confine.wrap([ncu, "--mode=launch", *child], view)
+    nsenter = shutil.which("nsenter")
+    if argv[-len(child) - 2] != ncu or not argv[0].endswith("bwrap") or nsenter is None:
+        return -1, "not run: needs bubblewrap (CUDAGYM_SANDBOX=bwrap) and nsenter", 0.0
+    env = {**os.environ, "CUPY_CACHE_DIR": "/tmp/cudagym-attrib-cupy"}
+    began = time.perf_counter()
+    launched, pid = sandbox_pid(argv, work, env)
+    report = ""
+    status = -1
+    try:
+        if not pid:
+            report = "bubblewrap did not say its sandbox's process id\n"
+        else:
+            attach = [nsenter, "--target", str(pid), "--net", "--", ncu, "--mode=attach", "--hostname", "127.0.0.1",
+                      *metrics]
+            tries_until = time.monotonic() + ATTACH_TRIES_S
+            while True:
+                done = subprocess.run(attach, cwd=work, capture_output=True, text=True, timeout=600, env=env)
+                report = done.stdout + done.stderr
+                status = done.returncode
+                if status == 0 or launched.poll() is not None or time.monotonic() > tries_until:
+                    break
+                time.sleep(0.5)  # the child has not reached its first CUDA call yet
+        out, _ = launched.communicate(timeout=600)
+    finally:
+        if launched.poll() is None:
+            launched.kill()
+            launched.wait()
+    return status, report + (out or ""), time.perf_counter() - began
+
+
 def run(argv: list[str], cwd: Path) -> tuple[int, str, float]:
     """``argv``'s exit status, its stdout and stderr together, and its wall time (s)."""
     began = time.perf_counter()
@@ -142,8 +212,9 @@ def main(args: list[str] | None = None) -> int:
         ways = {"plain": child, "ncu": [*profile, *child]}
         ways.update(confined_ways(confine, profile, child, work, opts.ncu))
         plain_s = 0.0
-        for way, argv in ways.items():
-            status, text, wall = run(argv, work)
+        for way, argv in [*ways.items(), ("sandbox(launch)+attach", [])]:
+            status, text, wall = (attached_run(confine, opts.ncu, child, work, profile[1:-2]) if not argv
+                                  else run(argv, work))
             if out:
                 (out / f"{variant}-{way.replace('+', '-').replace('(', '-').replace(')', '')}.log").write_text(text)
             plain_s = wall if way == "plain" else plain_s

@@ -68,3 +68,69 @@ def test_the_confined_runs_differ_in_what_the_child_sees(tmp_path, monkeypatch) 
         assert argv[-len(child):] == child
         assert (str(tool) in binds(argv)) is (name != "ncu+sandbox"), name  # the injection libraries in view
         assert ("--unshare-net" in argv) is (name != "ncu+sandbox+folder+net"), name
+
+
+# A stand-in for ncu's two halves, to run the probe's plumbing on the CPU: launched, it listens on the loopback
+# as ncu's injection does, runs the child and hands its output to whoever attaches; attaching, it connects there
+# and prints what it got, or fails as ncu does when nothing listens.
+STAND_IN = '''#!{python}
+import os, socket, subprocess, sys
+sees = os.path.exists(os.environ["PROBE_MARKER"])  # a file outside the sandbox's view
+if sys.argv[1] == "--mode=launch":
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", 49152))
+    server.listen(1)
+    server.settimeout(60)
+    done = subprocess.run(sys.argv[2:], capture_output=True, text=True)
+    conn, _ = server.accept()
+    conn.sendall(done.stdout.encode())
+    conn.close()
+    print("launched:", done.returncode, "sees the marker:", sees)
+elif sys.argv[1] == "--mode=attach":
+    try:
+        conn = socket.create_connection(("127.0.0.1", 49152), timeout=2)
+    except OSError as exc:
+        print("==ERROR== could not connect:", exc)
+        sys.exit(1)
+    print("attached:", conn.recv(4096).decode().strip(), "|", " ".join(sys.argv[2:]), "| sees the marker:", sees)
+'''
+
+
+def test_the_attached_run_reaches_the_sandboxed_child_through_its_network_alone(tmp_path, monkeypatch) -> None:
+    import shutil
+    import sys
+
+    import pytest
+
+    from cudagym.judge import confine
+
+    if shutil.which("nsenter") is None:
+        pytest.skip("needs nsenter (util-linux)")
+    monkeypatch.setenv("CUDAGYM_SANDBOX", "bwrap")
+    monkeypatch.setattr(probe, "ATTACH_TRIES_S", 20.0)
+    tool = tmp_path / "opt" / "ncu-stand-in"
+    tool.mkdir(parents=True)
+    ncu = tool / "ncu"
+    ncu.write_text(STAND_IN.format(python=sys.executable))
+    ncu.chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    marker = tmp_path / "marker"
+    marker.write_text("outside")
+    monkeypatch.setenv("PROBE_MARKER", str(marker))
+    child = [sys.executable, "-c", "print('cudagym_probe_swish ran')"]
+    status, report, wall = probe.attached_run(confine, str(ncu), child, work, ["--csv"])
+    # the front end got the child's words over the sandbox's own loopback, from outside the sandbox's files (it
+    # sees the marker), while the launched half ran inside them (it does not)
+    assert status == 0, report
+    assert "attached: cudagym_probe_swish ran | --hostname 127.0.0.1 --csv | sees the marker: True" in report, report
+    assert "launched: 0 sees the marker: False" in report and wall > 0, report
+
+
+def test_the_attached_run_says_why_it_did_not_run_without_the_sandbox(tmp_path, monkeypatch) -> None:
+    from cudagym.judge import confine
+
+    monkeypatch.setenv("CUDAGYM_SANDBOX", "off")
+    status, report, wall = probe.attached_run(confine, "/opt/ncu/ncu", ["python3", "child.py"], tmp_path, [])
+    assert (status, wall) == (-1, 0.0) and report.startswith("not run: needs bubblewrap"), report
