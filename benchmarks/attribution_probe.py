@@ -117,6 +117,7 @@ def confined_ways(confine: Any, profile: list[str], child: list[str], work: Path
 
 INFO_WAIT_S = 30.0  # how long bubblewrap may take to say its sandbox's process id
 ATTACH_TRIES_S = 30.0  # how long the front end keeps trying to reach the launched child
+LAUNCHED_WAIT_S = 120.0  # how long the launched child may take to finish once its front end is done
 
 
 def sandbox_pid(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], int]:
@@ -157,8 +158,7 @@ def attached_run(confine: Any, ncu: str, child: list[str], work: Path, metrics: 
     env = {**os.environ, "CUPY_CACHE_DIR": "/tmp/cudagym-attrib-cupy"}
     began = time.perf_counter()
     launched, pid = sandbox_pid(argv, work, env)
-    report = ""
-    status = -1
+    report, out, status = "", "", -1
     try:
         if not pid:
             report = "bubblewrap did not say its sandbox's process id\n"
@@ -167,18 +167,28 @@ def attached_run(confine: Any, ncu: str, child: list[str], work: Path, metrics: 
                       *metrics]
             tries_until = time.monotonic() + ATTACH_TRIES_S
             while True:
-                done = subprocess.run(attach, cwd=work, capture_output=True, text=True, timeout=600, env=env)
-                report = done.stdout + done.stderr
-                status = done.returncode
+                try:
+                    done = subprocess.run(attach, cwd=work, capture_output=True, text=True, timeout=LAUNCHED_WAIT_S,
+                                          env=env)
+                    report, status = done.stdout + done.stderr, done.returncode
+                except subprocess.TimeoutExpired:
+                    report, status = f"the front end did not finish in {LAUNCHED_WAIT_S:.0f} s\n", -1
+                    break
                 if status == 0 or launched.poll() is not None or time.monotonic() > tries_until:
                     break
                 time.sleep(0.5)  # the child has not reached its first CUDA call yet
-        out, _ = launched.communicate(timeout=600)
+        if status != 0 and launched.poll() is None:
+            launched.kill()  # no front end reached it: it would wait for one forever
+        try:
+            out = launched.communicate(timeout=LAUNCHED_WAIT_S)[0] or ""
+        except subprocess.TimeoutExpired:
+            launched.kill()
+            out = (launched.communicate()[0] or "") + f"\n(killed: still running {LAUNCHED_WAIT_S:.0f} s on)"
     finally:
         if launched.poll() is None:
             launched.kill()
             launched.wait()
-    return status, report + (out or ""), time.perf_counter() - began
+    return status, report + out, time.perf_counter() - began
 
 
 def run(argv: list[str], cwd: Path) -> tuple[int, str, float]:

@@ -76,7 +76,10 @@ def test_the_confined_runs_differ_in_what_the_child_sees(tmp_path, monkeypatch) 
 STAND_IN = '''#!{python}
 import os, socket, subprocess, sys
 sees = os.path.exists(os.environ["PROBE_MARKER"])  # a file outside the sandbox's view
-if sys.argv[1] == "--mode=launch":
+if sys.argv[1] == "--mode=launch" and os.environ.get("PROBE_NO_LISTEN"):
+    import time
+    time.sleep(600)  # suspended, waiting for a front end that never reaches it
+elif sys.argv[1] == "--mode=launch":
     server = socket.socket()
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     server.bind(("127.0.0.1", 49152))
@@ -126,6 +129,11 @@ def test_the_attached_run_reaches_the_sandboxed_child_through_its_network_alone(
     assert status == 0, report
     assert "attached: cudagym_probe_swish ran | --hostname 127.0.0.1 --csv | sees the marker: True" in report, report
     assert "launched: 0 sees the marker: False" in report and wall > 0, report
+    # a child no front end reaches is not waited for: the tries end, and it is killed
+    monkeypatch.setenv("PROBE_NO_LISTEN", "1")
+    monkeypatch.setattr(probe, "ATTACH_TRIES_S", 2.0)
+    status, report, wall = probe.attached_run(confine, str(ncu), child, work, ["--csv"])
+    assert status == 1 and "==ERROR== could not connect" in report and wall < 60, (status, wall, report)
 
 
 def test_the_attached_run_says_why_it_did_not_run_without_the_sandbox(tmp_path, monkeypatch) -> None:
