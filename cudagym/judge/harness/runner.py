@@ -872,7 +872,6 @@ def late_charge_note(counted: dict[str, list[tuple[float, float]]], base_us: flo
         if all(len(r) >= 5 and min(r[2:5]) >= 0 for r in rows):
             queued, done, armed = (median([r[i] for r in rows]) for i in (2, 3, 4))
             said[-1] += f" (the outputs queued {queued:.1f} us, done {done:.1f} us, armed {armed:.1f} us of it)"
-
     return (f"{LATE_CHARGE_NOTE} (each its GPU bracket less an empty call's {base_us:.1f} us, or the same after the "
             "judge's staging where that is more, so the GPU's wait for the runner's host after the forward returns "
             "is in it): " + "; ".join(parts)

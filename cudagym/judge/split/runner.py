@@ -32,9 +32,9 @@ from cudagym.judge.sandbox import SandboxPolicy, enter_sandbox, set_cpu_budget
 from cudagym.judge.split.channel import Channel, RunnerLost
 
 # what the runner's start spends its time on, in order (reported to the trusted side, which notes it)
-REFERENCE_WARM_MAX = 100  # the most warm-up calls one request may ask of the reference
 LOAD_STAGES = ("setup", "source checks", "reference", "candidate module", "models", "guards")
 START_STAGE = "start to ready"  # the runner's own start: from its process's birth to ready (imports, CUDA up)
+REFERENCE_WARM_MAX = 100  # the most warm-up calls of the reference one request may ask for
 PROFILE_ROWS = 2000  # rows of a profile reply (one per kernel name and stream); the smallest beyond are summed
 
 
