@@ -102,12 +102,22 @@ def first_complaint(report: str) -> str:
                  if line.startswith(("==WARNING==", "==ERROR==", "ERROR:"))), "")
 
 
+def ncu_view(confine: Any, work: Path, ncu: str) -> Any:
+    """The runner's view with ``ncu``'s folder in it (its injection libraries lie below the front end's folder)."""
+    folder = str(Path(os.path.realpath(ncu)).parent)
+    return confine.view_for(reads=(str(work), folder), gpu=True, chdir=str(work), shm=True)
+
+
+def child_env() -> dict[str, str]:
+    """The environment of every run: inside the sandbox only ``/tmp`` is writable, so CuPy's cache goes there."""
+    return {**os.environ, "CUPY_CACHE_DIR": "/tmp/cudagym-attrib-cupy"}
+
+
 def confined_ways(confine: Any, profile: list[str], child: list[str], work: Path, ncu: str) -> dict[str, list[str]]:
     """The confined runs, by name: the child in the sandbox under the front end outside it (``ncu``'s folder in
     its view; then with the host's network kept), and both in the sandbox together."""
-    folder = str(Path(os.path.realpath(ncu)).parent)  # the injection libraries lie below the front end's folder
     bare = confine.view_for(reads=(str(work),), gpu=True, chdir=str(work))
-    seen = confine.view_for(reads=(str(work), folder), gpu=True, chdir=str(work), shm=True)
+    seen = ncu_view(confine, work, ncu)
     networked = dataclasses.replace(seen, network=True)
     return {"ncu+sandbox": [*profile, *confine.wrap(child, bare)],
             "ncu+sandbox+folder": [*profile, *confine.wrap(child, seen)],
@@ -149,13 +159,11 @@ def attached_run(confine: Any, ncu: str, child: list[str], work: Path, metrics: 
     The front end then lies outside the child's processes and files, and reaches its injection over the
     sandbox's own loopback.
     """
-    folder = str(Path(os.path.realpath(ncu)).parent)
-    view = confine.view_for(reads=(str(work), folder), gpu=True, chdir=str(work), shm=True)
-    argv = confine.wrap([ncu, "--mode=launch", *child], view)
+    argv = confine.wrap([ncu, "--mode=launch", *child], ncu_view(confine, work, ncu))
     nsenter = shutil.which("nsenter")
-    if argv[-len(child) - 2] != ncu or not argv[0].endswith("bwrap") or nsenter is None:
+    if not argv[0].endswith("bwrap") or nsenter is None:  # unconfined, wrap hands the command back as it is
         return -1, "not run: needs bubblewrap (CUDAGYM_SANDBOX=bwrap) and nsenter", 0.0
-    env = {**os.environ, "CUPY_CACHE_DIR": "/tmp/cudagym-attrib-cupy"}
+    env = child_env()
     began = time.perf_counter()
     launched, pid = sandbox_pid(argv, work, env)
     report, out, status = "", "", -1
@@ -194,8 +202,7 @@ def attached_run(confine: Any, ncu: str, child: list[str], work: Path, metrics: 
 def run(argv: list[str], cwd: Path) -> tuple[int, str, float]:
     """``argv``'s exit status, its stdout and stderr together, and its wall time (s)."""
     began = time.perf_counter()
-    env = {**os.environ, "CUPY_CACHE_DIR": "/tmp/cudagym-attrib-cupy"}  # inside the sandbox only /tmp is writable
-    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
+    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=600, env=child_env())
     return done.returncode, done.stdout + done.stderr, time.perf_counter() - began
 
 
