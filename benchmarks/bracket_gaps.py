@@ -23,7 +23,8 @@ from pathlib import Path
 
 CLAIMS = re.compile(
     r"timing claims: median (?P<claim>[\d.]+) us; the judge's GPU clock around each call: median [\d.]+ us, "
-    r"beyond the claim (?P<gap>-?[\d.]+) us \(20th percentile; median -?[\d.]+ us\) against (?P<base>-?[\d.]+) us "
+    r"beyond the claim (?P<gap>-?[\d.]+) us \(20th percentile(?: of the \d+ call\(s\) on time whose outputs were "
+    r"checked)?; median -?[\d.]+ us\) against (?P<base>-?[\d.]+) us "
     r"for an empty call \(allowed shortfall (?P<allowed>[\d.]+) us\)"
     r"(?:; the judge's own staging \(inputs, L2 flush\): median (?P<staged>[\d.]+) us, (?P<cal_staged>[\d.]+) us "
     r"in the empty calls)?")

@@ -56,3 +56,11 @@ def test_the_command_reports_and_says_what_is_missing(tmp_path: Path, capsys):
     out = tmp_path / "report.md"
     assert bg.main([str(empty), "--out", str(out)]) == 0
     assert "No bracketed timing notes" in out.read_text() and "No bracketed timing notes" in capsys.readouterr().out
+
+
+def test_notes_written_before_the_rule_named_its_checked_calls_still_parse() -> None:
+    old = ("timing claims: median 100.0 us; the judge's GPU clock around each call: median 600.0 us, beyond the claim "
+           "501.0 us (20th percentile; median 501.0 us) against 500.0 us for an empty call (allowed shortfall 15.0 us)")
+    for text in (old, note(100.0, 501.0, 500.0)):
+        found = bg.CLAIMS.search(text)
+        assert found is not None and float(found["gap"]) == 501.0 and float(found["base"]) == 500.0, text

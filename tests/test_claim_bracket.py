@@ -274,3 +274,32 @@ def test_a_late_call_whose_inputs_copied_faster_than_in_the_calibration_is_count
     base, staged = 4428.0 + after_go, 4428.0
     slowed = staged + 300.0 + after_go + work + wait
     assert late_charge(5.0, slowed, base, staged + 300.0, after_go) == pytest.approx(work + wait + 300.0)
+
+
+def test_only_calls_whose_outputs_were_checked_confirm_a_claim() -> None:
+    # White-box 22 on the GPU path: ten warm-up calls return at once (their outputs are never compared), so their
+    # gaps are an empty call's; the thirty timed calls do Swish's work under a 7 us claim.
+    warm_claims, warm_brackets = _calls(7.0, 674.4, n=10)
+    claims, brackets = _calls(7.0, 674.4 + 131.0)
+    all_claims, all_brackets = warm_claims + claims, warm_brackets + brackets
+    assert judge_bracketed_claims(all_claims, all_brackets, CALIBRATION)[1] == ""  # every call trusted: vouched for
+    checked = [False] * 10 + [True] * 30
+    note, problem = judge_bracketed_claims(all_claims, all_brackets, CALIBRATION, checked=checked)
+    assert "work ran outside the timed region" in problem
+    assert "20th percentile of the 30 call(s) on time whose outputs were checked" in note
+
+
+def test_a_few_checked_calls_judge_an_honest_claim_as_all_of_them_would() -> None:
+    claims, brackets = _calls(139.0, 671.4)
+    checked = [i in (0, 7, 19) for i in range(30)]  # PROFILE: round 0 and spot checks drawn one in ten
+    note, problem = judge_bracketed_claims(claims, brackets, CALIBRATION, checked=checked)
+    assert problem == ""
+    assert "of the 3 call(s) on time" in note
+
+
+def test_with_no_checked_call_on_time_no_gap_judges_the_claims_and_the_note_says_so() -> None:
+    claims, brackets = _calls(139.0, 671.4, n=4)
+    note, problem = judge_bracketed_claims(claims, brackets, CALIBRATION, late=[True, False, False, False],
+                                           checked=[True, False, False, False])
+    assert problem == ""
+    assert "no call on time had its outputs compared" in note

@@ -603,7 +603,8 @@ pool = pytest.fixture(scope="module", name="pool")(cpu_split_pool)
 
 
 def judge(pool: WorkerPool, code: str, *, guards: Sequence[str] = (), mode: EvalMode = EvalMode.VERIFY,
-          baselines: KnownBaselines | None = None, job_id: str = "whitebox", runs: int = 5) -> EvalResult:
+          baselines: KnownBaselines | None = None, job_id: str = "whitebox", runs: int = 5,
+          warmup_runs: int = 1) -> EvalResult:
     """One job through the pool: the tiny linear+relu task, the candidate inline, the given guards and mode."""
     job = Job(
         job_id=job_id,
@@ -612,7 +613,7 @@ def judge(pool: WorkerPool, code: str, *, guards: Sequence[str] = (), mode: Eval
         solution=Solution("inline", {"model_new.py": code}),
         build=BuildResult(BuildStatus.OK, "inline"),
         mode=mode,
-        protocol=CUDAGYM_V0.with_changes(id="test-whitebox", guards=tuple(guards), num_inputs=2, warmup_runs=1,
+        protocol=CUDAGYM_V0.with_changes(id="test-whitebox", guards=tuple(guards), num_inputs=2, warmup_runs=warmup_runs,
                                          warmup_ms=0.0, min_runs=runs, max_runs=runs, target_ci_pct=0.0),
         baselines=baselines or KnownBaselines(),
     )
@@ -799,3 +800,119 @@ def test_18_the_reference_imported_at_run_time_is_named(pool: WorkerPool) -> Non
     result = judge(pool, REFERENCE_IMPORTED_AT_RUN_TIME, guards=("reference_reuse",))
     assert_minus_one(result, EvalStatus.RULE_VIOLATION)
     assert "the workspace's model.py was imported (as module 'model')" in result.message, result.message
+
+
+# (22) The warm-ups vouch for a forged timer: the runner's timer is replaced by one that claims 1 us a call, and the
+# first timed requests (the warm-up rounds, whose outputs nobody compares) return a wrong answer at once. Their
+# trusted clocks are an empty call's, so "the fastest timed call" would confirm any claim; every round after them
+# does 3 ms of work and is right.
+WARMUPS_VOUCH = candidate('''
+import time
+
+class _OneMicrosecond:
+    def __init__(self, real):
+        self.measurement = type(real.measure(lambda: None))
+
+    def measure(self, call, cover_us=None, **kwargs):
+        return self.measurement(call(), 1.0, 1.0, 1.0)
+
+_timed = [0]
+
+def _forward(self, x):
+    if "_timed" in _caller_names():
+        server = _runner_server()
+        if server is not None and not isinstance(server.timer, _OneMicrosecond):
+            server.timer = _OneMicrosecond(server.timer)
+        _timed[0] += 1
+        if _timed[0] <= 3:
+            return self._wrong(x)
+    time.sleep(0.003)
+    return self._right(x)
+
+ModelNew.forward = _forward
+''')
+
+
+@pytest.mark.parametrize("mode", [EvalMode.SUBMIT, EvalMode.PROFILE])
+def test_22_unchecked_warm_ups_vouch_for_no_claim(pool: WorkerPool, mode: EvalMode) -> None:
+    result = judge(pool, WARMUPS_VOUCH, mode=mode, warmup_runs=3, runs=10,
+                   baselines=CACHED if mode is EvalMode.PROFILE else None)
+    assert_minus_one(result, EvalStatus.RULE_VIOLATION)
+    assert "unverifiable_timing" in {v.guard for v in result.violations}, result.message
+    assert "whose outputs it checked" in result.log
+
+
+# (23) Numbers and nesting no reply needs: JSON holds integers of any size and arrays of any depth, and reading
+# either can raise what a malformed reply's checks did not expect (OverflowError from float(), RecursionError from
+# the decoder). Each candidate is wrong where it is timed, so -1 is due; the judge failing on its reply must not
+# turn that into infra_error.
+HUGE_LOAD_ACCOUNT = candidate('''
+frame = sys._getframe(0)
+while frame is not None:
+    owner = frame.f_locals.get("self")
+    if owner is not None and hasattr(owner, "started_s") and hasattr(owner, "channel"):
+        owner.started_s = 10 ** 400  # the "loaded" reply's account of the start: an integer of 401 digits
+    frame = frame.f_back
+''')
+
+HUGE_PEAK = candidate('''
+_huge = [False]
+for _module in (sys.modules.get("__main__"), sys.modules.get("cudagym.judge.split.runner")):
+    if _module is not None and hasattr(_module, "device_peak_bytes"):
+        _module.device_peak_bytes = lambda device, _real=_module.device_peak_bytes: (
+            10 ** 400 if _huge[0] else _real(device))
+
+def _forward(self, x):
+    if "_timed" in _caller_names():
+        _huge[0] = True  # every reply from now on reports a peak of 10**400 bytes
+        return self._wrong(x)
+    return self._right(x)
+
+ModelNew.forward = _forward
+''')
+
+DEEP_FRAME = candidate('''
+import os
+import struct
+
+def _forward(self, x):
+    if "_timed" in _caller_names():
+        argv = open("/proc/self/cmdline", "rb").read().split(b"\\0")
+        channel = int(argv[argv.index(b"--sock") + 1])
+        payload = b"[" * 200000  # a frame of its own on the runner's socket, nested past any stack
+        os.write(channel, struct.pack("!Q", len(payload)) + payload)
+        return self._wrong(x)
+    return self._right(x)
+
+ModelNew.forward = _forward
+''')
+
+HUGE_PROFILE_ROW = candidate('''
+for _module in (sys.modules.get("__main__"), sys.modules.get("cudagym.judge.split.runner")):
+    if _module is not None and hasattr(_module, "_Server"):
+        def _profile(self, request, _real=_module._Server._profile):
+            reply = _real(self, request)
+            reply["events"] = [{"name": "k", "duration_us": 10 ** 400, "stream": 0, "is_memory_op": False,
+                                "calls": 1}]
+            return reply
+        _module._Server._profile = _profile
+
+def _forward(self, x):
+    if "_timed" in _caller_names():
+        return self._wrong(x)
+    return self._right(x)
+
+ModelNew.forward = _forward
+''')
+
+
+BEYOND_BOUNDS = {"load account": HUGE_LOAD_ACCOUNT, "peak": HUGE_PEAK, "deep frame": DEEP_FRAME,
+                 "profile row": HUGE_PROFILE_ROW}
+
+
+@pytest.mark.parametrize("name", list(BEYOND_BOUNDS))
+def test_23_replies_beyond_json_bounds_are_the_candidates_failure(pool: WorkerPool, name: str) -> None:
+    result = judge(pool, BEYOND_BOUNDS[name], mode=EvalMode.SUBMIT)
+    assert_minus_one(result, EvalStatus.INCORRECT, EvalStatus.CRASHED)
+    if result.status is EvalStatus.CRASHED:
+        assert "not JSON within bounds" in result.message or "malformed" in result.message, result.message

@@ -708,13 +708,18 @@ def verify_claims(ctx: EvalContext) -> None:
     if not link.calibration_us:
         ctx.flag(UNVERIFIABLE_TIMING, "the runner's request cost could not be calibrated before the candidate loaded")
         return
-    # the fastest timed request (a loaded host only ever adds to a request's time) less the typical empty one
-    seen = min(link.wall_us) - median(link.calibration_us)
+    walls = checked_clocks(link.wall_us, link.checked_timed)
+    if not walls:
+        ctx.flag(UNVERIFIABLE_TIMING, NO_CHECKED_CALL)
+        return
+    # the fastest timed request whose outputs were checked (a loaded host only ever adds to a request's time; an
+    # unchecked call, a warm-up's, may have done no work at all) less the typical empty one
+    seen = min(walls) - median(link.calibration_us)
     # On the GPU a calibration dearer than every timed request says nothing of the claims (a forged timer passed
     # so on the H200); on the CPU test path, calibrated between the baselines' turns, noise alone can do that.
     if seen <= 0 and ctx.on_gpu:
         ctx.flag(UNVERIFIABLE_TIMING, f"an empty timed call cost {median(link.calibration_us):.1f} us, more than the "
-                 f"fastest timed call of the candidate ({min(link.wall_us):.1f} us): its claims cannot be confirmed")
+                 f"fastest checked timed call of the candidate ({min(walls):.1f} us): its claims cannot be confirmed")
         return
     short = seen - claim
     # On the H200 honest timed requests ran beyond the calibration by more than their claims: 100-180 us with
@@ -727,8 +732,8 @@ def verify_claims(ctx: EvalContext) -> None:
     slack_us = CLAIM_SLACK_US + ctx.protocol.launch_cover_us if ctx.on_gpu else CPU_CLAIM_SLACK_US
     factor = CLAIM_SLACK if ctx.on_gpu else CPU_CLAIM_SLACK
     allowed = factor * max(seen, 0.0) + float(ctx.protocol.extra.get("claim_slack_us", slack_us))
-    ctx.note(f"timing claims: median {claim:.1f} us; the judge's clock saw {seen:.1f} us in the fastest timed call "
-             f"beyond the calibrated {median(link.calibration_us):.1f} us of an empty one (allowed shortfall "
+    ctx.note(f"timing claims: median {claim:.1f} us; the judge's clock saw {seen:.1f} us in the fastest of the "
+             f"{len(walls)} timed call(s) whose outputs it checked beyond the calibrated {median(link.calibration_us):.1f} us of an empty one (allowed shortfall "
              f"{allowed:.1f} us)" + calibration_rounds_note(link.calibration_rounds_us))
     handled = {k: median(v) for k, v in link.handled_us.items() if v}
     if handled:
@@ -741,6 +746,20 @@ def verify_claims(ctx: EvalContext) -> None:
 
 
 REQUESTS_NOTE = "timed requests, this process's wall time each"
+NO_CHECKED_CALL = ("no timed call's outputs were compared with the reference's, so no clock confirms the runner's "
+                   "claims")
+
+
+def checked_clocks(clocks: Sequence[float], checked: Sequence[bool] | None) -> list[float]:
+    """The trusted clock of each timed call whose outputs were compared with the reference's.
+
+    Only those confirm a claim: a call whose outputs nobody compared (a warm-up's, a round no spot check drew) may
+    have returned at once with no work done, and its clock would vouch for any claim. ``checked``: one flag per
+    call (``None``: every call was checked).
+    """
+    if checked is None:
+        return list(clocks)
+    return [c for c, k in zip(clocks, checked, strict=True) if k]
 
 
 def _note_request_cost(ctx: EvalContext, link: RunnerLink) -> None:
@@ -827,7 +846,8 @@ def _verify_bracketed_claims(ctx: EvalContext) -> None:
     assert link is not None
     note, problem = judge_bracketed_claims(link.claimed_us, link.bracket_us, link.calibration_gap_us,
                                            float(ctx.protocol.extra.get("bracket_slack_us", BRACKET_SLACK_US)),
-                                           link.staged_us["timed"], link.staged_us["calibrate"], link.late_timed)
+                                           link.staged_us["timed"], link.staged_us["calibrate"], link.late_timed,
+                                           link.checked_timed)
     if note:
         ctx.note(note + calibration_rounds_note(link.calibration_rounds_us))
     late = late_charge_note(link.late_counted_us, link.late_base_us, link.late_closing_us)
@@ -881,7 +901,8 @@ def late_charge_note(counted: dict[str, list[tuple[float, float]]], base_us: flo
 
 def judge_bracketed_claims(claims: list[float], brackets: list[float], calibration_gaps: list[float],
                            slack_us: float = BRACKET_SLACK_US, staged: Sequence[float] = (),
-                           calibration_staged: Sequence[float] = (), late: Sequence[bool] = ()) -> tuple[str, str]:
+                           calibration_staged: Sequence[float] = (), late: Sequence[bool] = (),
+                           checked: Sequence[bool] | None = None) -> tuple[str, str]:
     """A note on the claims and, if they cannot stand, why (``""`` when they can).
 
     Each call's gap is its bracket less its claim: the worker's own copies and flush inside the bracket,
@@ -910,6 +931,10 @@ def judge_bracketed_claims(claims: list[float], brackets: list[float], calibrati
     runner's host time after the forward returns (its delivery, queued late), so no claim of theirs is judged
     by the excess: they are timed by the bracket itself (:func:`~cudagym.judge.split.remote.late_charge`), which
     holds anything hidden from the claim. They still count for the early-"done" rule.
+
+    ``checked`` (one per call; ``None``: all): the calls whose outputs the judge compared with the reference's.
+    Only their gaps judge the excess: a call whose outputs nobody compared (a warm-up's, a round no spot check
+    drew) may have returned at once with nothing done, its gap an empty call's, which would vouch for any claim.
     """
     over = [(c, b) for c, b in zip(claims, brackets, strict=True) if c > b]
     if over:
@@ -919,18 +944,25 @@ def judge_bracketed_claims(claims: list[float], brackets: list[float], calibrati
         return "", "the runner's calls could not be calibrated before the candidate loaded"
     claim = median(claims)
     gaps = [b - c for c, b in zip(claims, brackets, strict=True)]
-    on_time = [g for g, x in zip(gaps, late, strict=True) if not x] if len(late) == len(gaps) else gaps
+    was_late = list(late) if len(late) == len(gaps) else [False] * len(gaps)
+    on_time = checked_clocks([g for g, x in zip(gaps, was_late, strict=True) if not x],
+                             None if checked is None else [k for k, x in zip(checked, was_late, strict=True) if not x])
     base = median(calibration_gaps)
     allowed = BRACKET_SLACK * claim + slack_us
     note = (f"timing claims: median {claim:.1f} us; the judge's GPU clock around each call: median "
             f"{median(brackets):.1f} us")
     if on_time:
         gap = quantile(on_time, BRACKET_QUANTILE)
-        note += (f", beyond the claim {gap:.1f} us (20th percentile; median {median(on_time):.1f} us) against "
+        note += (f", beyond the claim {gap:.1f} us (20th percentile of the {len(on_time)} call(s) on time whose "
+                 f"outputs were checked; median {median(on_time):.1f} us) against "
                  f"{base:.1f} us for an empty call (allowed shortfall {allowed:.1f} us)")
-    if len(on_time) < len(gaps):
-        note += (f"; {len(gaps) - len(on_time)} of {len(gaps)} call(s) not queued before the go, timed by that "
+    if any(was_late):
+        note += (f"; {sum(was_late)} of {len(gaps)} call(s) not queued before the go, timed by that "
                  "clock instead of their claims")
+    if not on_time and not all(was_late):
+        # a spot check draws each round after its call, so a claim's chance to go unchecked falls with each round
+        # it would have to move the median: in SUBMIT every round is compared
+        note += "; no call on time had its outputs compared, so no gap judged the claims"
     by_stage = len(staged) == len(gaps) and len(calibration_staged) == len(calibration_gaps) and bool(staged)
     if by_stage:
         note += (f"; the judge's own staging (inputs, L2 flush): median {median(staged):.1f} us, "
@@ -1029,6 +1061,8 @@ class SpotCheck:
 
     def _compare(self, index: int, reference: Any) -> None:
         self.compared = True
+        if self.ctx.remote is not None:  # this round's call is one whose clock may confirm the runner's claims
+            self.ctx.remote.mark_checked()
         check = compare_outputs(reference, self.outputs, self.ctx.tolerance, index=index)
         if not check.passed:
             self.ctx.spot_failures.append(f"timed round {index}: {check.message}")

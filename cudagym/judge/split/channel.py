@@ -16,7 +16,15 @@ import time
 from typing import Any
 
 MAX_MESSAGE_BYTES = 16 << 20
+MAX_INT_DIGITS = 20  # an integer the runner sends: a count or a byte size (2**64 has 20 digits), never more
 _HEADER = struct.Struct("!Q")
+
+
+def _bounded_int(text: str) -> int:
+    """An integer of the runner's message; longer than any count or size can be: malformed."""
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text)} digits")
+    return int(text)
 
 
 class RunnerLost(RuntimeError):
@@ -62,9 +70,10 @@ class Channel:
         """
         payload, fds = self._receive_bytes(timeout_s, max_fds)
         try:
-            message = json.loads(payload)
-        except ValueError as exc:
-            raise RunnerLost(f"the runner sent a message that is not JSON ({exc})") from None
+            message = json.loads(payload, parse_int=_bounded_int)
+        except (ValueError, RecursionError) as exc:  # not JSON, an integer no count needs, or nested past the stack
+            raise RunnerLost(f"the runner sent a message that is not JSON within bounds ({type(exc).__name__}: "
+                             f"{str(exc)[:200]})") from None
         if not isinstance(message, dict):
             raise RunnerLost("the runner sent a message that is not a JSON object")
         return message, fds

@@ -98,6 +98,10 @@ def structure_problem(outputs: Any, expected: list[Slot], container: str) -> str
     return ""
 
 
+# what reading a malformed reply can raise (a missing key, a value of the wrong type or beyond a float): the runner's
+_MALFORMED = (KeyError, TypeError, ValueError, OverflowError, AttributeError, IndexError)
+
+
 class RunnerLink:
     """The channel to one runner, the arenas shared with it, and the deadline of the job.
 
@@ -140,6 +144,9 @@ class RunnerLink:
         self.unqueued: dict[str, list[int]] = {}
         self.last_late = False  # whether the latest bracketed call was not queued before its go
         self.late_timed: list[bool] = []  # per timed call on the GPU path (beside ``claimed_us``): late or not
+        # per timed call (beside ``claimed_us``): whether the judge compared its outputs with the reference's; only
+        # those calls' clocks confirm claims (a warm-up's or an unchecked round's outputs may be no work at all)
+        self.checked_timed: list[bool] = []
         # per kind of timed request (timed, reference): each late call's claim and what it counted (late_charge)
         self.late_counted_us: dict[str, list[tuple[float, float]]] = {}
         # per kind: each late call's delivery by the runner's own account (GPU clock, host time, then the host time
@@ -184,9 +191,14 @@ class RunnerLink:
                 raise CandidateFailure("load", str(reply["text"])[:4000])
             if expect and kind != expect:
                 raise RunnerLost(f"the runner answered {str(kind)[:40]!r} to a {message.get('kind')!r} request")
-        except (KeyError, TypeError, ValueError) as exc:
+        except _MALFORMED as exc:
             raise RunnerLost(f"the runner sent a malformed reply ({type(exc).__name__}: {exc})") from None
         return reply
+
+    def mark_checked(self) -> None:
+        """The latest timed call's outputs were compared with the reference's (see :attr:`checked_timed`)."""
+        if self.checked_timed:
+            self.checked_timed[-1] = True
 
     def bracketed(self, message: dict[str, Any], stage: Callable[[], None], out_slots: list[Slot],
                   expect: str, keep: bool = True) -> tuple[dict[str, Any], float, list[torch.Tensor]]:
@@ -472,7 +484,7 @@ class RemoteModel:
             claim = float(reply["time_us"])
             runner_wall, enqueue = float(reply["wall_us"]), float(reply["enqueue_us"])
             self.link.flag_changes.extend(_strings(reply.get("flag_changes"), 10, 300))
-        except (KeyError, TypeError, ValueError) as exc:
+        except _MALFORMED as exc:
             raise RunnerLost(f"the runner sent a malformed timing ({exc})") from None
         if not (math.isfinite(claim) and claim > 0):
             raise RunnerLost(f"the runner claimed an impossible time ({claim!r} us)")
@@ -484,6 +496,7 @@ class RemoteModel:
             if self.link.last_late:  # its claim leaves out host time the bracket holds: the judge's clock counts
                 counted = self.link.count_late("timed", claim, wall)
         self.link.claimed_us.append(claim)
+        self.link.checked_timed.append(False)
         self.link.handled_us["timed"].append(_number(reply.get("handled_us")))
         self.link.phases_us["timed"].append(_numbers(reply.get("phases_us"), len(RUNNER_PHASES)))
         outputs = self._collect(reply, outs)
@@ -512,7 +525,7 @@ class RemoteModel:
             reply, wall, _ = self._timed_request("calibrate", args, "calibrated", keep=False)
             try:
                 claim = float(reply["time_us"])
-            except (KeyError, TypeError, ValueError) as exc:
+            except _MALFORMED as exc:
                 raise RunnerLost(f"the runner sent a malformed calibration ({exc})") from None
             if math.isfinite(claim) and 0 <= claim <= wall:
                 gaps.append(wall - claim)
@@ -559,7 +572,7 @@ class RemoteModel:
             reply, wall, _ = self._timed_request("reference", args, "reference_timed", keep=False)
             try:
                 claim = float(reply["time_us"])
-            except (KeyError, TypeError, ValueError) as exc:
+            except _MALFORMED as exc:
                 raise RunnerLost(f"the runner sent a malformed reference time ({exc})") from None
             enqueued.append(_number(reply.get("enqueue_us")))
             late = self.bracketed and self.link.last_late
@@ -636,7 +649,7 @@ class RemoteModel:
                                        _count(e.get("stream", 0)), bool(e["is_memory_op"]),
                                        max(1, _count(e.get("calls", 1)))) for e in reply["events"][:5000])
             busy = float(reply["busy_us"])
-        except (KeyError, TypeError, ValueError) as exc:
+        except _MALFORMED as exc:
             raise RunnerLost(f"the runner sent a malformed profile ({exc})") from None
         if not math.isfinite(busy) or busy < 0:
             raise RunnerLost(f"the runner sent a malformed profile (busy time {busy!r})")
@@ -652,7 +665,7 @@ def _number(value: Any) -> float:
     """A finite number the runner sent, or -1.0."""
     try:
         x = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return -1.0
     return x if math.isfinite(x) else -1.0
 
