@@ -613,8 +613,9 @@ def judge(pool: WorkerPool, code: str, *, guards: Sequence[str] = (), mode: Eval
         solution=Solution("inline", {"model_new.py": code}),
         build=BuildResult(BuildStatus.OK, "inline"),
         mode=mode,
-        protocol=CUDAGYM_V0.with_changes(id="test-whitebox", guards=tuple(guards), num_inputs=2, warmup_runs=warmup_runs,
-                                         warmup_ms=0.0, min_runs=runs, max_runs=runs, target_ci_pct=0.0),
+        protocol=CUDAGYM_V0.with_changes(id="test-whitebox", guards=tuple(guards), num_inputs=2,
+                                         warmup_runs=warmup_runs, warmup_ms=0.0, min_runs=runs, max_runs=runs,
+                                         target_ci_pct=0.0),
         baselines=baselines or KnownBaselines(),
     )
     return pool.submit(job).result(timeout=300)

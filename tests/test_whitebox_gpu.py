@@ -170,6 +170,31 @@ for _m in (_sys.modules.get("__main__"), _sys.modules.get("cudagym.judge.split.r
         _m._Server._batch = lambda self, request: {"kind": "batch", "calls": int(request.get("calls", 1))}
 '''
 
+# (22, white-box 22 on the GPU path) The forged timer above, with its warm-ups vouching for it: for the first 90 ms
+# of timed requests (the protocol warms up for 100 ms, and nobody compares warm-up outputs) the forward returns zeros
+# at once, so most brackets are an empty call's and the 20th percentile of all gaps would be one of theirs; only the
+# calls whose outputs were checked may confirm a claim.
+WARMUPS_VOUCH = PATCHED_TIMER_AND_BATCH + '''
+import time as _time
+_first_timed = []
+_forward_real = ModelNew.forward
+def _in_timed_request():
+    frame = _sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_timed":
+            return True
+        frame = frame.f_back
+    return False
+def _forward(self, x):
+    if _in_timed_request():
+        if not _first_timed:
+            _first_timed.append(_time.monotonic())
+        if _time.monotonic() - _first_timed[0] < 0.09:
+            return _torch.zeros_like(x)
+    return _forward_real(self, x)
+ModelNew.forward = _forward
+'''
+
 LAZY_OUTPUT = '''
 import torch as _torch
 _forward = ModelNew.forward
@@ -322,6 +347,13 @@ def test_patched_timer_and_batch_are_unverifiable_on_the_gpu(swish, judge) -> No
     result = _submit(swish, judge, PATCHED_TIMER_AND_BATCH)
     assert result.status is EvalStatus.RULE_VIOLATION, result.message
     assert "unverifiable_timing" in {v.guard for v in result.violations}
+
+
+def test_22_unchecked_warm_ups_vouch_for_no_claim_on_the_gpu(swish, judge) -> None:
+    result = _submit(swish, judge, WARMUPS_VOUCH)
+    assert result.status is EvalStatus.RULE_VIOLATION, result.message
+    assert "unverifiable_timing" in {v.guard for v in result.violations}
+    assert "on time whose outputs were checked" in result.log
 
 
 def test_work_done_when_the_runner_copies_the_output_is_timed_on_the_gpu(swish, judge, honest) -> None:
