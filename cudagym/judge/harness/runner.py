@@ -733,8 +733,9 @@ def verify_claims(ctx: EvalContext) -> None:
     factor = CLAIM_SLACK if ctx.on_gpu else CPU_CLAIM_SLACK
     allowed = factor * max(seen, 0.0) + float(ctx.protocol.extra.get("claim_slack_us", slack_us))
     ctx.note(f"timing claims: median {claim:.1f} us; the judge's clock saw {seen:.1f} us in the fastest of the "
-             f"{len(walls)} timed call(s) whose outputs it checked beyond the calibrated {median(link.calibration_us):.1f} us of an empty one (allowed shortfall "
-             f"{allowed:.1f} us)" + calibration_rounds_note(link.calibration_rounds_us))
+             f"{len(walls)} timed call(s) whose outputs it checked beyond the calibrated "
+             f"{median(link.calibration_us):.1f} us of an empty one (allowed shortfall {allowed:.1f} us)"
+             + calibration_rounds_note(link.calibration_rounds_us))
     handled = {k: median(v) for k, v in link.handled_us.items() if v}
     if handled:
         ctx.note("timing claims: the runner says it spent " + ", ".join(f"{v:.1f} us per {k} request"
