@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, SupportsFloat
@@ -11,6 +12,7 @@ import gymnasium as gym
 from gymnasium.error import ResetNeeded
 from gymnasium.vector import AutoresetMode
 
+from cudagym import env_options
 from cudagym.errors import ConfigError, UnknownTaskError
 from cudagym.judge.backends import JUDGES, options_key
 from cudagym.judge.interface import EvalMode, Judge
@@ -109,6 +111,8 @@ class CudaKernelEnv(gym.Env[str, str]):
 
     A task drawn uniformly from the task list with ``self.np_random`` (deterministic for a seed), or the
     one named by ``reset(options={"task": "L1/19_ReLU"})``; a fresh workspace with no solution files.
+    ``task`` (an id, a ``Task``, or None to draw one) is the only reset option: options that are not a dict,
+    another key or another type raise ``ConfigError``; an id that is not in the task list, ``UnknownTaskError``.
 
     ## Episode End
 
@@ -133,7 +137,7 @@ class CudaKernelEnv(gym.Env[str, str]):
     |---|---|---|---|
     | suite | str | "bundled" | task suite: kernelbench, ops6k or bundled |
     | level | int or None | None | level filter (KernelBench level, bundled level, Ops-6K op count) |
-    | tasks | list of str or None | None | exactly these task ids, in this order |
+    | tasks | str or list of str or None | None | exactly these task ids, in this order (one id: a str) |
     | task_filter | callable or None | None | keep only tasks for which it returns True |
     | suite_options | dict or None | None | forwarded to the suite loader: data paths and filters |
     | solution_format | str | "extension" | extension, inline or raw |
@@ -148,9 +152,13 @@ class CudaKernelEnv(gym.Env[str, str]):
     | max_action_chars | int | 1048576 | longest action accepted |
     | max_result_chars | int | 32000 | longest tool result before it is cut with a marker |
     | evaluate_on_truncation | bool | True | judge the files when the episode is truncated |
-    | workspace_limits | WorkspaceLimits or None | None | file size and count caps |
-    | workspace_dir | str or None | None | where workspaces are made (the temp dir when None) |
+    | workspace_limits | WorkspaceLimits or dict or None | None | file size and count caps (a dict: some fields) |
+    | workspace_dir | str or None | None | an existing folder where workspaces are made (the temp dir when None) |
     | render_mode | str or None | None | None or "ansi" (the last observation) |
+
+    Every argument is checked when the env is made (``suite_options`` and ``level`` when the tasks first load):
+    a wrong type, a count or size below 1, an unknown key or name is a ``cudagym.errors.ConfigError`` that names
+    the argument, what it expects and what it got.
 
     ## Version History
 
@@ -172,7 +180,7 @@ class CudaKernelEnv(gym.Env[str, str]):
         suite: str = "bundled",
         *,
         level: int | None = None,
-        tasks: Sequence[str] | None = None,
+        tasks: str | Sequence[str] | None = None,
         task_filter: Callable[[Task], bool] | None = None,
         suite_options: Mapping[str, Any] | None = None,
         solution_format: str = "extension",
@@ -187,21 +195,21 @@ class CudaKernelEnv(gym.Env[str, str]):
         max_action_chars: int = 1 << 20,
         max_result_chars: int = 32000,
         evaluate_on_truncation: bool = True,
-        workspace_limits: WorkspaceLimits | None = None,
-        workspace_dir: str | None = None,
+        workspace_limits: WorkspaceLimits | Mapping[str, int] | None = None,
+        workspace_dir: str | os.PathLike[str] | None = None,
         render_mode: str | None = None,
     ) -> None:
+        # Every option is checked here, where it enters (cudagym.env_options says where each one's check lives).
         if render_mode not in (None, *self.metadata["render_modes"]):
             raise ConfigError(f"expected render_mode None or 'ansi', got {render_mode!r}")
         for name, value in (("max_turns", max_turns), ("token_budget", token_budget),
                             ("max_action_chars", max_action_chars), ("max_result_chars", max_result_chars)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"expected {name} to be a positive int, got {value!r}")
-        self._suite = suite
+            env_options.positive_int(name, value)
+        self._suite = env_options.suite_name(suite)
         self._level = level
-        self._task_ids = list(tasks) if tasks is not None else None
-        self._task_filter = task_filter
-        self._suite_options = dict(suite_options or {})
+        self._task_ids = env_options.task_ids(tasks)
+        self._task_filter = env_options.task_filter(task_filter)
+        self._suite_options = env_options.plain_dict("suite_options", suite_options)
         if not isinstance(judge, Judge) and not (isinstance(judge, str) and judge in JUDGES):
             raise ConfigError(f"expected judge to be a Judge or one of {sorted(JUDGES)}, got {judge!r}")
         self._format = get_format(solution_format)
@@ -209,21 +217,22 @@ class CudaKernelEnv(gym.Env[str, str]):
         if judge_options and isinstance(judge, Judge):
             raise ConfigError("judge_options configure a judge backend by name; a Judge instance is already "
                               "configured: pass one or the other")
-        options_key(judge_options or {})  # plain data, or a clear error now rather than in a sub-process
+        self._judge_options = env_options.plain_dict("judge_options", judge_options)
+        options_key(self._judge_options)  # plain data, or a clear error now rather than in a sub-process
         self._judge_spec = judge
-        self._judge_options = dict(judge_options or {})
         self._judge: Judge | None = judge if isinstance(judge, Judge) else None
         reward_spec = dict(reward) if isinstance(reward, Mapping) else reward
         config = reward_config(reward_spec, threshold=self._protocol.threshold, statistic=self._protocol.statistic)
-        self.reward_config: RewardConfig = replace(config, scoring=scoring) if scoring else config  # type: ignore[arg-type]
+        self.reward_config: RewardConfig = (  # RewardConfig checks scoring
+            replace(config, scoring=scoring) if scoring is not None else config)  # type: ignore[arg-type]
         self._counter_spec = token_counter
         self._counter: Any = None
         self.max_turns = max_turns
         self.token_budget = token_budget
         self.max_result_chars = max_result_chars
-        self.evaluate_on_truncation = evaluate_on_truncation
-        self.workspace_limits = workspace_limits or WorkspaceLimits()
-        self._workspace_dir = workspace_dir
+        self.evaluate_on_truncation = env_options.flag("evaluate_on_truncation", evaluate_on_truncation)
+        self.workspace_limits = WorkspaceLimits.of(workspace_limits)
+        self._workspace_dir = env_options.workspace_dir(workspace_dir)
         self.render_mode = render_mode
         self.max_action_chars = max_action_chars
         self.max_observation_chars = MAX_OBSERVATION_CHARS
@@ -273,10 +282,17 @@ class CudaKernelEnv(gym.Env[str, str]):
     # -- gymnasium API ------------------------------------------------------------------------------
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        """Start an episode on a task drawn from the seed, or the one ``options["task"]`` names."""
+        """Start an episode on a task drawn from the seed, or the one ``options["task"]`` names.
+
+        Raises:
+            ConfigError: ``options`` is not a dict, holds a key other than ``task``, or a ``task`` that is not a
+                str, a Task or None.
+            UnknownTaskError: ``options["task"]`` is not one of this env's tasks.
+        """
+        wanted = env_options.reset_options(options)
         super().reset(seed=seed)
         self._end_episode()
-        task = self._pick_task(options or {})
+        task = self._pick_task(wanted)
         judge = self._get_judge()
         hardware = judge.hardware()
         prompt = build_prompt(
@@ -284,10 +300,7 @@ class CudaKernelEnv(gym.Env[str, str]):
             limits=EpisodeLimits(self.max_turns, self.token_budget, self._token_counter().name,
                                  self.workspace_limits),
         )
-        workspace = Workspace.create(
-            instructions=prompt, reference=task.source, fmt=self._format, limits=self.workspace_limits,
-            parent=self._workspace_dir,
-        )
+        workspace = self._new_workspace(prompt, task)
         self._episode = _Episode(task=task, workspace=workspace, hardware=hardware)
         observation = truncate(prompt, self.max_observation_chars)
         self._episode.tokens_used = self._count(observation)
@@ -481,6 +494,16 @@ class CudaKernelEnv(gym.Env[str, str]):
             shown = ", ".join(f"{k}={v!r}" for k, v in chosen.items())
             return f"no task of suite {self._suite!r} in {where} matched {shown}{bad}; loosen these filters"
         return f"suite {self._suite!r} loaded no task from {where}: the data holds none{bad}; check the data"
+
+    def _new_workspace(self, prompt: str, task: Task) -> Workspace:
+        try:
+            return Workspace.create(instructions=prompt, reference=task.source, fmt=self._format,
+                                    limits=self.workspace_limits, parent=self._workspace_dir)
+        except OSError as exc:
+            if self._workspace_dir is None:
+                raise
+            raise ConfigError(f"expected workspace_dir to be a folder this process can make folders in, got "
+                              f"{self._workspace_dir!r} ({exc.strerror or exc})") from exc
 
     def _pick_task(self, options: Mapping[str, Any]) -> Task:
         wanted = options.get("task")

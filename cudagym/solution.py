@@ -110,17 +110,20 @@ def get_format(name: str | SolutionFormat | None) -> SolutionFormat:
     """Resolve a format name.
 
     Raises:
-        ConfigError: The name is not ``extension``, ``inline`` or ``raw``.
+        ConfigError: Not a str or a SolutionFormat, or a name other than ``extension``, ``inline`` or ``raw``.
     """
     if name is None:
         return FORMATS[DEFAULT_FORMAT]
     if isinstance(name, SolutionFormat):
         return name
+    if not isinstance(name, str):
+        raise ConfigError(f"expected solution_format to be one of {', '.join(FORMATS)} (a str), a SolutionFormat or "
+                          f"None, got {type(name).__name__} {name!r}")
     try:
         return FORMATS[name]
     except KeyError:
         raise ConfigError(
-            f"unknown solution format {name!r}; expected one of: {', '.join(FORMATS)}"
+            f"unknown solution format {name!r} (solution_format); expected one of: {', '.join(FORMATS)}"
         ) from None
 
 

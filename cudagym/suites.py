@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -169,9 +170,37 @@ def _resolve_filters(spec: Suite, filters: Mapping[str, Any]) -> dict[str, Any]:
             f"suite {spec.name!r} accepts the options (suite_options keys) {', '.join(accepted)}; "
             f"got {', '.join(unknown)}{hints}"
         )
+    for name, value in resolved.items():
+        if name in _FILTER_VALUES and not _FILTER_VALUES[name][1](value):
+            raise ConfigError(f"suite {spec.name!r}: expected suite_options[{name!r}] to be {_FILTER_VALUES[name][0]}, "
+                              f"got {type(value).__name__} {value!r}")
     if "level" in resolved and "level" not in spec.filters:
         resolved.update(spec.level_filter(resolved.pop("level")))
     return resolved
+
+
+def _is_path(value: Any) -> bool:
+    return isinstance(value, (str, os.PathLike))
+
+
+def _are(kind: type, value: Any) -> bool:
+    """A list, tuple or set of ``kind`` (no bools among ints)."""
+    return isinstance(value, (list, tuple, set, frozenset)) and all(
+        isinstance(v, kind) and not isinstance(v, bool) for v in value)
+
+
+# What the filters that several suites share must hold, checked once here for every suite (the levels and counts
+# are the sources' own: their ranges differ). Anything else reached deep inside a loader as a TypeError.
+_FILTER_VALUES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "root": ("a folder path (str or os.PathLike)", _is_path),
+    "parquet": ("a file or folder path (str or os.PathLike)", _is_path),
+    "path": ("a file or folder path (str or os.PathLike)", _is_path),
+    "revision": ("a hub revision (str)", lambda v: isinstance(v, str)),
+    "strict": ("True or False", lambda v: isinstance(v, bool)),
+    "refresh": ("True or False", lambda v: isinstance(v, bool)),
+    "ops": ("an op name (str) or a list of them", lambda v: isinstance(v, str) or _are(str, v)),
+    "rows": ("a list of row numbers (ints)", lambda v: _are(int, v)),
+}
 
 
 def load_tasks(suite: str, *, ids: Iterable[str] | None = None, **filters: Any) -> tuple[Task, ...]:

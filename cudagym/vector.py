@@ -65,7 +65,15 @@ class CudaKernelVectorEnv(VectorEnv[Any, Any, Any]):
 
     def reset(self, *, seed: int | Sequence[int | None] | None = None,
               options: dict[str, Any] | None = None) -> tuple[tuple[str, ...], dict[str, Any]]:
-        """Reset every sub-env (seeds ``seed + i``, or one per sub-env)."""
+        """Reset every sub-env (seeds ``seed + i``, or one per sub-env); ``options`` go to each sub-env's reset.
+
+        Raises:
+            ConfigError: ``options`` holds ``reset_mask`` (every sub-env is reset here, and one that ended is reset
+                by the next step), or anything a sub-env's reset refuses.
+        """
+        if isinstance(options, dict) and "reset_mask" in options:
+            raise ConfigError("expected reset options without 'reset_mask': this vector env resets every sub-env, "
+                              "and autoresets one that ended at its next step (NEXT_STEP); call reset() without it")
         seeds = _seeds(seed, self.num_envs)
         results = list(self._threads.map(lambda i: self.envs[i].reset(seed=seeds[i], options=options),
                                          range(self.num_envs)))

@@ -21,6 +21,7 @@ tool layer turns it into data, so it never leaves ``step()``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cudagym.errors import ConfigError
 from cudagym.solution import Solution, SolutionFormat, get_format
 
 logger = logging.getLogger(__name__)
@@ -63,6 +65,34 @@ class WorkspaceLimits:
     max_path_chars: int = 200
     max_depth: int = 4
     max_read_bytes: int = 1024 * 1024
+
+    def __post_init__(self) -> None:
+        # Every cap is a count or a size; 0 or less would refuse every write (or read), and max_depth >= 1 since
+        # every format's layout has kernels/ one folder down.
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"expected workspace_limits.{f.name} to be a positive int, got {value!r}")
+
+    @classmethod
+    def of(cls, spec: WorkspaceLimits | Mapping[str, Any] | None) -> WorkspaceLimits:
+        """The limits ``spec`` gives: a WorkspaceLimits, a dict of some of its fields (the rest default), or None.
+
+        Raises:
+            ConfigError: Another type, an unknown key, or a value that is not a positive int.
+        """
+        if spec is None:
+            return cls()
+        if isinstance(spec, cls):
+            return spec
+        if not isinstance(spec, Mapping):
+            raise ConfigError(f"expected workspace_limits to be a WorkspaceLimits, a dict of its fields or None, got "
+                              f"{type(spec).__name__} {spec!r}")
+        known = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(str(k) for k in spec if k not in known)
+        if unknown:
+            raise ConfigError(f"expected workspace_limits keys among {', '.join(known)}, got unknown {unknown}")
+        return cls(**spec)
 
 
 @dataclass(frozen=True)

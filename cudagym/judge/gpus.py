@@ -16,6 +16,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cudagym.errors import ConfigError
 from cudagym.judge.records import Hardware, from_dict
 from cudagym.judge.sandbox import child_pythonpath
 
@@ -64,6 +65,9 @@ def probe_gpus(devices: Devices = "auto", *, timeout_s: float = 300.0) -> GpuPro
         devices: ``"auto"`` (every GPU torch sees), ``"none"`` or ``[]`` (no GPU), or a list of
             ``CUDA_VISIBLE_DEVICES`` names.
         timeout_s: Limit of the probe subprocess (it imports torch and creates a CUDA context).
+
+    Raises:
+        ConfigError: ``devices`` is none of those.
     """
     wanted = _normalize_devices(devices)
     with _probes_lock:
@@ -79,7 +83,12 @@ def _normalize_devices(devices: Devices) -> tuple[str, ...] | None:
         if devices in ("none", ""):
             return ()
         return tuple(d.strip() for d in devices.split(",") if d.strip())
-    return tuple(str(d) for d in devices)
+    if isinstance(devices, (list, tuple)) and all(
+            (isinstance(d, int) and not isinstance(d, bool) and d >= 0) or (isinstance(d, str) and d.strip())
+            for d in devices):
+        return tuple(str(d).strip() for d in devices)
+    raise ConfigError(f"expected devices to be 'auto', 'none', a comma-separated str or a list of CUDA device ids "
+                      f"(ints >= 0) or UUIDs (str), got {type(devices).__name__} {devices!r}")
 
 
 def _run_probe(wanted: tuple[str, ...] | None, timeout_s: float) -> GpuProbe:

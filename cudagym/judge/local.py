@@ -278,8 +278,14 @@ def local_pipeline(
     """The pipeline of a :class:`LocalJudge` (arguments as there); checks the sandbox first.
 
     Raises:
+        ConfigError: ``pool_options`` or ``job_fn`` of the wrong type (the other options are checked where used).
         SandboxUnavailableError: bubblewrap is missing or cannot run here, and ``CUDAGYM_SANDBOX`` is not ``off``.
     """
+    if pool_options is not None and not isinstance(pool_options, PoolOptions):
+        raise ConfigError(f"expected pool_options to be a PoolOptions or None, got {type(pool_options).__name__} "
+                          f"{pool_options!r}")
+    if job_fn is not None and not (isinstance(job_fn, str) and ":" in job_fn):
+        raise ConfigError(f"expected job_fn to be a 'module:function' str or None, got {job_fn!r}")
     confine.isolation()  # fail closed: no sandbox, no judge (unless CUDAGYM_SANDBOX=off says so)
     options = pool_options or PoolOptions()
     if job_fn is not None:

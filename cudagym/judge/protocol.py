@@ -14,6 +14,14 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from cudagym.errors import ConfigError
+from cudagym.judge.protocol_settings import (
+    EXTRA_SETTINGS,
+    FLAG,
+    FLAG_FIELDS,
+    NUMBER_FIELDS,
+    check_setting,
+    number_tuple,
+)
 from cudagym.judge.records import Precision
 
 TimingMethod = Literal["cuda_events", "profiler"]
@@ -124,6 +132,9 @@ class Protocol:
             (every preset) runs none; the judge's host then needs no compute-sanitizer.
         build_timeout_s: Wall-clock limit of one build.
         eval_timeout_s: Wall-clock limit of one evaluation job on a GPU worker.
+        extra: A probe's settings (``NAME[key=value,...]``), kept out of equality: only the keys of
+            :data:`~cudagym.judge.protocol_settings.EXTRA_SETTINGS`, each in its range. Every field above is
+            range-checked too (``cudagym.judge.protocol_settings``), so a bad value fails when the protocol is made.
     """
 
     id: str
@@ -160,41 +171,39 @@ class Protocol:
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
-        if self.num_inputs < 1:
-            raise ConfigError(f"protocol {self.id}: expected num_inputs >= 1, got {self.num_inputs}")
-        if self.min_runs < 1 or self.max_runs < self.min_runs:
+        where = f"protocol {self.id}"
+        object.__setattr__(self, "scaled_inputs", number_tuple(where, "scaled_inputs", self.scaled_inputs))
+        for name, rule in NUMBER_FIELDS.items():
+            check_setting(where, name, getattr(self, name), rule)
+        for name in FLAG_FIELDS:
+            check_setting(where, name, getattr(self, name), FLAG)
+        if not isinstance(self.extra, dict):
+            raise ConfigError(f"protocol {self.id}: expected extra to be a dict of settings, got {self.extra!r}")
+        unknown = sorted(str(k) for k in self.extra if k not in EXTRA_SETTINGS)
+        if unknown:
+            raise ConfigError(f"protocol {self.id}: unknown extra setting(s) {', '.join(unknown)}; expected keys "
+                              f"among {', '.join(EXTRA_SETTINGS)}")
+        for key, value in self.extra.items():
+            check_setting(where, f"extra[{key!r}]", value, EXTRA_SETTINGS[key])
+        if self.max_runs < self.min_runs:
             raise ConfigError(
                 f"protocol {self.id}: expected 1 <= min_runs <= max_runs, got {self.min_runs}, {self.max_runs}"
-            )
-        if not 0 <= self.threshold < 1:
-            raise ConfigError(f"protocol {self.id}: expected 0 <= threshold < 1, got {self.threshold}")
-        waits = (("arm_wait_ms", self.arm_wait_ms), ("extra['arm_wait_ms']", self.extra.get("arm_wait_ms", 5.0)))
-        for name, wait in waits:
-            if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 1000:
-                raise ConfigError(f"protocol {self.id}: expected {name} a number of ms in [0, 1000], got {wait!r}")
-        if not 0 <= self.warmup_ms <= 60_000:
-            raise ConfigError(f"protocol {self.id}: expected 0 <= warmup_ms <= 60000, got {self.warmup_ms}")
-        if not 0 <= self.launch_cover_us <= 10_000:
-            raise ConfigError(
-                f"protocol {self.id}: expected 0 <= launch_cover_us <= 10000, got {self.launch_cover_us}"
             )
         if self.launch_cover_max_us and not 0 < self.launch_cover_us <= self.launch_cover_max_us <= 10_000:
             raise ConfigError(
                 f"protocol {self.id}: expected launch_cover_max_us 0, or 0 < launch_cover_us <= launch_cover_max_us"
                 f" <= 10000, got {self.launch_cover_us} and {self.launch_cover_max_us}"
             )
-        if not 0 <= self.runner_reference_runs <= 1000:
-            raise ConfigError(f"protocol {self.id}: expected 0 <= runner_reference_runs <= 1000, got "
-                              f"{self.runner_reference_runs}")
-        batches = (("runner_reference_batch", self.runner_reference_batch),
-                   ("extra['runner_reference_batch']", self.extra.get("runner_reference_batch", 0)))
-        for name, size in batches:
-            if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= 1000:
-                raise ConfigError(f"protocol {self.id}: expected {name} a whole number in [0, 1000], got {size!r}")
         if self.timing not in ("cuda_events", "profiler"):
             raise ConfigError(f"protocol {self.id}: timing must be cuda_events or profiler, got {self.timing}")
         if self.statistic not in ("median", "mean"):
             raise ConfigError(f"protocol {self.id}: statistic must be median or mean, got {self.statistic}")
+        self._check_sanitizer()
+        if self.baseline_precision not in ("fp32", "tf32", "torch_default"):
+            raise ConfigError(f"protocol {self.id}: baseline_precision must be fp32, tf32 or torch_default, "
+                              f"got {self.baseline_precision}")
+
+    def _check_sanitizer(self) -> None:
         if isinstance(self.sanitizer, str):
             raise ConfigError(f"protocol {self.id}: expected sanitizer to be a tuple of tool names, got the string "
                               f"{self.sanitizer!r} (write ({self.sanitizer!r},))")
@@ -203,9 +212,6 @@ class Protocol:
         if unknown or len(set(self.sanitizer)) != len(self.sanitizer):
             raise ConfigError(f"protocol {self.id}: expected sanitizer to hold distinct tools of "
                               f"{', '.join(SANITIZER_TOOLS)}, got {list(self.sanitizer)}")
-        if self.baseline_precision not in ("fp32", "tf32", "torch_default"):
-            raise ConfigError(f"protocol {self.id}: baseline_precision must be fp32, tf32 or torch_default, "
-                              f"got {self.baseline_precision}")
 
     @property
     def allow_tf32(self) -> bool:
@@ -491,12 +497,16 @@ def get_protocol(spec: str | Protocol | None) -> Protocol:
     under an id of its own (``cudagym-v5[arm_wait_ms=200]``), so its results and caches stay apart.
 
     Raises:
-        ConfigError: The name is unknown, or its extra settings are malformed.
+        ConfigError: Not a name or a Protocol; the name is unknown; or its extra settings are malformed, unknown
+            (:data:`EXTRA_SETTINGS` lists the known ones) or out of range.
     """
     if spec is None:
         return DEFAULT_PROTOCOL
     if isinstance(spec, Protocol):
         return spec
+    if not isinstance(spec, str):
+        raise ConfigError(f"expected protocol to be a name (e.g. 'cudagym', 'kernelbench-v0.8', "
+                          f"'cudagym[arm_wait_ms=200]'), a Protocol or None, got {type(spec).__name__} {spec!r}")
     if spec.endswith("]") and "[" in spec:
         return _with_extra(spec)
     try:
