@@ -604,7 +604,7 @@ pool = pytest.fixture(scope="module", name="pool")(cpu_split_pool)
 
 def judge(pool: WorkerPool, code: str, *, guards: Sequence[str] = (), mode: EvalMode = EvalMode.VERIFY,
           baselines: KnownBaselines | None = None, job_id: str = "whitebox", runs: int = 5,
-          warmup_runs: int = 1) -> EvalResult:
+          warmup_runs: int = 1, interleave: bool = True) -> EvalResult:
     """One job through the pool: the tiny linear+relu task, the candidate inline, the given guards and mode."""
     job = Job(
         job_id=job_id,
@@ -615,7 +615,7 @@ def judge(pool: WorkerPool, code: str, *, guards: Sequence[str] = (), mode: Eval
         mode=mode,
         protocol=CUDAGYM_V0.with_changes(id="test-whitebox", guards=tuple(guards), num_inputs=2,
                                          warmup_runs=warmup_runs, warmup_ms=0.0, min_runs=runs, max_runs=runs,
-                                         target_ci_pct=0.0),
+                                         target_ci_pct=0.0, interleave=interleave),
         baselines=baselines or KnownBaselines(),
     )
     return pool.submit(job).result(timeout=300)
@@ -917,3 +917,27 @@ def test_23_replies_beyond_json_bounds_are_the_candidates_failure(pool: WorkerPo
     assert_minus_one(result, EvalStatus.INCORRECT, EvalStatus.CRASHED)
     if result.status is EvalStatus.CRASHED:
         assert "not JSON within bounds" in result.message or "malformed" in result.message, result.message
+
+
+# (24) Timed in blocks (the kernelbench and cuda-agent presets time each contender in a block of its own, so eager
+# checks no round of the candidate's): the candidate counts its timed calls and answers one of its ten timed rounds
+# with zeros at once, cutting a mean of ten by a tenth. Drawn one in ten, a spot check would let that pass four
+# times in five; in SUBMIT each round's outputs are compared.
+SKIPS_TIMED_ROUNDS = candidate('''
+_timed = [0]
+
+def _forward(self, x):
+    if "_timed" in _caller_names():
+        _timed[0] += 1
+        if _timed[0] == 7:  # round 5 (after the warm-up and rounds 0-4)
+            return self._wrong(x)
+    return self._right(x)
+
+ModelNew.forward = _forward
+''')
+
+
+def test_24_in_submit_every_round_timed_in_a_block_is_compared(pool: WorkerPool) -> None:
+    result = judge(pool, SKIPS_TIMED_ROUNDS, mode=EvalMode.SUBMIT, interleave=False, runs=10)
+    assert_minus_one(result, EvalStatus.INCORRECT)
+    assert "outputs during timing did not match" in result.message, result.message

@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 
 PRIMING_SEED_OFFSET = -1  # the priming run's seed: protocol.seed - 1, never a correctness seed
 TIMING_SEED_OFFSET = 100_000  # timing round r draws its inputs from a secret base seed + r (drawn per job)
-SPOT_CHECK_EVERY = 10  # with cached baselines, 1 in 10 timed rounds (drawn at random) is checked against the reference
+SPOT_CHECK_EVERY = 10  # outside SUBMIT, 1 in 10 timed rounds eager does not check (drawn at random) runs the reference
 TIMING_BUDGET_FRACTION = 0.6  # of the protocol's eval timeout, for the timing loop
 
 
@@ -1015,8 +1015,11 @@ class SpotCheck:
     """The timing loop's round hook: the candidate's timed outputs against the reference's on the same inputs.
 
     With eager timed in the round, its outputs are the reference's (compared as soon as eager returns, then
-    freed); otherwise the first round and then one in :data:`SPOT_CHECK_EVERY`, drawn after the round's call
-    so the candidate cannot know which, run the reference at the end of the round.
+    freed). Otherwise (eager timed in a block of its own, or cached) the reference runs at the end of the round:
+    in SUBMIT every round, since a timed call whose outputs nobody compares could return a wrong answer at once
+    and pull the candidate's statistic down (the ``cuda-agent`` preset's mean of 10 calls fell a tenth for each);
+    elsewhere the first round and then one in :data:`SPOT_CHECK_EVERY`, drawn after the round's call so the
+    candidate cannot know which.
     """
 
     def __init__(self, ctx: EvalContext) -> None:
@@ -1052,7 +1055,8 @@ class SpotCheck:
         if flags_now != ctx.flags:  # the candidate changed torch's switches: restore before the next round
             ctx.flag_changes.extend(ctx.flags.differences(flags_now))
             ctx.flags.apply()
-        checked = index in (0, self.precision_round) or secrets.randbelow(SPOT_CHECK_EVERY) == 0
+        checked = (ctx.job.mode is EvalMode.SUBMIT or index in (0, self.precision_round)
+                   or secrets.randbelow(SPOT_CHECK_EVERY) == 0)
         if self.inputs is not None and not self.compared and checked:
             # the round's set itself where the reference leaves its inputs alone (no second set on the device)
             reference = ctx.run_reference(clone_tree(self.inputs) if ctx.reference_writes_inputs else self.inputs)
