@@ -677,3 +677,17 @@ def test_the_chunked_passes_leave_float64_and_every_other_output_untouched(tiny_
         moments(ref)
         rms_difference(ref, out)
     assert torch.equal(ref, keep_ref) and torch.equal(out, keep_out)  # the in-place steps work on copies
+
+
+def test_a_runner_grown_beyond_the_reference_and_an_output_set_took_the_judges_memory() -> None:
+    gib = 1 << 30
+    # the reference needs 3 GiB, an output set is 1 GiB: the runner may add 3 + 1 + the 2 GiB margin
+    assert not memory.memory_taken_beyond_bound(6 * gib, 3 * gib, gib)
+    assert memory.memory_taken_beyond_bound(6 * gib + 1, 3 * gib, gib)
+    assert memory.memory_taken_beyond_bound(100 * gib, 0, 0)  # a runner that filled the device
+    assert not memory.memory_taken_beyond_bound(-gib, 3 * gib, gib)  # others shrank (a spare runner ended)
+
+
+def test_no_other_process_is_counted_off_the_gpu() -> None:
+    meter = memory.DeviceMemoryMeter.start(torch.device("cpu"))
+    assert meter.others_bytes(0) is None

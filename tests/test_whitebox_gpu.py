@@ -195,6 +195,20 @@ def _forward(self, x):
 ModelNew.forward = _forward
 '''
 
+# (25) The device filled from the runner: at import the candidate takes all but 64 MiB of the GPU's free memory and
+# lets it go at its first call, into its own allocator's cache (room for its outputs, none for the judge's); its
+# answer is wrong (zeros). The judge's next input set or reference run then cannot be allocated: without
+# attribution that read as task_too_large (reward 0, not the agent's fault) instead of the -1 a wrong answer earns.
+FILLS_THE_DEVICE = '''
+import torch as _torch
+_free, _total = _torch.cuda.mem_get_info()
+_hog = [_torch.empty(_free - (64 << 20), dtype=_torch.uint8, device="cuda")]
+def _forward(self, x):
+    _hog.clear()  # the blocks stay in this process's cache
+    return _torch.zeros_like(x)
+ModelNew.forward = _forward
+'''
+
 LAZY_OUTPUT = '''
 import torch as _torch
 _forward = ModelNew.forward
@@ -354,6 +368,13 @@ def test_22_unchecked_warm_ups_vouch_for_no_claim_on_the_gpu(swish, judge) -> No
     assert result.status is EvalStatus.RULE_VIOLATION, result.message
     assert "unverifiable_timing" in {v.guard for v in result.violations}
     assert "on time whose outputs were checked" in result.log
+
+
+def test_25_a_runner_that_fills_the_device_is_the_candidates_failure_not_the_tasks(swish, judge) -> None:
+    result = _submit(swish, judge, FILLS_THE_DEVICE)
+    assert result.status in (EvalStatus.INCORRECT, EvalStatus.RUNTIME_ERROR), result.message + result.log[-2000:]
+    if result.status is EvalStatus.RUNTIME_ERROR:
+        assert "the candidate's process took" in result.message or "out of memory" in result.message.lower()
 
 
 def test_work_done_when_the_runner_copies_the_output_is_timed_on_the_gpu(swish, judge, honest) -> None:

@@ -119,6 +119,8 @@ class EvalContext:
         self.meter = DeviceMemoryMeter(device)  # replaced by a started one when the evaluation starts
         self.clock = PhaseClock()  # wall time per phase: load, check, timing, compile, profile
         self.reference_peak_bytes = 0  # peak device memory after the priming reference run (the task's own need)
+        # the split on a GPU: what the other processes on the device held as the candidate's code loaded in its runner
+        self.others_at_candidate_load: int | None = None
         self.compiled_peak_bytes = 0  # the compile warm-up's peak: the torch.compile reference's own need
         self.io_bytes = (0, 0)  # bytes of one input set and of its reference outputs
         self.remote: Any = None  # the runner link when the candidate runs in another process (the split)

@@ -291,6 +291,35 @@ class DeviceMemoryMeter:
         """``peak X GiB of Y GiB`` for messages."""
         return f"peak {self.peak_bytes() / GIB:.2f} GiB of {self.total_bytes / GIB:.2f} GiB"
 
+    def others_bytes(self, outside_now: int) -> int | None:
+        """Device memory in use by every other process on this GPU now (None on the CPU or when unreadable).
+
+        The device's own count (``cudaMemGetInfo``) less what this process holds through torch's allocator and
+        ``outside_now`` beside it; this process's CUDA context stays in, a constant that cancels in a difference.
+        """
+        if self.device.type != "cuda":
+            return None
+        try:
+            free, total = torch.cuda.mem_get_info(self.device)
+            return int(total - free - torch.cuda.memory_reserved(self.device) - outside_now)
+        except RuntimeError:
+            return None
+
+
+TAKEN_MARGIN_BYTES = 2 << 30  # beyond R + O: a spare runner's CUDA context starting meanwhile, allocator rounding
+
+
+def memory_taken_beyond_bound(growth_bytes: int, reference_bytes: int, output_bytes: int) -> bool:
+    """Whether other processes grew by more than a candidate's runner may hold: R + O and a margin.
+
+    ``growth_bytes``: what the other processes on the GPU held more than when the candidate's code loaded in its
+    runner. The runner may add its own need (a candidate doing the reference's work needs about the reference's
+    ``reference_bytes``, R) and one output set (``output_bytes``, O); the margin holds a spare runner's CUDA
+    context starting meanwhile (about 0.5 GiB on the H200) and the allocators' rounding. More than that, and a
+    device the judge then ran out of was filled by the candidate, not by the task.
+    """
+    return growth_bytes > reference_bytes + output_bytes + TAKEN_MARGIN_BYTES
+
 
 def _allocated_part(allocated: int, reserved: int) -> str:
     """`` (x.xx allocated)`` when the allocated peak is at least 0.01 GiB under the reserved one, else ``""``."""

@@ -90,13 +90,13 @@ def evaluate(job: Job, device: str | torch.device | None = None, runner: RunnerL
             message += f"\n(device memory: {ctx.meter.describe()}; the reference alone peaked at " \
                        f"{ctx.reference_peak_bytes / (1 << 30):.2f} GiB)"
     except TaskTooLarge as problem:
-        status, message = EvalStatus.TASK_TOO_LARGE, _too_large_message(ctx, str(problem))
+        status, message = _too_large(ctx, str(problem))
     except TaskProblem as problem:
         status, message = EvalStatus.INFRA_ERROR, f"the task is invalid: {problem}"
     except Exception as exc:  # the harness's own failure, or a CUDA error surfacing in its code
         poisoned = is_cuda_error(exc)
         if is_out_of_memory(exc):  # the judge's own copies of the task's tensors: the task does not fit
-            status, message = EvalStatus.TASK_TOO_LARGE, _too_large_message(
+            status, message = _too_large(
                 ctx, f"task {job.task.id}: the judge's copies of its tensors do not fit ({exception_line(exc)})")
         elif poisoned:
             status, message = EvalStatus.RUNTIME_ERROR, f"{CUDA_ERROR_PREFIX} {exception_line(exc)}"
@@ -276,6 +276,7 @@ def _load_remote(ctx: EvalContext) -> None:
     if ctx.job.mode is not EvalMode.VERIFY and ctx.protocol.runner_reference_runs:
         _time_reference_in_runner(ctx, model, recalibrate=True)
     marks.append(time.perf_counter())
+    ctx.others_at_candidate_load = ctx.meter.others_bytes(ctx.remote.arena_bytes())
     stages = ctx.remote.start({"device": str(ctx.device), "output_dtype": str(ctx.output_dtype).removeprefix(
         "torch."), "reference_aliases": ctx.reference_aliases})
     marks.append(time.perf_counter())
@@ -1211,6 +1212,39 @@ def _late_calls(unqueued: dict[str, list[int]]) -> dict[str, int]:
     late_reference, reference = unqueued.get("reference", [0, 0])
     return {"late_calls": late, "timed_calls": timed, "late_reference_calls": late_reference,
             "reference_calls": reference}
+
+
+def _too_large(ctx: EvalContext, why: str) -> tuple[EvalStatus, str]:
+    """The verdict where this process ran out of device memory: the task's (reward 0), or the candidate's.
+
+    In the split the candidate's runner shares the GPU: a runner that grew beyond what a candidate may hold
+    (:func:`~cudagym.judge.harness.memory.memory_taken_beyond_bound`) since its code loaded took the memory the
+    judge needed, so a wrong answer could otherwise end as ``task_too_large`` (not the agent's fault) instead of -1.
+    """
+    taken = _memory_taken_by_runner(ctx)
+    if taken:
+        ctx.meter.release(0)
+        return EvalStatus.RUNTIME_ERROR, f"{taken}, and the judge then ran out of device memory: {why}"
+    return EvalStatus.TASK_TOO_LARGE, _too_large_message(ctx, why)
+
+
+def _memory_taken_by_runner(ctx: EvalContext) -> str:
+    """Why the runner is to blame for this process's lack of device memory, or ``""`` where it is not."""
+    from cudagym.judge.harness.memory import GIB, TAKEN_MARGIN_BYTES, memory_taken_beyond_bound
+
+    before = ctx.others_at_candidate_load
+    if ctx.remote is None or before is None:
+        return ""
+    now = ctx.meter.others_bytes(ctx.remote.arena_bytes())
+    if now is None:
+        return ""
+    reference = max(ctx.reference_peak_bytes, ctx.compiled_peak_bytes)
+    outputs = ctx.remote.arenas["outputs"].size if "outputs" in ctx.remote.arenas else 0
+    if not memory_taken_beyond_bound(now - before, reference, outputs):
+        return ""
+    return (f"the candidate's process took {(now - before) / GIB:.2f} GiB of device memory after its code loaded, more "
+            f"than a candidate may hold beside the judge (the reference's own need {reference / GIB:.2f} GiB, one "
+            f"output set {outputs / GIB:.2f} GiB and {TAKEN_MARGIN_BYTES / GIB:.0f} GiB to spare)")
 
 
 def _too_large_message(ctx: EvalContext, why: str) -> str:

@@ -195,6 +195,10 @@ class RunnerLink:
             raise RunnerLost(f"the runner sent a malformed reply ({type(exc).__name__}: {exc})") from None
         return reply
 
+    def arena_bytes(self) -> int:
+        """Device (or host) memory the arenas hold now."""
+        return sum(a.size for a in self.arenas.values())
+
     def mark_checked(self) -> None:
         """The latest timed call's outputs were compared with the reference's (see :attr:`checked_timed`)."""
         if self.checked_timed:
