@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import tempfile
 
 import pytest
 
@@ -157,6 +158,30 @@ def test_build_dirs_are_stripped_and_generated_lines_mapped() -> None:
     assert (diag.file, diag.line) == ("inline/0_relu/cuda.cu", 2)
     assert paths.scrub("In file included from /cache/tmp/stage-x/kernels/a.cu:1") == \
         "In file included from kernels/a.cu:1"
+
+
+def test_a_path_holding_a_known_prefix_twice_is_scrubbed_once_by_its_longest_prefix() -> None:
+    from cudagym.judge import hostpaths
+    from cudagym.judge.build.cache import default_cache_root
+
+    tmp, cache = tempfile.gettempdir(), str(default_cache_root())
+    text = (f"{tmp}/cudagym-tool-6danr9nz{tmp}/ccRLCoJj.s: Assembler messages:\n"
+            f"ld: {cache}/build{tmp}/obj-r9r2_31j/bomb.cu.o: error\n-I{tmp}/x '{cache}/build/obj/ab/k/a.o'")
+    assert hostpaths.scrub(text) == ("<tmp>/cudagym-tool-6danr9nz/tmp/ccRLCoJj.s: Assembler messages:\n"
+                                     "ld: <cache>/build/tmp/obj-r9r2_31j/bomb.cu.o: error\n"
+                                     "-I<tmp>/x '<cache>/build/obj/ab/k/a.o'")
+    paths = PathMap(prefixes=(f"{cache}/build/tmp/stage-x",), names={f"{cache}/build/obj/ab/k/a.o": "kernels/a.cu"})
+    assert paths.scrub(f"{cache}/build/tmp/stage-x/kernels/a.cu:3: error; {cache}/build/obj/ab/k/a.o: x") == \
+        "kernels/a.cu:3: error; kernels/a.cu: x"
+
+
+def test_linker_multiple_definition_names_both_sources() -> None:
+    paths = PathMap(names={"/c/obj/1/dup2.cu.o": "kernels/dup2.cu", "/c/obj/2/dup.cu.o": "kernels/dup.cu"})
+    text = ("/usr/bin/ld: /c/obj/1/dup2.cu.o:(.data+0x0): multiple definition of `x'; "
+            "/c/obj/2/dup.cu.o:(.data+0x0): first defined here\ncollect2: error: ld returned 1 exit status\n")
+    (diag,) = parse_diagnostics(text, tool="ld", paths=paths)
+    assert diag.severity is Severity.ERROR and diag.file == "kernels/dup2.cu"
+    assert diag.message == "multiple definition of `x' (first defined in kernels/dup.cu)"
 
 
 def test_ptxas_resources_per_entry_function() -> None:

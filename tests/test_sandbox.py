@@ -143,6 +143,19 @@ def test_disk_use_past_the_limit_kills_the_group(tmp_path):
     assert "disk" in run.violation, run.describe()
 
 
+def test_disk_use_in_an_extra_writable_folder_counts_toward_the_limit(tmp_path):
+    # a folder handed over with writes= is as watched as the working folder: no unwatched place to fill
+    work, extra = tmp_path / "work", tmp_path / "extra"
+    work.mkdir()
+    extra.mkdir()
+    code = (f"import time\nfor n in range(128):\n    open(f'{extra}/f{{n}}.bin', 'wb').write(b'x' * (1 << 20))\n"
+            "time.sleep(5)")  # 128 MiB, then time for the watchdog to sum it
+    policy = SandboxPolicy(disk_bytes=32 * MiB, file_size_bytes=4 * MiB)
+    run = run_sandboxed(_python(code), cwd=work, policy=policy, timeout_s=120, writes=[extra])
+    assert "disk" in run.violation, run.describe()
+    assert disk_usage_bytes([str(work)]) == 0
+
+
 def test_describe_exit_names_signals_and_statuses():
     assert "SIGSEGV" in describe_exit(-signal.SIGSEGV)
     assert "SIGKILL" in describe_exit(-signal.SIGKILL) and "OOM" in describe_exit(-signal.SIGKILL)

@@ -145,7 +145,7 @@ def test_build_stage_candidate_python_finds_nothing_of_the_host(host, inline_env
 @pytest.mark.parametrize("flags, named", [
     ("extra_cflags=['-wrapper', '/bin/sh,-c,touch /tmp/MARK']", "-wrapper"),
     ("extra_cflags=['@/etc/passwd']", "@/etc/passwd"),
-    ("extra_cuda_cflags=['-Xcompiler', '-B/tmp']", "-B/tmp"),
+    ("extra_cuda_cflags=['-Xcompiler', '-B/tmp']", "-B<tmp>"),  # named as every text is: no host path, /tmp neither
     ("extra_ldflags=['-Wl,--script=/etc/passwd']", "-Wl,--script=/etc/passwd"),
     ("extra_include_paths=['/etc']", "/etc"),
     ("extra_cuda_cflags=['--use_fast_math']", "fast math"),

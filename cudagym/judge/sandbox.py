@@ -501,7 +501,8 @@ def run_sandboxed(
         policy: Limits and isolation.
         timeout_s: Wall-clock limit; the process group is killed past it.
         env: Extra environment variables (secret-looking names are dropped).
-        writes: More folders it may write (where its output goes).
+        writes: More folders it may write (where its output goes); their disk use counts toward the policy's
+            ``disk_bytes`` like ``cwd``'s.
 
     Raises:
         SandboxUnavailableError: The host cannot confine (bubblewrap missing) and ``CUDAGYM_SANDBOX`` is not off.
@@ -520,7 +521,8 @@ def run_sandboxed(
                           extra={"PYTHONPATH": child_pythonpath(), **(env or {})}),
         )
         assert proc.stdout is not None
-        handle = shared_watchdog().watch(proc.pid, policy, dirs=(str(cwd), private))
+        # every folder it may write counts toward its disk limit: none is outside the watchdog's view
+        handle = shared_watchdog().watch(proc.pid, policy, dirs=(str(cwd), private, *map(str, writes)))
         captured = CappedLog(policy.log_bytes)
         reader = threading.Thread(target=_drain, args=(proc.stdout, captured, policy, handle), daemon=True)
         reader.start()

@@ -8,7 +8,10 @@ Every builder has the signature ``(task, solution, protocol, cache) -> BuildResu
 solution's format name in :data:`BUILDERS`; adding a format is one :func:`register_builder` call. A
 builder never raises for a bad candidate: broken code is ``COMPILE_ERROR``, a wrong layout ``INVALID``,
 a compile bomb ``TIMEOUT`` or ``OUTPUT_LIMIT``; a missing compiler is ``TOOL_ERROR`` (not the agent's
-fault). Builds run on CPU (nvcc needs no GPU); the GPU worker only loads the artifact:
+fault). Whatever fails because of what the candidate wrote or recorded is the candidate's failure;
+``TOOL_ERROR`` is kept for failures that no candidate input causes. No text of a result names a host path
+(:func:`cudagym.judge.hostpaths.scrub_build_result`). Builds run on CPU (nvcc needs no GPU); the GPU worker
+only loads the artifact:
 
 - ``extension``: :func:`cudagym.judge.build.extension.load_extension`;
 - ``inline``: :func:`cudagym.judge.build.inline.install_inline_loader`;
@@ -30,6 +33,7 @@ from cudagym.judge.build.inline import build_inline
 from cudagym.judge.build.process import COMPILER_MEMORY_BYTES, compile_slots
 from cudagym.judge.build.pycheck import check_model_new, failed_python_checks, not_python, with_python_checks
 from cudagym.judge.build.raw import build_raw
+from cudagym.judge.hostpaths import scrub_build_result
 from cudagym.judge.protocol import Protocol, get_protocol
 from cudagym.judge.records import BuildResult, BuildStatus, Isolation
 from cudagym.solution import Solution
@@ -94,7 +98,8 @@ def build(
         isolation = Isolation()
         result = with_python_checks(BuildResult(BuildStatus.TOOL_ERROR, solution.format, message=str(exc)), checks)
     wall = time.monotonic() - start
-    result = dataclasses.replace(result, isolation=isolation)
+    # one funnel for every text the agent reads: no builder's message, log or diagnostic names a host path
+    result = dataclasses.replace(scrub_build_result(result), isolation=isolation)
     logger.info("build %s (%s): %s in %.2f s%s", task.id, solution.format, result.status.value, wall,
                 " (cached)" if result.cached else "")
     return _with_wall_time(result, wall)

@@ -5,7 +5,8 @@ Understands the message formats of the tools a build runs:
 - gcc/g++ (``file:line:col: error: msg``), also how nvcc reports a missing include;
 - nvcc's and NVRTC's EDG front end (``file(line): error: msg``, then the source line and a caret);
 - ptxas (``ptxas error   : msg``) and nvlink / nvcc fatal errors;
-- the linker (``undefined reference to `x'``, ``cannot find -lfoo``).
+- the linker (``undefined reference to `x'``, ``multiple definition of `x'``, ``cannot find -lfoo``, any other
+  ``ld:`` message).
 
 Files are mapped back to the agent's relative paths (``kernels/relu.cu``): build directories are
 stripped, other host paths become placeholders (``<torch>/include/...``, :mod:`cudagym.judge.hostpaths`),
@@ -36,7 +37,16 @@ _EDG = re.compile(
 )
 _TOOL = re.compile(r"^(?P<tool>ptxas|nvlink|nvcc|fatbinary)\s+(?P<sev>fatal|error|warning)\s*: (?P<msg>.*)$")
 _LD_UNDEF = re.compile(r"^(?P<obj>[^:]+):\([^)]*\): (?P<msg>undefined reference to .*)$")
-_LD = re.compile(r"^(?:\S*/)?ld(?:\.\w+)?: (?P<msg>(?:cannot find|error:) .*)$")
+_LD_PROGRAM = r"^(?:\S*/)?ld(?:\.\w+)?"
+_LD_MULTIPLE = re.compile(_LD_PROGRAM + r": (?P<obj>[^:]+):\([^)]*\): (?P<msg>multiple definition of `[^']*')"
+                          r"(?:; (?P<first>[^:]+):\([^)]*\): first defined here)?$")
+# the judge names the module's init with --defsym: nothing defines it when load_inline(functions=None) sources
+# hold no PYBIND11_MODULE
+_LD_NO_INIT = re.compile(_LD_PROGRAM + r":--defsym:\d+: undefined symbol `PyInit_\w+' referenced in expression$")
+_LD_CONTEXT = re.compile(_LD_PROGRAM + r": .*: in function `.*':$")  # names where the next message is
+_LD = re.compile(_LD_PROGRAM + r": (?P<warn>warning: )?(?P<msg>.*\S.*)$")
+NO_MODULE_INIT = ("the extension defines no Python module: nothing defines PYBIND11_MODULE(TORCH_EXTENSION_NAME, m); "
+                  "with load_inline(functions=None) the sources must define it themselves (or pass functions=[...])")
 _SEVERITY = {
     "fatal error": Severity.ERROR, "catastrophic error": Severity.ERROR, "fatal": Severity.ERROR,
     "error": Severity.ERROR, "warning": Severity.WARNING, "note": Severity.NOTE, "remark": Severity.NOTE,
@@ -69,13 +79,17 @@ class PathMap:
     Attributes:
         prefixes: Build directories to strip from paths (with or without a trailing slash).
         generated: Generated file name -> its segments, for files assembled from the agent's sources.
+        names: Host file -> the agent's name for it (a cached object -> the source it was compiled from).
     """
 
     prefixes: tuple[str, ...] = ()
     generated: Mapping[str, tuple[Segment, ...]] = field(default_factory=dict)
+    names: Mapping[str, str] = field(default_factory=dict)
 
     def relative(self, path: str) -> str:
-        """``path`` with any build directory stripped."""
+        """``path`` with any build directory stripped, or the agent's name of a known host file."""
+        if path in self.names:
+            return self.names[path]
         for prefix in sorted(self.prefixes, key=len, reverse=True):
             root = prefix.rstrip("/") + "/"
             if path.startswith(root):
@@ -91,13 +105,11 @@ class PathMap:
         return rel, line
 
     def scrub(self, text: str) -> str:
-        """Compiler output with build directories removed and other host paths as placeholders.
+        """Tool output with build directories removed and other host paths as placeholders.
 
         The agent sees its own relative paths; the rest become :mod:`cudagym.judge.hostpaths` placeholders.
         """
-        for prefix in sorted(self.prefixes, key=len, reverse=True):
-            text = text.replace(prefix.rstrip("/") + "/", "")
-        return hostpaths.scrub(text)
+        return hostpaths.scrub(text, more=[*((p, "") for p in self.prefixes), *self.names.items()])
 
 
 def parse_diagnostics(output: str, *, tool: str, paths: PathMap | None = None) -> tuple[Diagnostic, ...]:
@@ -157,10 +169,21 @@ def _parse_line(line: str, tool: str, paths: PathMap) -> Diagnostic | None:
         return Diagnostic(_SEVERITY[m["sev"]], m["msg"].strip(), file, lineno, int(m["col"] or 0), tool)
     if m := _TOOL.match(line):
         return Diagnostic(_SEVERITY[m["sev"]], m["msg"].strip(), tool=m["tool"])
+    return _parse_ld_line(line, paths)
+
+
+def _parse_ld_line(line: str, paths: PathMap) -> Diagnostic | None:
     if m := _LD_UNDEF.match(line):
         return Diagnostic(Severity.ERROR, m["msg"].strip(), tool="ld")
+    if m := _LD_MULTIPLE.match(line):
+        first = f" (first defined in {paths.relative(m['first'])})" if m["first"] else ""
+        return Diagnostic(Severity.ERROR, m["msg"] + first, paths.relative(m["obj"]), tool="ld")
+    if _LD_NO_INIT.match(line):
+        return Diagnostic(Severity.ERROR, NO_MODULE_INIT, tool="ld")
+    if _LD_CONTEXT.match(line):
+        return None
     if m := _LD.match(line):
-        return Diagnostic(Severity.ERROR, m["msg"].strip(), tool="ld")
+        return Diagnostic(Severity.WARNING if m["warn"] else Severity.ERROR, m["msg"].strip(), tool="ld")
     return None
 
 

@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from cudagym.judge.build.cache import BuildCache, content_key
-from cudagym.judge.build.diagnostics import PathMap, has_errors, parse_diagnostics, parse_ptxas_resources
+from cudagym.judge.build.diagnostics import PathMap, parse_diagnostics, parse_ptxas_resources
 from cudagym.judge.build.process import BuildLimits, Deadline, RunOutcome
 from cudagym.judge.build.staging import select, stage_solution
 from cudagym.judge.build.toolchain import NVCC_FLAGS
@@ -50,11 +50,12 @@ from cudagym.judge.build.torch_ext import (
     infra_failure,
     link_extension,
     load_torch_module,
+    toolchain_links,
     torch_prelude,
 )
 from cudagym.judge.build.units import OUT_TOKEN, CompileUnit, UnitResult, compile_unit, compile_units, failure
 from cudagym.judge.protocol import Protocol
-from cudagym.judge.records import BuildResult, BuildStatus, Diagnostic, KernelResources
+from cudagym.judge.records import BuildResult, BuildStatus, Diagnostic, KernelResources, Severity
 from cudagym.solution import Solution
 from cudagym.task import Task
 
@@ -124,36 +125,58 @@ def build_extension(task: Task, solution: Solution, protocol: Protocol, cache: B
                            kernels=kernels, log=log[: limits.max_log_chars])
     link = link_extension(tc, results, prefix=MODULE_PREFIX, impl=BINDING_IMPL, extra_ldflags=(), cache=cache,
                           deadline=deadline, limits=limits)
-    return link_result(link, results, diagnostics, kernels, log, counts, limits, "extension")
+    return link_result(link, results, diagnostics, kernels, log, counts, limits, "extension", tc=tc, cache=cache,
+                       paths=paths)
 
 
 def link_result(link: LinkResult, results: list[UnitResult], diagnostics: tuple[Diagnostic, ...],
                 kernels: tuple[KernelResources, ...], log: str, counts: str, limits: BuildLimits,
-                fmt: str) -> BuildResult:
-    """The BuildResult of a linked (or failed) torch extension."""
-    if link.path is None:
-        run = link.run
-        status = (BuildStatus.TIMEOUT if run is not None and run.outcome is RunOutcome.TIMEOUT else
-                  BuildStatus.OUTPUT_LIMIT if link.too_large or (run and run.outcome is RunOutcome.OUTPUT_LIMIT)
-                  else BuildStatus.COMPILE_ERROR)
-        output = run.output if run is not None else ""
-        link_diags = parse_diagnostics(output, tool="ld")
-        if status is BuildStatus.COMPILE_ERROR and not has_errors(link_diags):
-            status = BuildStatus.TOOL_ERROR  # the linker failed on nothing the agent wrote
-        return BuildResult(status, fmt, message=f"link failed ({counts})", diagnostics=diagnostics + link_diags,
-                           kernels=kernels, log=(log + output)[: limits.max_log_chars])
-    cached = link.cached and all(r.cached for r in results)
-    return BuildResult(BuildStatus.OK, fmt, message=f"built module {link.module} ({counts}; "
-                       f"{'cached' if link.cached else 'linked'})", diagnostics=diagnostics, kernels=kernels,
-                       log=log[: limits.max_log_chars], cached=cached, artifact_key=link.path.parent.name,
-                       artifact_path=str(link.path))
+                fmt: str, *, tc: ExtToolchain, cache: BuildCache, paths: PathMap | None = None) -> BuildResult:
+    """The BuildResult of a linked (or failed) torch extension.
+
+    A link that fails is the candidate's failure (``COMPILE_ERROR``: its objects and flags are what was
+    linked) unless the toolchain cannot link even an empty extension (:func:`toolchain_links`): then
+    ``TOOL_ERROR``. Linker messages name the agent's sources, never a cache path.
+    """
+    if link.path is not None:
+        cached = link.cached and all(r.cached for r in results)
+        return BuildResult(BuildStatus.OK, fmt, message=f"built module {link.module} ({counts}; "
+                           f"{'cached' if link.cached else 'linked'})", diagnostics=diagnostics, kernels=kernels,
+                           log=log[: limits.max_log_chars], cached=cached, artifact_key=link.path.parent.name,
+                           artifact_path=str(link.path))
+    run = link.run
+    names = {str(r.path): r.unit.source for r in results if r.path is not None}
+    link_paths = PathMap(prefixes=paths.prefixes if paths else (), names=names)
+    output = link_paths.scrub(run.output) if run is not None else ""
+    link_diags = parse_diagnostics(run.output if run is not None else "", tool="ld", paths=link_paths)
+    status, why = _link_failure(link, tc, cache)
+    first = next((d.message for d in link_diags if d.severity is Severity.ERROR), "")
+    message = f"link failed: {why or first or 'see the linker output'} ({counts})"
+    return BuildResult(status, fmt, message=message, diagnostics=diagnostics + link_diags, kernels=kernels,
+                       log=(log + output)[: limits.max_log_chars])
+
+
+def _link_failure(link: LinkResult, tc: ExtToolchain, cache: BuildCache) -> tuple[BuildStatus, str]:
+    """The status of a failed link, and a reason where the linker's own messages are not it."""
+    run = link.run
+    if run is not None and run.outcome is RunOutcome.TIMEOUT:
+        return BuildStatus.TIMEOUT, "the linker ran past the build timeout"
+    if link.too_large or (run is not None and run.outcome is RunOutcome.OUTPUT_LIMIT):
+        return BuildStatus.OUTPUT_LIMIT, "the linked module or the linker's output is over its cap"
+    if run is not None and run.outcome is RunOutcome.NOT_FOUND:
+        return BuildStatus.TOOL_ERROR, f"the judge could not run the linker: {run.output}"
+    probe = toolchain_links(tc, cache)
+    if not probe.ok:
+        return BuildStatus.TOOL_ERROR, ("the judge's toolchain cannot link an empty torch extension on this host "
+                                        f"(not your solution's fault): {probe.output[-2000:]}")
+    return BuildStatus.COMPILE_ERROR, ""
 
 
 def _cu_unit(tc: ExtToolchain, rel: str, text: str, files: dict[str, str]) -> CompileUnit:
     flags = (*NVCC_FLAGS, f"-arch={tc.arch}", "-ccbin", tc.tools.cxx, "-Ikernels", "-I.")
     key = content_key("ext-cu", tc.tools.fingerprint(), tc.arch, flags, rel, text, select(files, *HEADERS))
     return CompileUnit(source=rel, kind="obj", key=key, tool="nvcc", artifact=Path(rel).stem + ".cu.o",
-                       argv=(tc.tools.nvcc, *flags, "-c", rel, "-o", OUT_TOKEN))
+                       argv=(tc.tools.nvcc, *flags, "-c", rel, "-o", OUT_TOKEN), tools=(tc.tools.cxx,))
 
 
 def _cpp_unit(tc: ExtToolchain, rel: str, text: str, files: dict[str, str], prelude: Prelude) -> CompileUnit:
@@ -163,7 +186,7 @@ def _cpp_unit(tc: ExtToolchain, rel: str, text: str, files: dict[str, str], prel
     key = content_key("ext-cpp", tc.fingerprint(), flags, tc.key_includes(), rel, text, protected, PCH_TEXT)
     return CompileUnit(source=rel, kind="obj", key=key, tool="c++", artifact=Path(rel).stem + ".o",
                        argv=(tc.tools.cxx, *flags, *prelude.flags(), "-I.", "-Ikernels", *tc.host_includes(),
-                             "-c", rel, "-o", OUT_TOKEN))
+                             "-c", rel, "-o", OUT_TOKEN), reads=(*tc.reads(), *prelude.reads()))
 
 
 def _protected_text() -> str:

@@ -2,10 +2,13 @@
 
 Every flag reaches g++, nvcc or ld, and many of them run programs or read files (``-wrapper``, ``-B``,
 ``-specs=``, ``-fplugin=``, ``@file``, ``-Xlinker --script``), so the judge accepts a short allow-list and
-refuses anything else, naming the flag:
+refuses anything else, naming the flag. No flag widens what a compiler sees: the sandbox binds only the
+folders the judge chose (:func:`cudagym.judge.build.process.run_tool`), so a path in a ``-D`` value names
+nothing the compiler can open.
 
 - both compilers: ``-O0``..``-O3``/``-Os``, ``-std=c++14|17|20``, ``-D``/``-U`` macros, warnings (``-w``,
-  ``-Wall``, ``-Wextra``, ``-Wno-*``), ``-g``, ``-fPIC``, ``-fopenmp``, ``-I`` folders inside the workspace;
+  ``-Wall``, ``-Wextra``, ``-Wno-*``), ``-g``, ``-fPIC``, ``-fopenmp``, ``-I`` folders inside the workspace
+  (relative; never ``-I=dir``, gcc's sysroot form);
 - nvcc also: ``-lineinfo``, ``-Xptxas -v``/``-O3`` (``--ptxas-options=``), ``--maxrregcount=N``,
   ``--expt-relaxed-constexpr``, ``--extended-lambda``, ``--resource-usage``, ``-Xcompiler`` with an allowed
   host flag, the arch flags (replaced by the judge's target arch anyway); ``--use_fast_math`` and the
@@ -120,8 +123,17 @@ def _link_flag(flag: str, _allow_fast_math: bool) -> str:
     return f"{flag!r} is refused: the linker accepts only -l<CUDA library>; no paths, scripts or -Wl options"
 
 
+# an include folder is a plain relative path: gcc reads a leading "=" or "$SYSROOT" as the sysroot's, and
+# anything else (quotes, "~", spaces, control characters) has no business in a folder of the workspace
+_INCLUDE_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+/-]*")
+
+
 def _include_path(path: str, _allow_fast_math: bool) -> str:
-    norm = posixpath.normpath(path.strip() or ".")
-    if path.startswith("/") or norm == ".." or norm.startswith("../"):
-        return f"include folder {path!r} is refused: only folders inside the workspace (relative paths)"
+    value = path.strip()
+    if not value:
+        return "'-I' without a folder is refused: write the folder in the same string ('-Iinc')"
+    norm = posixpath.normpath(value)
+    if not _INCLUDE_PATH.fullmatch(value) or norm == ".." or norm.startswith("../"):
+        return (f"include folder {path!r} is refused: only folders inside the workspace, as relative paths of "
+                "letters, digits and _ . + - / (no absolute, '=' sysroot, '$SYSROOT' or '..' paths)")
     return ""

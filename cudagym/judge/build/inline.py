@@ -6,7 +6,11 @@ Build (CPU worker):
    build timeout) with ``torch.utils.cpp_extension.load_inline`` replaced by a recorder
    (:mod:`cudagym.judge.build.inline_record`). Every call is captured; none at all is ``INVALID``. The
    child is candidate code, so it runs in the judge's sandbox like a GPU worker (:data:`RECORD_POLICY`:
-   scrubbed environment, private ``HOME``/``TMPDIR``, rlimits, the watchdog, no network where allowed).
+   scrubbed environment, private ``HOME``/``TMPDIR``, rlimits, the watchdog, no network where allowed) and
+   writes only into private folders under the watchdog's disk limit. Its record is the candidate's word: the
+   judge checks it against a strict schema (:mod:`cudagym.judge.build.inline_calls`: a call's ``name`` is a
+   Python identifier, types, sizes, counts; anything else is ``INVALID``) and caches only its checked copy;
+   every path built from a call is resolved and checked to stay inside the build's stage.
 2. Generate each call's sources as ``load_inline`` does: ``main.cpp`` = ``#include <torch/extension.h>``
    + ``cpp_sources`` + a ``PYBIND11_MODULE`` with one ``m.def`` per entry of ``functions``; ``cuda.cu``
    = torch/cuda headers + ``cuda_sources``.
@@ -32,7 +36,7 @@ import inspect
 import json
 import os
 import sys
-from collections.abc import Mapping
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +45,7 @@ from cudagym.judge.build.cache import BuildCache, content_key, write_atomic
 from cudagym.judge.build.diagnostics import PathMap, Segment, parse_diagnostics, parse_ptxas_resources
 from cudagym.judge.build.extension import link_result
 from cudagym.judge.build.flags import refused_flag
+from cudagym.judge.build.inline_calls import LIST_FIELDS, Recording, call_key, normalize_call, read_recording
 from cudagym.judge.build.process import BuildLimits, Deadline, RunOutcome, ToolRun, run_sandboxed_tool
 from cudagym.judge.build.toolchain import TORCH_NVCC_DEFINES
 from cudagym.judge.build.torch_ext import (
@@ -56,48 +61,20 @@ from cudagym.judge.build.units import OUT_TOKEN, CompileUnit, UnitResult, compil
 from cudagym.judge.protocol import Protocol
 from cudagym.judge.records import BuildResult, BuildStatus, Diagnostic, Severity
 from cudagym.judge.sandbox import SandboxPolicy
+from cudagym.judge.watchdog import MiB
 from cudagym.solution import Solution
 from cudagym.task import Task
+
+__all__ = ["build_inline", "call_key", "install_inline_loader", "normalize_call", "uninstall_inline_loader"]
 
 MODULE_PREFIX = "cudagym_inl"
 INLINE_IMPL = "cudagym_inline_impl"
 MANIFEST = "manifest.json"
+RECORD_FILE = "calls.json"
 _ARCH_FLAGS = ("-arch", "--gpu-architecture", "-gencode", "--generate-code", "-code", "--gpu-code")
-_LIST_FIELDS = ("extra_cflags", "extra_cuda_cflags", "extra_ldflags", "extra_include_paths")
-# The recording run imports candidate code: the GPU workers' sandbox (output caps come from BuildLimits).
-RECORD_POLICY = SandboxPolicy()
-
-
-def normalize_call(args: Mapping[str, Any]) -> dict[str, Any]:
-    """A load_inline call's arguments in canonical JSON form (the recorder and the loader share this)."""
-    def as_list(value: Any) -> list[str]:
-        if value is None:
-            return []
-        return [value] if isinstance(value, str) else [str(v) for v in value]
-
-    functions = args.get("functions")
-    if isinstance(functions, str):
-        functions = {functions: functions}
-    elif functions is not None and not isinstance(functions, Mapping):
-        functions = {f: f for f in functions}
-    call = {
-        "name": str(args["name"]),
-        "cpp_sources": as_list(args.get("cpp_sources")),
-        "cuda_sources": as_list(args.get("cuda_sources")),
-        "functions": dict(functions) if functions is not None else None,
-        "with_pytorch_error_handling": bool(args.get("with_pytorch_error_handling", True)),
-        "no_implicit_headers": bool(args.get("no_implicit_headers", False)),
-        "is_python_module": bool(args.get("is_python_module", True)),
-        "unsupported": "sycl_sources" if as_list(args.get("sycl_sources")) else "",
-    }
-    for field in _LIST_FIELDS:
-        call[field] = [f for f in as_list(args.get(field)) if f.strip()]
-    return call
-
-
-def call_key(call: Mapping[str, Any]) -> str:
-    """Content key of a normalised call: how the loader finds its prebuilt module."""
-    return content_key("inline-call", dict(call))
+# The recording run imports candidate code: the GPU workers' sandbox (output caps come from BuildLimits), with
+# less disk: it only imports model_new.py, and everything it writes lies in watched private folders.
+RECORD_POLICY = SandboxPolicy(disk_bytes=512 * MiB)
 
 
 def build_inline(task: Task, solution: Solution, protocol: Protocol, cache: BuildCache) -> BuildResult:
@@ -112,7 +89,7 @@ def build_inline(task: Task, solution: Solution, protocol: Protocol, cache: Buil
     recorded = _record(source, tc, cache, deadline, limits)
     if isinstance(recorded, BuildResult):
         return recorded
-    calls, error = recorded
+    calls, error = list(recorded.calls), recorded.error
     refused = _refused_flags(calls, protocol)
     if refused:
         return BuildResult(BuildStatus.INVALID, "inline", message=refused)
@@ -132,7 +109,8 @@ def build_inline(task: Task, solution: Solution, protocol: Protocol, cache: Buil
             if failure(done, limits) is None:
                 links.append((call, link_extension(tc, done, prefix=MODULE_PREFIX, impl=INLINE_IMPL,
                                                    extra_ldflags=call["extra_ldflags"], cache=cache,
-                                                   deadline=deadline, limits=limits, kind="inline-ext")))
+                                                   deadline=deadline, limits=limits, kind="inline-ext",
+                                                   python_module=call["is_python_module"])))
     for r in results:
         diagnostics += parse_diagnostics(r.output, tool=r.unit.tool, paths=paths)
     if error:
@@ -148,7 +126,8 @@ def build_inline(task: Task, solution: Solution, protocol: Protocol, cache: Buil
                            kernels=kernels, log=log[: limits.max_log_chars])
     for _call, link in links:
         if link.path is None:
-            return link_result(link, results, tuple(diagnostics), kernels, log, counts, limits, "inline")
+            return link_result(link, results, tuple(diagnostics), kernels, log, counts, limits, "inline", tc=tc,
+                               cache=cache, paths=paths)
     manifest = _write_manifest(links, cache)
     cached = all(r.cached for r in results) and all(link.cached for _c, link in links)
     modules = ", ".join(link.module for _c, link in links)
@@ -158,43 +137,56 @@ def build_inline(task: Task, solution: Solution, protocol: Protocol, cache: Buil
 
 
 def _record(source: str, tc: ExtToolchain, cache: BuildCache, deadline: Deadline,
-            limits: BuildLimits) -> tuple[list[dict[str, Any]], str] | BuildResult:
-    # "sandboxed": records made before the recorder ran in the sandbox saw the judge's environment
-    key = content_key("inline-record", "sandboxed", source, tc.torch.version, sys.version_info[:2])
+            limits: BuildLimits) -> Recording | BuildResult:
+    """model_new.py's load_inline calls, checked (:mod:`~cudagym.judge.build.inline_calls`), or why there are none."""
+    # "checked": records cached before the judge checked them held whatever the candidate wrote
+    key = content_key("inline-record", "checked", source, tc.torch.version, sys.version_info[:2])
     env = {"CUDA_VISIBLE_DEVICES": "", "PYTHONDONTWRITEBYTECODE": "1"}
-    unit = CompileUnit(source="model_new.py", kind="inline-record", key=key, tool="python", artifact="calls.json",
-                       argv=(sys.executable, "-m", "cudagym.judge.build.inline_record", "model_new.py", OUT_TOKEN),
+    unit = CompileUnit(source="model_new.py", kind="inline-record", key=key, tool="python", artifact=RECORD_FILE,
+                       argv=(sys.executable, "-m", "cudagym.judge.build.inline_record", "model_new.py", RECORD_FILE),
                        env=env, runner=_run_recorder)
-    with cache.staging(prefix="record-") as stage:
-        write_atomic(stage / "model_new.py", source.encode("utf-8", errors="surrogateescape"))
-        result = compile_unit(unit, cache=cache, cwd=stage, deadline=deadline, limits=limits)
+    # the recorder's folder: private, outside the cache, watched for disk use like the sandbox's own
+    with tempfile.TemporaryDirectory(prefix="cudagym-record-", ignore_cleanup_errors=True) as private:
+        write_atomic(Path(private) / "model_new.py", source.encode("utf-8", errors="surrogateescape"))
+        result = compile_unit(unit, cache=cache, cwd=Path(private), deadline=deadline, limits=limits)
     if result.outcome is RunOutcome.TIMEOUT:
         return BuildResult(BuildStatus.TIMEOUT, "inline", message=f"running model_new.py to record its load_inline "
                            f"calls took longer than the build timeout ({limits.timeout_s:g} s)")
     if result.outcome is RunOutcome.OUTPUT_LIMIT:
         return BuildResult(BuildStatus.OUTPUT_LIMIT, "inline", message="model_new.py printed more than "
                            f"{limits.max_output_bytes} bytes while recording its load_inline calls")
+    if result.outcome is RunOutcome.NOT_FOUND:
+        return BuildResult(BuildStatus.TOOL_ERROR, "inline", message=f"the judge could not run the recorder: "
+                           f"{result.output[-2000:]}")
     if result.path is None:
         return BuildResult(BuildStatus.INVALID, "inline", message="model_new.py ended the recording process "
-                           f"before it finished (exit status {result.returncode})", log=result.output[-4000:])
-    data = json.loads(result.path.read_text())
-    calls, error = data["calls"], data["error"]
-    if not calls:
+                           f"before the recorder wrote its record (exit status {result.returncode})",
+                           log=result.output[-4000:])
+    return _checked(read_recording(result.path, judged=True))
+
+
+def _checked(recording: Recording) -> Recording | BuildResult:
+    """The recording if the build can go on with it, else the candidate's failure saying why."""
+    if recording.problem:
+        return BuildResult(BuildStatus.INVALID, "inline", message="the recorded load_inline call(s) break the "
+                           f"judge's rules: {recording.problem}; nothing was compiled")
+    if not recording.calls:
+        error = recording.error
         tail = f"; it raised:\n{error}" if error else ""
         return BuildResult(BuildStatus.INVALID, "inline", message="model_new.py never called "
                            f"torch.utils.cpp_extension.load_inline at import time{tail}", log=error[-4000:])
-    unsupported = [c["name"] for c in calls if c["unsupported"]]
+    unsupported = [c["name"] for c in recording.calls if c["unsupported"]]
     if unsupported:
         return BuildResult(BuildStatus.INVALID, "inline", message=f"load_inline call(s) {', '.join(unsupported)} "
                            "pass SYCL sources, which this judge does not build")
-    return calls, error
+    return recording
 
 
 def _refused_flags(calls: list[dict[str, Any]], protocol: Protocol) -> str:
     """The first agent flag the judge refuses (:mod:`cudagym.judge.build.flags`), named, or ``""``."""
     fast_math = bool((protocol.extra or {}).get("allow_fast_math", False))
     for call in calls:
-        for field in _LIST_FIELDS:
+        for field in LIST_FIELDS:
             problem = refused_flag(field, call[field], allow_fast_math=fast_math)
             if problem:
                 return f"load_inline(name={call['name']!r}) {problem}; nothing was compiled"
@@ -202,39 +194,46 @@ def _refused_flags(calls: list[dict[str, Any]], protocol: Protocol) -> str:
 
 
 def _run_recorder(unit: CompileUnit, out: Path, cwd: Path, deadline: Deadline, limits: BuildLimits) -> ToolRun:
-    """Run the recorder child in the sandbox (a :class:`CompileUnit` runner)."""
-    argv = [a.replace(OUT_TOKEN, str(out)) for a in unit.argv]
-    return run_sandboxed_tool(argv, cwd=cwd, deadline=deadline, max_output_bytes=limits.max_output_bytes,
-                              policy=RECORD_POLICY, env=unit.env, writes=(out.parent,))
+    """Run the recorder child in the sandbox, then keep only its record, checked (a :class:`CompileUnit` runner).
+
+    The child may write only ``cwd`` (private, watched) and its own private folders; ``out``, in the cache's
+    staging folder, gets the judge's copy of the record and nothing else the child wrote.
+    """
+    run = run_sandboxed_tool(unit.argv, cwd=cwd, deadline=deadline, max_output_bytes=limits.max_output_bytes,
+                             policy=RECORD_POLICY, env=unit.env)
+    record = cwd / RECORD_FILE
+    if run.ok and (record.exists() or record.is_symlink()):
+        write_atomic(out, read_recording(record).to_json())
+    return run
 
 
 def _call_units(tc: ExtToolchain, call: dict[str, Any], index: int, model_src: str, stage: Path,
                 prelude: Prelude) -> tuple[list[CompileUnit], dict[str, tuple[Segment, ...]]]:
     folder = f"inline/{index}_{call['name']}"
-    (stage / folder).mkdir(parents=True, exist_ok=True)
+    _inside(stage, folder).mkdir(parents=True, exist_ok=True)
     generated: dict[str, tuple[Segment, ...]] = {}
     cpp_parts = ([] if call["no_implicit_headers"] else ["#include <torch/extension.h>"]) + call["cpp_sources"]
     cpp_parts += _module_def(call)
     generated[f"{folder}/main.cpp"] = _segments(cpp_parts, model_src)
-    (stage / folder / "main.cpp").write_text("\n".join(cpp_parts), encoding="utf-8")
+    _inside(stage, f"{folder}/main.cpp").write_text("\n".join(cpp_parts), encoding="utf-8")
     includes = tuple(f"-I{p}" for p in call["extra_include_paths"])
     user_c = tuple(call["extra_cflags"])  # after the judge's flags: a user -std= or -O wins, as in g++
     flags = (*tc.host_flags(user_c), f"-DTORCH_EXTENSION_NAME={INLINE_IMPL}")
     # torch's headers come first anyway unless the call opted out of them or changed the flags a PCH needs
     prelude_flags = prelude.flags() if not user_c and not call["no_implicit_headers"] else ()
     rel = f"{folder}/main.cpp"
-    text = (stage / rel).read_text()
+    text = _inside(stage, rel).read_text()
     key = content_key("inl-cpp", tc.fingerprint(), flags, includes, tc.key_includes(), text,
                       PCH_TEXT if prelude_flags else "")
     units = [CompileUnit(source=rel, kind="obj", key=key, tool="c++", artifact="main.o",
                          argv=(tc.tools.cxx, *flags, *prelude_flags, *includes, *tc.host_includes(),
-                               "-c", rel, "-o", OUT_TOKEN))]
+                               "-c", rel, "-o", OUT_TOKEN), reads=(*tc.reads(), *prelude.reads()))]
     if call["cuda_sources"]:
         cu_parts = ([] if call["no_implicit_headers"] else
                     ["#include <torch/types.h>", "#include <cuda.h>", "#include <cuda_runtime.h>"])
         cu_parts += call["cuda_sources"]
         generated[f"{folder}/cuda.cu"] = _segments(cu_parts, model_src)
-        (stage / folder / "cuda.cu").write_text("\n".join(cu_parts), encoding="utf-8")
+        _inside(stage, f"{folder}/cuda.cu").write_text("\n".join(cu_parts), encoding="utf-8")
         units.append(_cu_unit(tc, f"{folder}/cuda.cu", "\n".join(cu_parts), call, includes))
     return units, generated
 
@@ -247,7 +246,22 @@ def _cu_unit(tc: ExtToolchain, rel: str, text: str, call: dict[str, Any], includ
              f"-D_GLIBCXX_USE_CXX11_ABI={int(tc.torch.cxx11_abi)}", f"-DTORCH_EXTENSION_NAME={INLINE_IMPL}", *user)
     key = content_key("inl-cu", tc.fingerprint(), flags, includes, tc.key_includes(), text)
     return CompileUnit(source=rel, kind="obj", key=key, tool="nvcc", artifact="cuda.o",
-                       argv=(tc.tools.nvcc, *flags, *includes, *tc.host_includes(), "-c", rel, "-o", OUT_TOKEN))
+                       argv=(tc.tools.nvcc, *flags, *includes, *tc.host_includes(), "-c", rel, "-o", OUT_TOKEN),
+                       reads=tc.reads(), tools=(tc.tools.cxx,))
+
+
+def _inside(stage: Path, rel: str) -> Path:
+    """``stage / rel``, proven to stay inside ``stage`` (links and ``..`` resolved).
+
+    Raises:
+        BuildToolError: It would not: a judge bug (recorded names are checked before any path is built).
+    """
+    root = stage.resolve()
+    path = (root / rel).resolve()
+    if not path.is_relative_to(root):
+        raise BuildToolError(f"expected a build path inside the stage, got {rel!r}, which leaves it; nothing was "
+                             "written (a judge bug: recorded calls are checked before their paths are built)")
+    return path
 
 
 def _drop_arch_flags(flags: list[str]) -> list[str]:

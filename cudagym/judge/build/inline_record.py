@@ -39,7 +39,7 @@ def main(argv: list[str]) -> int:
     model_path, out_path = argv
     import torch.utils.cpp_extension as cpp_extension
 
-    from cudagym.judge.build.inline import normalize_call
+    from cudagym.judge.build.inline_calls import MAX_ERROR_CHARS, normalize_call
 
     original = cpp_extension.load_inline
     signature = inspect.signature(original)
@@ -63,7 +63,7 @@ def main(argv: list[str]) -> int:
     try:
         runpy.run_path(model_path, run_name="model_new")
     except BaseException as exc:  # noqa: B902 - candidate code: anything it raises is data for the report
-        error = _candidate_traceback(exc, model_path)
+        error = _candidate_traceback(exc, model_path)[-MAX_ERROR_CHARS:]  # its end says what was raised
     finally:
         cpp_extension.load_inline = original
     with open(out_path, "w", encoding="utf-8") as handle:

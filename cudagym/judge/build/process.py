@@ -18,7 +18,6 @@ import dataclasses
 import enum
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -137,7 +136,9 @@ def run_tool(
     deadline: Deadline,
     max_output_bytes: int,
     env: Mapping[str, str] | None = None,
+    reads: Sequence[str | Path] = (),
     writes: Sequence[str | Path] = (),
+    tools: Sequence[str] = (),
     memory_bytes: int = 0,
     file_size_bytes: int = 0,
 ) -> ToolRun:
@@ -145,9 +146,10 @@ def run_tool(
 
     The command runs in the sandbox (:mod:`cudagym.judge.confine`): a scrubbed environment with a private
     ``HOME`` and ``TMPDIR``, no network, and a file-system view of the system, the toolchain, ``cwd``
-    (read-only), the absolute paths ``argv`` names (read-only: cached objects, the PCH) and ``writes``
-    (read-write: where the output goes); an address-space and file-size limit; at most
-    :func:`compile_slots` compiler processes of this interpreter at once.
+    (read-only), ``reads`` (read-only) and ``writes`` (read-write: where the output goes); an address-space
+    and file-size limit; at most :func:`compile_slots` compiler processes of this interpreter at once. The
+    view is what the judge names here and nothing else: no path inside ``argv`` widens it (an agent's
+    ``-DDIR=/etc`` names a folder the compiler cannot see). Output names the tool's private folder as ``<tmp>``.
 
     Args:
         argv: Command and arguments (built by the judge; the agent's flags are allow-listed before).
@@ -155,7 +157,10 @@ def run_tool(
         deadline: Shared build deadline; the call is killed when it passes.
         max_output_bytes: Kill the call once it has printed more than this.
         env: Extra environment variables (secret-looking names are dropped).
+        reads: Host folders the judge chose as inputs besides ``cwd`` (cached objects, the PCH's folder, the
+            toolchain's include and library folders).
         writes: Folders the command may write (its output's folder).
+        tools: Executables it runs besides ``argv[0]`` (nvcc's host compiler): their install folders are seen.
         memory_bytes: Address-space limit of each process (0: :data:`COMPILER_MEMORY_BYTES`).
         file_size_bytes: Largest file it may write (0: 1 GiB).
 
@@ -172,11 +177,12 @@ def run_tool(
                       "nofile": 1024,
                       "cpu": int(deadline.remaining_s()) + 5}
             command = confine.wrap(limited_command(argv, limits), confine.view_for(
-                reads=(str(cwd), *argv_inputs(argv)), writes=(private, *map(str, writes)), chdir=cwd,
-                tools=tool_executables(argv)))
+                reads=(str(cwd), *map(str, reads)), writes=(private, *map(str, writes)), chdir=cwd,
+                tools=tool_executables(argv[:1], tools)))
             full_env = scrub_env(os.environ, home=f"{private}/home", tmpdir=f"{private}/tmp",
                                  extra={**TOOL_ENV, **(env or {})})
-            return _run(argv, command, cwd, full_env, deadline, max_output_bytes, start)
+            run = _run(argv, command, cwd, full_env, deadline, max_output_bytes, start)
+            return dataclasses.replace(run, output=_private_as_tmp(run.output, private))
     except SandboxUnavailableError as exc:
         return ToolRun(tuple(argv), RunOutcome.NOT_FOUND, -1, str(exc), time.monotonic() - start)
     finally:
@@ -243,33 +249,14 @@ def limited_command(argv: Sequence[str], limits: Mapping[str, int]) -> list[str]
     return [sys.executable, "-I", "-S", limits_exec.__file__, json.dumps(dict(limits)), "--", *argv]
 
 
-_ABS_PATH = re.compile(r"(?:^|[=,])(/[^\s,=:;]+)")
+def _private_as_tmp(text: str, private: str) -> str:
+    """Tool output with the tool's private folder (its ``TMPDIR`` and ``HOME``) named ``<tmp>``."""
+    return text.replace(f"{private}/tmp/", "<tmp>/").replace(f"{private}/", "<tmp>/")
 
 
-def argv_inputs(argv: Sequence[str]) -> list[str]:
-    """Host folders a judge-built command names (``-I/x``, ``-include /x/h``, ``/x/y.o``), to bind read-only.
-
-    Each existing folder, and the folder of each existing file (a PCH is found beside its header).
-    """
-    found = []
-    for arg in argv[1:]:
-        for token in [arg, arg[2:] if arg[:2] in ("-I", "-L") else ""]:
-            for match in _ABS_PATH.finditer(token):
-                path = match.group(1)
-                if os.path.isdir(path):
-                    found.append(path)
-                elif os.path.isfile(path):
-                    found.append(os.path.dirname(path))
-    return found
-
-
-def tool_executables(argv: Sequence[str]) -> list[str]:
-    """The programs a command runs: ``argv[0]`` and nvcc's ``-ccbin`` host compiler."""
-    tools = [shutil.which(argv[0]) or argv[0]] if argv else []
-    for flag, value in zip(argv, argv[1:], strict=False):
-        if flag in ("-ccbin", "--compiler-bindir"):
-            tools.append(shutil.which(value) or value)
-    return tools
+def tool_executables(argv0: Sequence[str], tools: Sequence[str] = ()) -> list[str]:
+    """The programs a command runs, as the judge names them: its ``argv[0]`` and ``tools``, found on ``PATH``."""
+    return [shutil.which(t) or t for t in (*argv0, *tools) if t]
 
 
 def compile_slots() -> int:
@@ -322,14 +309,15 @@ def run_sandboxed_tool(
     max_output_bytes: int,
     policy: SandboxPolicy,
     env: Mapping[str, str] | None = None,
-    writes: Sequence[str | Path] = (),
 ) -> ToolRun:
     """Run one command that executes candidate code in the sandbox, to completion, the deadline or a limit.
 
     Unlike :func:`run_tool`, the command does not inherit this process's environment: it gets
     :func:`~cudagym.judge.sandbox.scrub_env`'s (no secrets, private ``HOME`` and ``TMPDIR``), the policy's
     rlimits and isolation, and the watchdog's process, memory and disk limits. Its process group is
-    killed at the deadline, past ``max_output_bytes`` of output, or when it breaks a limit.
+    killed at the deadline, past ``max_output_bytes`` of output, or when it breaks a limit. It may write
+    only ``cwd`` and its private folders, all of them under the watchdog's disk limit: whatever it leaves
+    there is the caller's to check, never a cache entry as it stands.
 
     Args:
         argv: Command and arguments.
@@ -338,7 +326,6 @@ def run_sandboxed_tool(
         max_output_bytes: Kill the call once it has printed more than this.
         policy: Sandbox limits and isolation (its output caps are replaced by ``max_output_bytes``).
         env: Extra environment variables (secret-looking names are still dropped).
-        writes: More folders it may write (its output's folder).
 
     Returns:
         The finished call; a broken limit other than output ends as ``EXITED`` with the killing signal's
@@ -347,7 +334,7 @@ def run_sandboxed_tool(
     policy = dataclasses.replace(policy, output_bytes=max_output_bytes, log_bytes=max_output_bytes)
     try:
         run = run_sandboxed(argv, cwd=cwd, policy=policy, timeout_s=max(deadline.remaining_s(), 0.001),
-                            env={**TOOL_ENV, **(env or {})}, writes=writes)
+                            env={**TOOL_ENV, **(env or {})})
     except SandboxUnavailableError as exc:
         return ToolRun(tuple(argv), RunOutcome.NOT_FOUND, -1, str(exc), 0.0)
     if run.timed_out:

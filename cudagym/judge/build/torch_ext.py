@@ -85,6 +85,12 @@ class ExtToolchain:
         # the stand-in directory goes last: any real header of the same name is found first
         return tuple(f"-I{d}" for d in (*dirs, *([self.compat_include] if self.compat_include else [])))
 
+    def reads(self) -> tuple[str, ...]:
+        """Host folders its compiles and links read: torch's, Python's and CUDA's headers and libraries."""
+        return tuple(dict.fromkeys(d for d in (*self.torch.include_dirs, self.torch.python_include,
+                                               self.tools.include_dir, self.compat_include, self.torch.lib_dir,
+                                               self.tools.lib_dir) if d))
+
     def link_flags(self, extra: Sequence[str] = ()) -> tuple[str, ...]:
         """Linker flags of a torch extension (see the module docstring)."""
         torch_libs = ("c10", "torch", "torch_cpu", "torch_python", *self.torch.cuda_libs)
@@ -143,6 +149,10 @@ class Prelude:
     def flags(self) -> tuple[str, ...]:
         """g++ flags that force-include the header (``-Winvalid-pch`` says so if a ``.gch`` cannot be used)."""
         return ("-include", str(self.header), *(("-Winvalid-pch",) if self.precompiled else ()))
+
+    def reads(self) -> tuple[str, ...]:
+        """The folder a compile with :meth:`flags` reads (the header and its ``.gch``)."""
+        return (str(self.header.parent),)
 
 
 def torch_prelude(tc: ExtToolchain, cache: BuildCache, scratch: Path) -> Prelude:
@@ -207,7 +217,7 @@ def _build_pch(tc: ExtToolchain, cache: BuildCache) -> UnitResult:
         header = scratch / PCH_HEADER
         write_atomic(header, PCH_TEXT.encode())
         unit = CompileUnit(source=f"<pch {PCH_HEADER}>", kind="pch", key=key, tool="c++",
-                           artifact=f"{PCH_HEADER}.gch", trusted=True,
+                           artifact=f"{PCH_HEADER}.gch", trusted=True, reads=tc.reads(),
                            argv=(tc.tools.cxx, *tc.host_flags(), *tc.host_includes(), "-x", "c++-header",
                                  str(header), "-o", OUT_TOKEN))
         result = compile_unit(unit, cache=cache, cwd=scratch, deadline=Deadline(INFRA_TIMEOUT_S),
@@ -239,7 +249,7 @@ def binding_unit(tc: ExtToolchain, scratch: Path) -> CompileUnit:
     flags = (*tc.host_flags(), f"-DTORCH_EXTENSION_NAME={BINDING_IMPL}")
     key = content_key("binding-obj", tc.fingerprint(), flags, tc.key_includes(), templates)
     return CompileUnit(source="binding.cpp", kind="obj", key=key, tool="c++", artifact="binding.o", trusted=True,
-                       argv=(tc.tools.cxx, *flags, f"-I{scratch}", *tc.host_includes(),
+                       reads=tc.reads(), argv=(tc.tools.cxx, *flags, f"-I{scratch}", *tc.host_includes(),
                              "-c", str(scratch / "binding.cpp"), "-o", OUT_TOKEN))
 
 
@@ -256,11 +266,15 @@ class LinkResult:
 
 def link_extension(
     tc: ExtToolchain, objects: Sequence[UnitResult], *, prefix: str, impl: str, extra_ldflags: Sequence[str],
-    cache: BuildCache, deadline: Deadline, limits: BuildLimits, kind: str = "ext",
+    cache: BuildCache, deadline: Deadline, limits: BuildLimits, kind: str = "ext", python_module: bool = True,
 ) -> LinkResult:
-    """Link compiled objects into ``<module>.so`` (cached by the objects' keys and the flags)."""
+    """Link compiled objects into ``<module>.so`` (cached by the objects' keys and the flags).
+
+    ``python_module``: alias the module's init (``PyInit_<module>`` to ``PyInit_<impl>``); a library that
+    only registers operators (``load_inline(is_python_module=False)``) has none.
+    """
     flags = tc.link_flags(extra_ldflags)
-    key = content_key("ext-link", tc.fingerprint(), flags, impl, [o.unit.key for o in objects])
+    key = content_key("ext-link", tc.fingerprint(), flags, impl, python_module, [o.unit.key for o in objects])
     name = module_name(prefix, key)
     found = cache.lookup(kind, key)
     if found is not None:
@@ -273,10 +287,12 @@ def link_extension(
             return LinkResult(None, entry / f"{name}.so", name, cached=True)
         with cache.staging(prefix="link-") as stage:
             out = stage / f"{name}.so"
-            argv = [tc.tools.cxx, *[str(o.path) for o in objects], "-o", str(out), *flags,
-                    f"-Wl,--defsym=PyInit_{name}=PyInit_{impl}"]
+            alias = (f"-Wl,--defsym=PyInit_{name}=PyInit_{impl}",) if python_module else ()
+            argv = [tc.tools.cxx, *[str(o.path) for o in objects], "-o", str(out), *flags, *alias]
             run = run_tool(argv, cwd=stage, deadline=deadline, max_output_bytes=limits.max_output_bytes,
-                           writes=(stage,), file_size_bytes=2 * limits.max_artifact_bytes + (64 << 20),
+                           reads=(*tc.reads(), *dict.fromkeys(os.path.dirname(str(o.path)) for o in objects)),
+                           writes=(stage,),
+                           file_size_bytes=2 * limits.max_artifact_bytes + (64 << 20),
                            memory_bytes=limits.compiler_memory_bytes)
             if not run.ok or not out.is_file():
                 return LinkResult(run, None, name, False)
@@ -287,6 +303,24 @@ def link_extension(
             write_atomic(stage / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode())
             final = cache.commit(kind, key, stage)
             return LinkResult(run, final / out.name, name, cached=False)
+
+
+_links_here: dict[str, ToolRun] = {}  # toolchain key -> its probe's run, once per process (a host does not change)
+
+
+def toolchain_links(tc: ExtToolchain, cache: BuildCache) -> ToolRun:
+    """Whether this toolchain links a torch extension at all: an empty one, with the judge's own flags only.
+
+    Asked after a link failed: if this probe links, the failure came from what the candidate linked (its
+    objects, its ``-l`` flags) and is the candidate's; if it fails too, the toolchain is broken.
+    """
+    key = content_key("link-probe", tc.fingerprint(), tc.link_flags())
+    if key not in _links_here or not _links_here[key].ok:
+        with cache.staging(prefix="link-probe-") as stage:
+            argv = [tc.tools.cxx, "-x", "c++", "/dev/null", "-o", str(stage / "probe.so"), *tc.link_flags()]
+            _links_here[key] = run_tool(argv, cwd=stage, deadline=Deadline(INFRA_TIMEOUT_S), reads=tc.reads(),
+                                        writes=(stage,), max_output_bytes=BuildLimits().max_output_bytes)
+    return _links_here[key]
 
 
 # torch's libraries, in dependency order; promoted to RTLD_GLOBAL before an extension loads

@@ -40,6 +40,9 @@ class CompileUnit:
             artifact size cap, which is there for candidate code (a PCH of torch is ~0.8 GB).
         runner: Runs the compile instead of spawning ``argv`` (the persistent NVRTC child); called as
             ``runner(unit, out_path, cwd, deadline, limits)``. ``argv`` then only names it in reports.
+        reads: Host folders the command reads besides its working folder and the system (the toolchain's
+            include folders, the PCH's cache entry): the judge's own choice, the only ones bound into its view.
+        tools: Executables it runs besides ``argv[0]`` (nvcc's ``-ccbin`` host compiler).
     """
 
     source: str
@@ -52,6 +55,8 @@ class CompileUnit:
     trusted: bool = False
     runner: Callable[[CompileUnit, Path, Path, Deadline, BuildLimits], ToolRun] | None = field(
         default=None, compare=False)
+    reads: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -124,7 +129,8 @@ def compile_unit(
                 size = 8 << 30 if unit.trusted else 2 * limits.max_artifact_bytes + (64 << 20)
                 memory = 0 if unit.trusted else limits.compiler_memory_bytes
                 run = run_tool(argv, cwd=cwd, deadline=deadline, max_output_bytes=limits.max_output_bytes,
-                               env=unit.env, writes=(stage,), file_size_bytes=size, memory_bytes=memory)
+                               env=unit.env, reads=unit.reads, writes=(stage,), tools=unit.tools,
+                               file_size_bytes=size, memory_bytes=memory)
             return _store(unit, run, out, stage, cache, limits)
 
 
