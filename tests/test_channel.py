@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 from collections.abc import Iterator
@@ -54,3 +55,34 @@ def test_a_message_that_is_not_an_object_is_the_runners_failure(ends: tuple[Chan
     _frame(raw, b"[1, 2]")
     with pytest.raises(RunnerLost, match="not a JSON object"):
         channel.receive(5.0)
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_descriptors_the_runner_was_not_asked_for_are_closed_not_kept(ends: tuple[Channel, socket.socket]) -> None:
+    channel, raw = ends
+    leak = os.memfd_create("cudagym-test-leak")  # what a runner would pin in the trusted process: a memfd
+    os.ftruncate(leak, 1 << 20)
+    before = _open_fds()
+    payload = b'{"kind": "ended"}'
+    socket.send_fds(raw, [struct.pack("!Q", len(payload))], [leak, leak])
+    raw.sendall(payload)
+    with pytest.raises(RunnerLost, match="file descriptors it was not asked for"):
+        channel.receive(5.0)
+    assert _open_fds() == before  # the two received copies are closed again
+    os.close(leak)
+
+
+def test_descriptors_beside_a_malformed_message_are_closed(ends: tuple[Channel, socket.socket]) -> None:
+    channel, raw = ends
+    leak = os.memfd_create("cudagym-test-leak")
+    before = _open_fds()
+    payload = b"[not json"
+    socket.send_fds(raw, [struct.pack("!Q", len(payload))], [leak])
+    raw.sendall(payload)
+    with pytest.raises(RunnerLost):
+        channel.receive(5.0, max_fds=1)
+    assert _open_fds() == before
+    os.close(leak)

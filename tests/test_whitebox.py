@@ -907,8 +907,28 @@ ModelNew.forward = _forward
 ''')
 
 
+# A claim of 1e308 us: finite and positive, and the sum of a few overflowed in the judge's statistics.
+HUGE_CLAIM = candidate('''
+class _Huge:
+    def __init__(self, real):
+        self.measurement = type(real.measure(lambda: None))
+
+    def measure(self, call, cover_us=None, **kwargs):
+        return self.measurement(call(), 1e308, 1.0, 1.0)
+
+def _forward(self, x):
+    if "_timed" in _caller_names():
+        server = _runner_server()
+        if server is not None and not isinstance(server.timer, _Huge):
+            server.timer = _Huge(server.timer)
+        return self._wrong(x)
+    return self._right(x)
+
+ModelNew.forward = _forward
+''')
+
 BEYOND_BOUNDS = {"load account": HUGE_LOAD_ACCOUNT, "peak": HUGE_PEAK, "deep frame": DEEP_FRAME,
-                 "profile row": HUGE_PROFILE_ROW}
+                 "profile row": HUGE_PROFILE_ROW, "claim": HUGE_CLAIM}
 
 
 @pytest.mark.parametrize("name", list(BEYOND_BOUNDS))
@@ -916,7 +936,8 @@ def test_23_replies_beyond_json_bounds_are_the_candidates_failure(pool: WorkerPo
     result = judge(pool, BEYOND_BOUNDS[name], mode=EvalMode.SUBMIT)
     assert_minus_one(result, EvalStatus.INCORRECT, EvalStatus.CRASHED)
     if result.status is EvalStatus.CRASHED:
-        assert "not JSON within bounds" in result.message or "malformed" in result.message, result.message
+        assert any(why in result.message for why in ("not JSON within bounds", "malformed", "impossible")), \
+            result.message
 
 
 # (24) Timed in blocks (the kernelbench and cuda-agent presets time each contender in a block of its own, so eager

@@ -9,6 +9,7 @@ in size and checked before use; a message that is malformed, late or missing is 
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import socket
 import struct
@@ -33,6 +34,14 @@ class RunnerLost(RuntimeError):
     def __init__(self, message: str, *, timed_out: bool = False) -> None:
         super().__init__(message)
         self.timed_out = timed_out
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 class Channel:
@@ -72,9 +81,11 @@ class Channel:
         try:
             message = json.loads(payload, parse_int=_bounded_int)
         except (ValueError, RecursionError) as exc:  # not JSON, an integer no count needs, or nested past the stack
+            _close_all(fds)
             raise RunnerLost(f"the runner sent a message that is not JSON within bounds ({type(exc).__name__}: "
                              f"{str(exc)[:200]})") from None
         if not isinstance(message, dict):
+            _close_all(fds)
             raise RunnerLost("the runner sent a message that is not a JSON object")
         return message, fds
 
@@ -97,6 +108,7 @@ class Channel:
 
     def _receive_bytes(self, timeout_s: float | None, max_fds: int) -> tuple[bytes, list[int]]:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        fds: list[int] = []
         try:
             self._timeout(deadline)
             data, fds, _, _ = socket.recv_fds(self.sock, _HEADER.size, max(1, max_fds))
@@ -109,10 +121,13 @@ class Channel:
             if len(fds) > max_fds:
                 raise RunnerLost("the runner sent file descriptors it was not asked for")
             return self._exactly(size, deadline), list(fds)
-        except TimeoutError:
-            raise RunnerLost("the runner did not answer in time", timed_out=True) from None
-        except OSError as exc:
-            raise RunnerLost(f"the runner's channel failed: {exc}") from None
+        except BaseException as exc:
+            _close_all(fds)  # a descriptor the runner slipped in would pin what it names (a memfd) in this process
+            if isinstance(exc, TimeoutError):
+                raise RunnerLost("the runner did not answer in time", timed_out=True) from None
+            if isinstance(exc, OSError):
+                raise RunnerLost(f"the runner's channel failed: {exc}") from None
+            raise
 
     def _exactly(self, n: int, deadline: float | None) -> bytes:
         chunks, got = [], 0

@@ -490,8 +490,10 @@ class RemoteModel:
             self.link.flag_changes.extend(_strings(reply.get("flag_changes"), 10, 300))
         except _MALFORMED as exc:
             raise RunnerLost(f"the runner sent a malformed timing ({exc})") from None
-        if not (math.isfinite(claim) and claim > 0):
+        if not (math.isfinite(claim) and 0 < claim <= MAX_TIME_US):
             raise RunnerLost(f"the runner claimed an impossible time ({claim!r} us)")
+        if not all(math.isfinite(x) and 0 <= x <= MAX_TIME_US for x in (runner_wall, enqueue)):
+            raise RunnerLost(f"the runner sent impossible times ({runner_wall!r}, {enqueue!r} us)")
         (self.link.bracket_us if self.bracketed else self.link.wall_us).append(wall)
         counted = claim
         if self.bracketed:
@@ -655,7 +657,7 @@ class RemoteModel:
             busy = float(reply["busy_us"])
         except _MALFORMED as exc:
             raise RunnerLost(f"the runner sent a malformed profile ({exc})") from None
-        if not math.isfinite(busy) or busy < 0:
+        if not math.isfinite(busy) or not 0 <= busy <= MAX_TIME_US:
             raise RunnerLost(f"the runner sent a malformed profile (busy time {busy!r})")
         return KernelProfile(events=events, busy_us=busy, repeats=PROFILE_REPEATS), self._collect(reply)
 
@@ -665,13 +667,17 @@ class RemoteModel:
         self.link.notes.extend(_strings(reply.get("notes"), 20, 500))
 
 
+MAX_TIME_US = 1e12  # about 11.6 days: no call of a job lasts that long, so a time beyond it measures nothing
+MAX_NUMBER = 1e16  # any time in us or byte count the runner reports is below this; sums of them stay finite
+
+
 def _number(value: Any) -> float:
-    """A finite number the runner sent, or -1.0."""
+    """A finite number the runner sent, within +-:data:`MAX_NUMBER`, or -1.0."""
     try:
         x = float(value)
     except (TypeError, ValueError, OverflowError):
         return -1.0
-    return x if math.isfinite(x) else -1.0
+    return x if math.isfinite(x) and abs(x) <= MAX_NUMBER else -1.0
 
 
 def _after(enough: Callable[[list[float]], bool] | None,
