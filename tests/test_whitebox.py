@@ -962,3 +962,29 @@ def test_24_in_submit_every_round_timed_in_a_block_is_compared(pool: WorkerPool)
     result = judge(pool, SKIPS_TIMED_ROUNDS, mode=EvalMode.SUBMIT, interleave=False, runs=10)
     assert_minus_one(result, EvalStatus.INCORRECT)
     assert "outputs during timing did not match" in result.message, result.message
+
+
+# (26) The shared arenas shrunk under the trusted process: after computing its (right) answer the candidate
+# truncates the input arena's memfd, which the runner never touches again but the trusted process reads back (did
+# the candidate change its inputs?): a read past the file's new end is a SIGBUS that killed the trusted worker. The
+# arenas' size is sealed, so the truncation fails, and the candidate that shrugs that off is judged as it computed.
+SHRINKS_THE_INPUT_ARENA = candidate('''
+import os
+
+def _forward(self, x):
+    out = self._right(x)
+    server = _runner_server()
+    arena = server.arenas.get("inputs") if server is not None else None
+    try:
+        os.ftruncate(getattr(arena, "_fd", -1), 0)
+    except OSError:
+        pass
+    return out
+
+ModelNew.forward = _forward
+''')
+
+
+def test_26_a_runner_cannot_shrink_the_arenas_under_the_trusted_process(pool: WorkerPool) -> None:
+    result = judge(pool, SHRINKS_THE_INPUT_ARENA)
+    assert result.status is EvalStatus.OK, f"{result.status.value}: {result.message}"  # SIGBUS: crashed

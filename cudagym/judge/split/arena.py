@@ -21,6 +21,7 @@ tensors out in it and :func:`views` rebuilds the tensors from the layout on the 
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import mmap
 import os
 from dataclasses import dataclass
@@ -139,9 +140,11 @@ class HostArena(Arena):
 
     def __init__(self, size: int, fd: int | None = None) -> None:
         self.size = max(1, size)
-        self._fd = fd if fd is not None else os.memfd_create("cudagym-arena", os.MFD_CLOEXEC)
+        self._fd = fd if fd is not None else os.memfd_create("cudagym-arena", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         if fd is None:
             os.ftruncate(self._fd, self.size)
+            # its size is fixed for good: a runner that shrank it would make this process's next read a SIGBUS
+            fcntl.fcntl(self._fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
         elif os.fstat(fd).st_size < self.size:
             os.close(fd)
             raise ArenaError(f"the shared file holds fewer than the {self.size} bytes announced")
