@@ -560,13 +560,19 @@ ModelNew.forward = _forward
 TELLS_TIMED_FROM_AUDITED = candidate('''
 import time
 
+from cudagym.judge.harness.inputs import generate_inputs
+
+_TASK = %r
+_task = {}
+exec(_TASK, _task)  # the task's source is in its prompt; the runner no longer holds the reference's code
 _checked_rounds = {}
 
 def _is_checked_round(server, x):
     ctx = server.ctx
     if not _checked_rounds:
         for r in range(0, ctx.protocol.max_runs + 1, 10):
-            _checked_rounds[r] = ctx.make_inputs(ctx.protocol.seed + 100_000 + r)[0]
+            seed = ctx.protocol.seed + 100_000 + r
+            _checked_rounds[r] = generate_inputs(_task["get_inputs"], seed, ctx.device)[0]
     return any(torch.equal(x, known) for known in _checked_rounds.values())
 
 _wrong_calls = [0]
@@ -585,7 +591,7 @@ def _report():
 import atexit
 atexit.register(_report)
 ModelNew.forward = _forward
-''')
+''' % textwrap.dedent(TASK))
 
 # The same forward without the escape: the audit does see it (the control for class 8).
 DISPATCH_CONTROL = DISPATCH_ESCAPE.replace("if _dispatch._get_current_dispatch_mode() is not None:", "if False:")
@@ -988,3 +994,42 @@ ModelNew.forward = _forward
 def test_26_a_runner_cannot_shrink_the_arenas_under_the_trusted_process(pool: WorkerPool) -> None:
     result = judge(pool, SHRINKS_THE_INPUT_ARENA)
     assert result.status is EvalStatus.OK, f"{result.status.value}: {result.message}"  # SIGBUS: crashed
+
+
+# (27) The reference's code, found in the runner: the runner loads the task's reference before the candidate (its
+# yardstick), and a candidate that reaches it (the runner's _Server, its context, or gc's objects) can run the
+# reference's own forward on its weights and pass for its own work, with no torch fallback in its source. The
+# reference's code leaves the runner before the candidate's arrives; only its init inputs and weights stay.
+REFERENCE_IN_THE_RUNNER = candidate('''
+import gc
+
+def _reference_class():
+    frame = sys._getframe(0)
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        if owner is not None and hasattr(owner, "channel"):
+            for holder in (owner, getattr(owner, "ctx", None)):
+                found = getattr(getattr(holder, "reference", None), "model_cls", None)
+                if found is not None:
+                    return found
+        frame = frame.f_back
+    for thing in gc.get_objects():
+        if isinstance(thing, type) and str(getattr(thing, "__module__", "")).startswith("_cudagym_reference_"):
+            return thing
+    return None
+
+_found = _reference_class()
+print("the reference's class reached:", _found is not None)
+
+def _forward(self, x):
+    return _found.forward(self, x)
+
+ModelNew.forward = _forward
+''')
+
+
+@pytest.mark.parametrize("mode", [EvalMode.VERIFY, EvalMode.SUBMIT])
+def test_27_the_reference_leaves_the_runner_before_the_candidate_arrives(pool: WorkerPool, mode: EvalMode) -> None:
+    result = judge(pool, REFERENCE_IN_THE_RUNNER, mode=mode)
+    assert_minus_one(result, EvalStatus.RUNTIME_ERROR)
+    assert "the reference's class reached: False" in result.log, result.log[-2000:]

@@ -154,18 +154,50 @@ def build_models(
         CandidateFailure: ``ModelNew(...)`` failed, or its state_dict keys or shapes differ from Model's.
     """
     ref = build_reference(reference, device, seed, train)
+    return ref, build_candidate(ReferenceParts(list(reference.get_init_inputs()), ref.state_dict()), module, device,
+                                seed, train)
+
+
+@dataclass(frozen=True)
+class ReferenceParts:
+    """What building ``ModelNew`` takes from the reference, none of its code: its init inputs and its weights."""
+
+    init_inputs: list[Any]
+    state_dict: dict[str, torch.Tensor]
+
+
+def reference_parts(reference: Reference, device: torch.device, seed: int, train: bool = False) -> ReferenceParts:
+    """The reference's init inputs and weights, as :func:`build_models` gives them to ``ModelNew``.
+
+    Raises:
+        TaskProblem: ``get_init_inputs`` or ``Model(...)`` failed.
+    """
+    ref = build_reference(reference, device, seed, train)
+    try:
+        init_inputs = list(reference.get_init_inputs())
+    except Exception as exc:
+        raise TaskProblem(f"the reference's get_init_inputs() failed: {type(exc).__name__}: {exc}") from exc
+    return ReferenceParts(init_inputs, ref.state_dict())
+
+
+def build_candidate(parts: ReferenceParts, module: types.ModuleType, device: torch.device, seed: int,
+                    train: bool = False) -> torch.nn.Module:
+    """``ModelNew`` built from the reference's init inputs, with the reference's weights, on ``device``.
+
+    Raises:
+        CandidateFailure: ``ModelNew(...)`` failed, or its state_dict keys or shapes differ from Model's.
+    """
     with candidate_calls("init", Path(module.__file__ or ".").parent):
         seed_all(seed)
-        cand = getattr(module, CANDIDATE_CLASS)(*reference.get_init_inputs())
+        cand = getattr(module, CANDIDATE_CLASS)(*parts.init_inputs)
         if not isinstance(cand, torch.nn.Module):
             raise TypeError(f"ModelNew(...) must be a torch.nn.Module, got {type(cand).__name__}")
-    problem = state_dict_mismatch(ref.state_dict(), cand.state_dict())
+    problem = state_dict_mismatch(parts.state_dict, cand.state_dict())
     if problem:
         raise CandidateFailure("state_dict", problem)
     with candidate_calls("init", Path(module.__file__ or ".").parent):
-        cand.load_state_dict(ref.state_dict(), strict=True)
-        cand = cand.to(device).train(train)
-    return ref, cand
+        cand.load_state_dict(parts.state_dict, strict=True)
+        return cand.to(device).train(train)
 
 
 def state_dict_mismatch(expected: dict[str, torch.Tensor], got: dict[str, torch.Tensor]) -> str:

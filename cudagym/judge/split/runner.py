@@ -17,6 +17,7 @@ When the job ends the process exits; nothing of it judges another job.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import math
 import os
@@ -158,7 +159,13 @@ class _Server:
 
         from cudagym.judge.guards.base import select_guards, sided
         from cudagym.judge.harness.context import EvalContext
-        from cudagym.judge.harness.loading import build_models, candidate_module, load_reference
+        from cudagym.judge.harness.loading import (
+            build_candidate,
+            candidate_module,
+            load_reference,
+            reference_parts,
+            unload_reference,
+        )
         from cudagym.judge.harness.runner import _take_snapshot
 
         device = self.device
@@ -188,17 +195,25 @@ class _Server:
                 guard.check_sources(ctx)
             marks.append(time.perf_counter())
             torch.set_grad_enabled(False)
-            ctx.reference = self.reference if self.reference is not None else load_reference(job.task)
+            train = job.protocol.extra.get("module_mode", "eval") == "train"
+            reference = self.reference if self.reference is not None else load_reference(job.task)
+            parts = reference_parts(reference, device, job.protocol.seed, train)
+            # The reference's code leaves this process before the candidate's arrives: a candidate that found it
+            # (through frames or gc) could call it and pass for its own work. What ModelNew needs of it stays:
+            # its init inputs and weights.
+            self.reference = None
+            unload_reference(reference)
+            del reference
+            gc.collect()
             marks.append(time.perf_counter())
             ctx.module = self.stack.enter_context(candidate_module(job.build, ctx.workdir, lambda: _take_snapshot(ctx)))
             marks.append(time.perf_counter())
-            train = job.protocol.extra.get("module_mode", "eval") == "train"
-            ctx.ref_model, ctx.cand_model = build_models(ctx.reference, ctx.module, device, job.protocol.seed, train)
+            ctx.cand_model = build_candidate(parts, ctx.module, device, job.protocol.seed, train)
+            del parts
             marks.append(time.perf_counter())
             for guard in ctx.guards:
                 guard.after_load(ctx)
             marks.append(time.perf_counter())
-            ctx.ref_model = None  # the runner never runs the reference: its outputs are the trusted side's
         except Exception as exc:
             return {**_failure_reply(exc), "violations": self._new_violations()}
         stages = dict(zip(LOAD_STAGES, [round(b - a, 4) for a, b in zip(marks, marks[1:], strict=False)],
