@@ -263,3 +263,36 @@ def test_the_nproc_backstop_counts_threads_not_just_processes():
         stop.set()
         for w in workers:
             w.join()
+
+
+LEFTOVERS = '''
+import json, os, shutil
+from cudagym.judge.sandbox import remove_tree
+
+def leave(root):  # what a candidate leaves: a read-only folder with a file, a folder with no bits, a link out
+    outside = os.path.abspath(root + "-outside")
+    os.makedirs(outside, mode=0o500)
+    os.makedirs(os.path.join(root, "keep", "locked"))
+    open(os.path.join(root, "keep", "ballast"), "wb").write(b"x" * 4096)
+    os.symlink(outside, os.path.join(root, "keep", "out"))
+    os.chmod(os.path.join(root, "keep", "locked"), 0)
+    os.chmod(os.path.join(root, "keep"), 0o500)
+    return outside
+
+leave("plain")
+shutil.rmtree("plain", ignore_errors=True)
+outside = leave("mended")
+remove_tree("mended")
+print(json.dumps({"plain_left": os.path.lexists("plain"), "mended_left": os.path.lexists("mended"),
+                  "outside_mode": oct(os.stat(outside).st_mode & 0o777)}))
+'''
+
+
+def test_what_a_confined_process_leaves_read_only_is_removed_by_a_judge_without_root(tmp_path):
+    # In the sandbox the process is a user without capabilities, as a judge that does not run as root is: the
+    # permission bits bind it. shutil.rmtree leaves a read-only folder's files; remove_tree mends the folders'
+    # modes first, never through the link (the folder it names keeps its mode).
+    run = run_sandboxed(_python(LEFTOVERS), cwd=tmp_path, policy=SandboxPolicy(), timeout_s=60)
+    assert run.ok, run.output
+    found = json.loads(run.output.strip().splitlines()[-1])
+    assert found == {"plain_left": True, "mended_left": False, "outside_mode": "0o500"}, found

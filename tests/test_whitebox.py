@@ -562,7 +562,7 @@ import time
 
 from cudagym.judge.harness.inputs import generate_inputs
 
-_TASK = %r
+_TASK = _TASK_SOURCE_
 _task = {}
 exec(_TASK, _task)  # the task's source is in its prompt; the runner no longer holds the reference's code
 _checked_rounds = {}
@@ -591,7 +591,7 @@ def _report():
 import atexit
 atexit.register(_report)
 ModelNew.forward = _forward
-''' % textwrap.dedent(TASK))
+'''.replace("_TASK_SOURCE_", repr(textwrap.dedent(TASK))))
 
 # The same forward without the escape: the audit does see it (the control for class 8).
 DISPATCH_CONTROL = DISPATCH_ESCAPE.replace("if _dispatch._get_current_dispatch_mode() is not None:", "if False:")

@@ -19,7 +19,6 @@ import importlib
 import logging
 import os
 import re
-import shutil
 import tempfile
 import threading
 import uuid
@@ -39,7 +38,7 @@ from cudagym.judge.journal import Journal
 from cudagym.judge.pipeline import BuildService, GpuService, Pipeline, PipelineJudge, cache_root_of, done_future
 from cudagym.judge.protocol import Protocol
 from cudagym.judge.records import BuildResult, BuildStatus, EvalResult, EvalStatus, Hardware
-from cudagym.judge.sandbox import prepare_workdir
+from cudagym.judge.sandbox import prepare_workdir, remove_tree
 from cudagym.judge.worker import PoolOptions, WorkerInfo, WorkerPool
 from cudagym.solution import Solution
 from cudagym.task import Task
@@ -236,7 +235,7 @@ class LocalGpus(GpuService):
 
     @staticmethod
     def _done(workdir: Path, job: Future[EvalResult], out: Future[EvalResult]) -> None:
-        shutil.rmtree(workdir, ignore_errors=True)
+        remove_tree(workdir)
         out.set_result(job.result())
 
     def workers(self) -> list[WorkerInfo]:
@@ -253,7 +252,7 @@ class LocalGpus(GpuService):
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
-        shutil.rmtree(self.root, ignore_errors=True)
+        remove_tree(self.root)
 
 
 def _infra(spec: JobSpec, message: str) -> EvalResult:

@@ -38,8 +38,10 @@ import logging
 import os
 import re
 import resource
+import shutil
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -413,6 +415,41 @@ def prepare_workdir(root: str | os.PathLike[str], solution: Solution) -> Path:
     for rel in protected:
         (root / rel).chmod(0o444)
     return root
+
+
+def remove_tree(path: str | os.PathLike[str]) -> None:
+    """Remove a folder a confined process wrote in, whatever modes it left (call it once that process is dead).
+
+    Candidate code may leave a folder without write or search permission (``chmod 0o500``) with files inside: a
+    judge that does not run as root could not delete them, and every job would leave its leftovers on the host's
+    disk. Folders get their owner's rwx back before removal (never through a link: a link inside may name
+    anything); what still cannot go is logged.
+    """
+    root = os.fspath(path)
+    try:
+        shutil.rmtree(root)
+        return
+    except FileNotFoundError:
+        return
+    except OSError:
+        pass
+    _owner_rwx(root)
+    for folder, subfolders, _files in os.walk(root):  # top-down: a folder's mode is mended before it is listed
+        for name in subfolders:
+            _owner_rwx(os.path.join(folder, name))
+    shutil.rmtree(root, ignore_errors=True)
+    if os.path.lexists(root):
+        log.warning("could not remove %s (left by a confined process)", root)
+
+
+def _owner_rwx(path: str) -> None:
+    """Give a real folder (not a link) its owner's read, write and search bits back, where this process may."""
+    try:
+        mode = os.lstat(path).st_mode
+        if stat.S_ISDIR(mode):
+            os.chmod(path, stat.S_IMODE(mode) | stat.S_IRWXU)
+    except OSError:
+        pass
 
 
 def check_workdir(workdir: str | os.PathLike[str], solution: Solution) -> list[str]:

@@ -407,7 +407,7 @@ class _SanitizedRun:
 
     def __init__(self, job: Job, tool: str, binary: str, launch: Launch) -> None:
         from cudagym.judge import confine
-        from cudagym.judge.sandbox import CappedLog, inner_policy
+        from cudagym.judge.sandbox import CappedLog, inner_policy, remove_tree
         from cudagym.judge.watchdog import shared_watchdog
 
         self.tool = tool
@@ -427,7 +427,7 @@ class _SanitizedRun:
                                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       start_new_session=True)
         except BaseException:
-            shutil.rmtree(self.root, ignore_errors=True)
+            remove_tree(self.root)
             raise
         self.started = time.monotonic()
         self.output = CappedLog(launch.policy.log_bytes)
@@ -497,6 +497,7 @@ class _SanitizedRun:
 
     def close(self) -> None:
         """Kill what is left of the run and delete its folder (its report file only read, never followed)."""
+        from cudagym.judge.sandbox import remove_tree
         from cudagym.judge.watchdog import kill_and_reap, shared_watchdog
 
         kill_and_reap(self.proc)
@@ -504,7 +505,7 @@ class _SanitizedRun:
         self.reader.join(timeout=5)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
-        shutil.rmtree(self.root, ignore_errors=True)
+        remove_tree(self.root)
 
 
 def read_report_file(path: Path, cap_bytes: int = 1 << 20) -> str:

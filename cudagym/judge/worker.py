@@ -70,6 +70,7 @@ from cudagym.judge.sandbox import (
     inner_policy,
     policy_limits,
     prepare_workdir,
+    remove_tree,
     scrub_env,
     set_cpu_budget,
 )
@@ -306,7 +307,7 @@ class _Worker:
             os.close(jobs_w)
             os.close(results_r)
             self.fds_out.close()
-            shutil.rmtree(self.root, ignore_errors=True)
+            remove_tree(self.root)
             raise
         finally:
             os.close(jobs_r)
@@ -490,7 +491,7 @@ class _Worker:
         self.jobs.close()
         self.results.close()
         self.fds_out.close()
-        shutil.rmtree(self.root, ignore_errors=True)
+        remove_tree(self.root)
 
 
 
@@ -527,7 +528,7 @@ class _Runner:
                                       pass_fds=(runner_end.fileno(),))
         except BaseException:
             self.trusted_end.close()
-            shutil.rmtree(self.root, ignore_errors=True)
+            remove_tree(self.root)
             raise
         finally:
             runner_end.close()
@@ -575,7 +576,7 @@ class _Runner:
         shared_watchdog().unwatch(self.watch)
         self.output.stop()
         self.trusted_end.close()
-        shutil.rmtree(self.root, ignore_errors=True)
+        remove_tree(self.root)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -703,7 +704,7 @@ class _Lane:
         gating = time.monotonic()
         outcome.result = self._sanitized(job, outcome.result)
         gated_s = time.monotonic() - gating  # the sanitizer gates' own runs (SUBMIT, where the protocol asks)
-        shutil.rmtree(self.worker.root / "artifacts", ignore_errors=True)
+        remove_tree(self.worker.root / "artifacts")
         self.teardown_s += time.monotonic() - judged - gated_s if judged else 0.0
         outcome.result = dataclasses.replace(outcome.result, isolation=self.worker.isolation)
         if not outcome.result.wall_time_s:  # a result the judge made (crash, timeout) has no harness clock
@@ -846,7 +847,7 @@ class WorkerPool:
         for lane in self._lanes:
             lane.thread.join(timeout=60)
         if self._own_root:
-            shutil.rmtree(self.root, ignore_errors=True)
+            remove_tree(self.root)
 
     def __enter__(self) -> WorkerPool:
         return self
@@ -940,7 +941,7 @@ def _serve(
         result = _result(job, EvalStatus.INFRA_ERROR, "the job function raised:\n" + traceback.format_exc()[-4000:])
     finally:
         os.chdir(root)
-        shutil.rmtree(private, ignore_errors=True)
+        remove_tree(private)
     healthy, health = _cuda_context_ok()
     return {"kind": "result", "seq": msg["seq"], "nonce": msg["nonce"], "job_id": job.job_id,
             "healthy": healthy, "health": health, "result": to_dict(result)}
