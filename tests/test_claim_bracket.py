@@ -303,3 +303,37 @@ def test_with_no_checked_call_on_time_no_gap_judges_the_claims_and_the_note_says
                                            checked=[True, False, False, False])
     assert problem == ""
     assert "no call on time had its outputs compared" in note
+
+
+def test_an_honest_on_time_call_counts_its_claim() -> None:
+    from cudagym.judge.split.remote import on_time_charge
+
+    base = 674.4
+    assert on_time_charge(139.0, 139.0 + base + 3.0, base) == 139.0  # gaps of -6 to +3 us on the H200
+    assert on_time_charge(139.0, 139.0 + base - 6.0, base) == 139.0
+
+
+def test_claims_forged_in_three_calls_of_four_count_what_the_clock_showed() -> None:
+    # The bracket rule judges the 20th percentile of the gaps: with one honest call in four it fell on an honest gap
+    # while the median claim was a forged 1 us. Each call now counts at least what its bracket shows.
+    from cudagym.judge.harness.stats import median
+    from cudagym.judge.split.remote import on_time_charge
+
+    base, real = 674.4, 139.0
+    claims = [real if i % 4 == 0 else 1.0 for i in range(40)]
+    brackets = [real + base + 0.2 * (i % 7) for i in range(40)]
+    assert judge_bracketed_claims(claims, brackets, CALIBRATION)[1] == ""  # the percentile rule alone passes it
+    counted = [on_time_charge(c, b, base) for c, b in zip(claims, brackets, strict=True)]
+    assert median(counted) >= 0.9 * real
+
+
+def test_a_slower_staging_here_than_in_the_calibration_charges_an_honest_call_nothing() -> None:
+    from cudagym.judge.split.remote import on_time_charge
+
+    # the calibration staged 274.4 us of its 674.4 us gap, this call 574.4 us: the whole bracket shows 300 us more
+    # than the claim, after the go the call matches it
+    base, after_go_base, staged = 674.4, 400.0, 574.4
+    bracket = 139.0 + after_go_base + staged
+    assert bracket - base > 139.0 + 200.0
+    assert on_time_charge(139.0, bracket, base, staged, after_go_base) == 139.0
+    assert on_time_charge(1.0, bracket, base, staged, after_go_base) > 100.0  # a forged claim there still counts

@@ -195,6 +195,31 @@ def _forward(self, x):
 ModelNew.forward = _forward
 '''
 
+# (28) Claims forged in three calls of four: the timer patch above, but every fourth timed call is timed by the
+# runner's own timer (an honest claim), the rest claim 1 us for the same work. The bracket rule judges the 20th
+# percentile of the calls' gaps, an honest one here, while the median claim was a forged one; each on-time call now
+# counts at least what the judge's clock shows of it.
+MIXED_FORGERY = '''
+import importlib as _il
+import torch as _torch
+_t = _il.import_module("cudagym.judge.harness." + "timing")
+_honest = _t.CudaEventTimer.measure
+_calls = [0]
+def _mostly_forged(self, call, cover_us=None, bracket=None):
+    _calls[0] += 1
+    if _calls[0] % 4 == 0:
+        return _honest(self, call, cover_us=cover_us, bracket=bracket)
+    stream = _torch.cuda.current_stream()
+    if bracket is not None:
+        bracket.open(stream)
+    outputs = call()
+    if bracket is not None:
+        bracket.close(outputs, stream)
+    _torch.cuda.synchronize()
+    return _t.Measurement(outputs, 1.0, 1.0, 1.0)
+_t.CudaEventTimer.measure = _mostly_forged
+'''
+
 # (25) The device filled from the runner: at import the candidate takes all but 64 MiB of the GPU's free memory and
 # lets it go at its first call, into its own allocator's cache (room for its outputs, none for the judge's); its
 # answer is wrong (zeros). The judge's next input set or reference run then cannot be allocated: without
@@ -368,6 +393,16 @@ def test_22_unchecked_warm_ups_vouch_for_no_claim_on_the_gpu(swish, judge) -> No
     assert result.status is EvalStatus.RULE_VIOLATION, result.message
     assert "unverifiable_timing" in {v.guard for v in result.violations}
     assert "on time whose outputs were checked" in result.log
+
+
+def test_28_claims_forged_in_most_calls_count_what_the_clock_showed(swish, judge, honest) -> None:
+    result = _submit(swish, judge, MIXED_FORGERY)
+    if result.status is EvalStatus.OK:
+        assert_no_gain(result, honest)
+        assert "on-time calls counted by the judge's clock beyond their claims" in result.log
+    else:
+        assert result.status is EvalStatus.RULE_VIOLATION, result.message
+        assert "unverifiable_timing" in {v.guard for v in result.violations}
 
 
 def test_25_a_runner_that_fills_the_device_is_the_candidates_failure_not_the_tasks(swish, judge) -> None:

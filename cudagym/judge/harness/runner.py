@@ -51,7 +51,13 @@ from cudagym.judge.protocol import Protocol
 from cudagym.judge.records import EvalCost, EvalResult, EvalStatus, Hardware, Precision, TimingStats
 from cudagym.judge.split import RUNNER_PHASES, TRUSTED_PHASES
 from cudagym.judge.split.channel import RunnerLost
-from cudagym.judge.split.remote import ARM_WAIT_MAX_S, RECALIBRATION_ROUNDS, RunnerLink
+from cudagym.judge.split.remote import (
+    ARM_WAIT_MAX_S,
+    ON_TIME_SLACK,
+    ON_TIME_SLACK_US,
+    RECALIBRATION_ROUNDS,
+    RunnerLink,
+)
 
 log = logging.getLogger(__name__)
 
@@ -834,8 +840,10 @@ def _part_medians(rows: dict[str, list[list[float]]], count: int) -> dict[str, l
 
 
 BRACKET_QUANTILE = 0.2  # of the timed calls' gaps: a busy GPU (another context's time slice) only adds to one
-BRACKET_SLACK = 0.05  # the claim may fall this fraction short of the bracket less the calibrated gap ...
-BRACKET_SLACK_US = 10.0  # ... and this many microseconds more (``protocol.extra["bracket_slack_us"]`` overrides)
+# the claim may fall this fraction short of the bracket less the calibrated gap, and this many microseconds more
+# (``protocol.extra["bracket_slack_us"]`` overrides the latter for the rule below; each call's own charge,
+# remote.on_time_charge, keeps the default)
+BRACKET_SLACK, BRACKET_SLACK_US = ON_TIME_SLACK, ON_TIME_SLACK_US
 SHORT_BRACKETS = 2  # calls whose bracket closed before an empty call's cost that make a violation
 # a call may close this fraction of the empty call's path (after the go) early, beside twice the allowance: a
 # large copy-out runs at the speed the GPU has at the time (H200, L1/9's 4 GiB output: 374 us of 2,667, 14%)
@@ -852,6 +860,10 @@ def _verify_bracketed_claims(ctx: EvalContext) -> None:
                                            link.checked_timed)
     if note:
         ctx.note(note + calibration_rounds_note(link.calibration_rounds_us))
+    charged = link.on_time_charged_us
+    if charged:
+        ctx.note(f"{ON_TIME_CHARGE_NOTE}: {len(charged)} of {len(link.claimed_us)} call(s), median claim "
+                 f"{median([c for c, _ in charged]):.1f} us, counted {median([k for _, k in charged]):.1f} us")
     late = late_charge_note(link.late_counted_us, link.late_base_us, link.late_closing_us)
     if late:
         ctx.note(late)
@@ -868,6 +880,8 @@ def calibration_rounds_note(rounds: Sequence[float]) -> str:
 
 
 LATE_CHARGE_NOTE = "late calls, timed by the judge's clock"
+# on-time calls whose bracket showed more than their claim and the allowance: each counted what the clock showed
+ON_TIME_CHARGE_NOTE = "on-time calls counted by the judge's clock beyond their claims"
 
 
 def late_charge_note(counted: dict[str, list[tuple[float, float]]], base_us: float,

@@ -66,6 +66,27 @@ def late_charge(claim_us: float, bracket_us: float, base_us: float, staged_us: f
     return counted
 
 
+ON_TIME_SLACK = 0.05  # an on-time call's claim may fall this fraction short of what the judge's clock shows ...
+ON_TIME_SLACK_US = 10.0  # ... and this many microseconds more (the bracket rule's allowance, BRACKET_SLACK(_US))
+
+
+def on_time_charge(claim_us: float, bracket_us: float, base_us: float, staged_us: float | None = None,
+                   after_go_base_us: float | None = None) -> float:
+    """The time an on-time call counts: its claim, unless the judge's clock shows more than it by the allowance.
+
+    What the clock shows of a call is its bracket less an empty call's (``base_us``), or the same after the go
+    where the judge's staging is known (the smaller of the two: a large input set's copy may run slower here than
+    in the calibration). An honest call's claim is within a few microseconds of that; a call that did its work
+    outside its own timer (in its delivery, or beside it) shows it, and counts what it shows less the allowance.
+    Claims judged call by call, not by a percentile over all of them: a runner that forged three claims in four
+    kept the bracket rule's 20th percentile on an honest call while the median claim was a forged one.
+    """
+    shown = bracket_us - base_us
+    if staged_us is not None and after_go_base_us is not None:
+        shown = min(shown, bracket_us - staged_us - after_go_base_us)
+    return max(claim_us, shown - (ON_TIME_SLACK * claim_us + ON_TIME_SLACK_US))
+
+
 @dataclass(frozen=True)
 class StructureMismatch:
     """The candidate returned outputs of another count, shape or dtype than the reference (``message`` says)."""
@@ -152,6 +173,8 @@ class RunnerLink:
         # per kind: each late call's delivery by the runner's own account (GPU clock, host time, then the host time
         # of its parts: the outputs queued, done, armed; notes only)
         self.late_closing_us: dict[str, list[list[float]]] = {}
+        # each on-time timed call the judge's clock showed longer than its claim and the allowance: (claim, counted)
+        self.on_time_charged_us: list[tuple[float, float]] = []
         self._round = 0
         self._events: tuple[Any, ...] | None = None
         self._side: Any = None
@@ -259,13 +282,25 @@ class RunnerLink:
         """What an empty call queued in time holds in its bracket beyond its claim (median; 0 uncalibrated)."""
         return median(self.calibration_gap_us) if self.calibration_gap_us else 0.0
 
+    def _after_go_base_us(self) -> float | None:
+        """An empty call's bracket beyond its claim after its go (median), where the staging was measured."""
+        staged = self.staged_us["calibrate"]
+        return (median([g - s for g, s in zip(self.calibration_gap_us, staged, strict=True)])
+                if staged and len(staged) == len(self.calibration_gap_us) else None)
+
     def count_late(self, kind: str, claim_us: float, bracket_us: float) -> float:
         """What the latest call, a late one of ``kind``, counts (:func:`late_charge`), kept for the result's note."""
-        staged = self.staged_us["calibrate"]
-        after_go = (median([g - s for g, s in zip(self.calibration_gap_us, staged, strict=True)])
-                    if staged and len(staged) == len(self.calibration_gap_us) else None)
-        counted = late_charge(claim_us, bracket_us, self.late_base_us, self.last_staged_us, after_go)
+        counted = late_charge(claim_us, bracket_us, self.late_base_us, self.last_staged_us, self._after_go_base_us())
         self.late_counted_us.setdefault(kind, []).append((claim_us, counted))
+        return counted
+
+    def count_on_time(self, claim_us: float, bracket_us: float) -> float:
+        """What the latest timed call, an on-time one, counts (:func:`on_time_charge`); more than its claim noted."""
+        if not self.calibration_gap_us:
+            return claim_us  # uncalibrated: the bracket rule flags the claims (judge_bracketed_claims)
+        counted = on_time_charge(claim_us, bracket_us, self.late_base_us, self.last_staged_us, self._after_go_base_us())
+        if counted > claim_us:
+            self.on_time_charged_us.append((claim_us, counted))
         return counted
 
     @property
@@ -501,6 +536,8 @@ class RemoteModel:
             self.link.late_timed.append(self.link.last_late)
             if self.link.last_late:  # its claim leaves out host time the bracket holds: the judge's clock counts
                 counted = self.link.count_late("timed", claim, wall)
+            else:  # a claim short of what the judge's clock shows counts what it shows
+                counted = self.link.count_on_time(claim, wall)
         self.link.claimed_us.append(claim)
         self.link.checked_timed.append(False)
         self.link.handled_us["timed"].append(_number(reply.get("handled_us")))
