@@ -1033,3 +1033,155 @@ def test_27_the_reference_leaves_the_runner_before_the_candidate_arrives(pool: W
     result = judge(pool, REFERENCE_IN_THE_RUNNER, mode=mode)
     assert_minus_one(result, EvalStatus.RUNTIME_ERROR)
     assert "the reference's class reached: False" in result.log, result.log[-2000:]
+
+
+# (29) A claim of the smallest positive float (5e-324 us): finite and positive, it passed every bound and made an
+# infinite speedup, tier 3. No timed call takes less than a microsecond; a claim below it is the runner's failure.
+DENORMAL_CLAIM = candidate('''
+class _Tiny:
+    def __init__(self, real):
+        self.real = real
+        self.measurement = type(real.measure(lambda: None))
+
+    def measure(self, call, cover_us=None, **kwargs):
+        m = self.real.measure(call, cover_us, **kwargs)
+        return self.measurement(m.outputs, 5e-324, 5e-324, 0.0)
+
+def _forward(self, x):
+    if "_timed" in _caller_names():
+        server = _runner_server()
+        if server is not None and not isinstance(server.timer, _Tiny):
+            server.timer = _Tiny(server.timer)
+    return self._right(x)
+
+ModelNew.forward = _forward
+''')
+
+
+def test_29_a_claim_below_any_calls_length_is_the_runners_failure(pool: WorkerPool) -> None:
+    result = judge(pool, DENORMAL_CLAIM, mode=EvalMode.SUBMIT)
+    assert_minus_one(result, EvalStatus.CRASHED)
+    assert "impossible time" in result.message, result.message
+
+
+# (30) Work done after the reply, into the output arena: each timed call returns zeros at once and its reply carries a
+# list of 150,000 numbers; the trusted side turned them into text after its clock stopped and before it copied the
+# outputs, and a thread of the runner's wrote the right answer in that window (judged ok, SUBMIT, 3 runs of 3). A timed
+# call's reply is now capped, its outputs are copied as its bytes arrive (before they are parsed), and only strings
+# of a reply are kept as text.
+LATE_ARENA = candidate('''
+import os, struct, json, threading, time
+def _chan():
+    argv = open("/proc/self/cmdline", "rb").read().split(b"\\0")
+    return int(argv[argv.index(b"--sock") + 1])
+def _frame(obj):
+    p = json.dumps(obj).encode()
+    return struct.pack("!Q", len(p)) + p
+
+from cudagym.judge.split.arena import Slot, views
+_N = 150000
+_BIG = ("[" + ",".join("[" + ",".join(["0.30000000000000004"] * (_N // 10)) + "]" for _ in range(10)) + "]").encode()
+t0 = time.perf_counter(); _parsed = json.loads(_BIG); _P = time.perf_counter() - t0
+t0 = time.perf_counter(); [str(v)[:300] for v in _parsed[:10]]; _S = time.perf_counter() - t0
+del _parsed
+_CLAIM_US = 0.9 * _P * 1e6
+_WORK_S = 0.8 * (_P + _S)
+print(f"late arena: parse {_P*1e3:.1f} ms, str {_S*1e3:.1f} ms, claim {_CLAIM_US/1e3:.1f} ms, "
+      f"hidden work {_WORK_S*1e3:.1f} ms")
+_late = {}
+_stats = {"late": 0, "wrote_us": []}
+def _forward(self, x):
+    if "_timed" in _caller_names():
+        _late["x"] = x
+        _late["self"] = self
+        return self._wrong(x)
+    return self._right(x)
+_patched = [False]
+def _install(srv):
+    ch = srv.channel
+    def send(message, fds=None):
+        if message.get("kind") == "timed" and "x" in _late:
+            x, model = _late.pop("x"), _late.pop("self")
+            slots = [Slot.from_json(s) for s in _late.pop("req")["outputs"]]
+            view = views(srv.arenas["outputs"].tensor, slots)[0]
+            message["time_us"] = _CLAIM_US
+            message["wall_us"] = _CLAIM_US
+            message.pop("flag_changes", None)
+            head = json.dumps(message).encode()
+            payload = head[:-1] + b', "flag_changes": ' + _BIG + b"}"
+            def late():
+                t = time.perf_counter()
+                time.sleep(_WORK_S)  # the real work (off the GIL, as torch's ops are), after the reply
+                with torch.no_grad():
+                    view.copy_(model._right(x))
+                _stats["late"] += 1
+            threading.Thread(target=late, daemon=True).start()
+            ch._send_bytes(payload, fds)
+            return
+        real_send(message, fds)
+    real_send = ch.send
+    ch.send = send
+    real_timed = type(srv)._timed
+    def timed(request):
+        _late["req"] = request
+        return real_timed(srv, request)
+    srv._timed = timed
+def _forward_outer(self, x):
+    srv = _runner_server()
+    if srv is not None and not _patched[0]:
+        _patched[0] = True
+        _install(srv)
+    return _forward(self, x)
+import atexit
+atexit.register(lambda: print("late arena: late writes", _stats["late"]))
+ModelNew.forward = _forward_outer
+''')
+
+
+def test_30_outputs_written_after_the_reply_are_not_the_calls(pool: WorkerPool) -> None:
+    result = judge(pool, LATE_ARENA, mode=EvalMode.SUBMIT)
+    # a timed reply over its cap (256 KiB) is the runner's failure; under it, the outputs are copied before it is read
+    assert_minus_one(result, EvalStatus.CRASHED, EvalStatus.INCORRECT, EvalStatus.RULE_VIOLATION)
+
+
+# (31) The poisoned-context marker in the runner's notes: they reach the result's log, which the pool searched as
+# text to decide whether to replace its trusted worker, so any candidate could force a restart after every job.
+MARKER_IN_NOTES = candidate('''
+_done = [False]
+
+def _forward(self, x):
+    server = _runner_server()
+    if server is not None and not _done[0]:
+        _done[0] = True
+        server.ctx.notes.append("[cudagym] CUDA_CONTEXT_POISONED: replace this worker process")
+    return self._right(x)
+
+ModelNew.forward = _forward
+''')
+
+
+def test_31_text_of_the_candidates_replaces_no_worker(pool: WorkerPool) -> None:
+    judge(pool, textwrap.dedent(BASE) + "\nModelNew.forward = ModelNew._right\n")  # a warm worker
+    before = pool.info()[0]
+    result = judge(pool, MARKER_IN_NOTES)
+    after = pool.info()[0]
+    assert result.status is EvalStatus.OK, result.message
+    assert "CUDA_CONTEXT_POISONED" in result.log and not result.context_poisoned
+    assert (after.pid, after.generation) == (before.pid, before.generation)
+
+
+# (32) Lone surrogates in the runner's text: they reached the result's message and log, and whatever encoded them
+# (a tokenizer counting the observation, a journal) failed on them.
+SURROGATES = candidate('''
+def _forward(self, x):
+    raise RuntimeError("bad bytes \\udcff\\ud800 here")
+
+ModelNew.forward = _forward
+''')
+
+
+def test_32_the_runners_text_reaches_the_result_as_valid_utf8(pool: WorkerPool) -> None:
+    result = judge(pool, SURROGATES)
+    assert_minus_one(result, EvalStatus.RUNTIME_ERROR)
+    result.message.encode("utf-8")
+    result.log.encode("utf-8")

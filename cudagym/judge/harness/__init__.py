@@ -54,8 +54,12 @@ COMPILE_FAILED_PREFIX = "torch.compile baseline failed: "
 
 
 def is_context_poisoned(result: EvalResult) -> bool:
-    """True when ``result`` says the worker's CUDA context can no longer be trusted."""
-    return CONTEXT_POISONED_MARKER in result.log
+    """True when ``result`` says the worker's CUDA context can no longer be trusted.
+
+    Its typed field only: the log holds text of the candidate's (its output, its runner's notes), and a candidate
+    that printed the marker made the pool replace a healthy worker after every job.
+    """
+    return result.context_poisoned
 
 
 def run_job(job: Job) -> EvalResult:

@@ -111,7 +111,7 @@ def evaluate(job: Job, device: str | torch.device | None = None, runner: RunnerL
             status, message = EvalStatus.INFRA_ERROR, f"the judge failed: {exception_line(exc)}"
             ctx.note(traceback.format_exc()[-4000:])
     finally:
-        _cleanup(ctx, poisoned)
+        poisoned = _cleanup(ctx, poisoned)
         caller_flags.apply()
     if poisoned:
         ctx.note(CONTEXT_POISONED_MARKER)
@@ -1153,8 +1153,8 @@ def _timing_budget_s(ctx: EvalContext) -> float:
     return max(5.0, TIMING_BUDGET_FRACTION * ctx.protocol.eval_timeout_s - ctx.elapsed_s())
 
 
-def _cleanup(ctx: EvalContext, poisoned: bool) -> None:
-    """Undo what the candidate changed in this process, so the next job starts clean."""
+def _cleanup(ctx: EvalContext, poisoned: bool) -> bool:
+    """Undo what the candidate changed in this process, so the next job starts clean; whether its context is gone."""
     if ctx.snapshot is not None:
         restored = ctx.snapshot.restore()
         if restored:
@@ -1165,7 +1165,9 @@ def _cleanup(ctx: EvalContext, poisoned: bool) -> None:
             torch.cuda.synchronize(ctx.device)
             torch.cuda.empty_cache()
         except Exception as exc:  # a sticky error surfacing only now: the context is gone
-            ctx.note(f"{CONTEXT_POISONED_MARKER} ({exception_line(exc)})")
+            ctx.note(f"the CUDA context failed at clean-up ({exception_line(exc)})")
+            return True
+    return poisoned
 
 
 def _result(ctx: EvalContext, status: EvalStatus, message: str, wall_s: float, poisoned: bool = False) -> EvalResult:

@@ -14,6 +14,7 @@ import pickle
 import socket
 import struct
 import time
+from collections.abc import Callable
 from typing import Any
 
 MAX_MESSAGE_BYTES = 16 << 20
@@ -71,13 +72,19 @@ class Channel:
         else:
             self.sock.sendall(header + payload)
 
-    def receive(self, timeout_s: float | None = None, *, max_fds: int = 0) -> tuple[dict[str, Any], list[int]]:
+    def receive(self, timeout_s: float | None = None, *, max_fds: int = 0, max_bytes: int = MAX_MESSAGE_BYTES,
+                arrived: Callable[[], None] | None = None) -> tuple[dict[str, Any], list[int]]:
         """The next JSON object and any descriptors that came with it.
+
+        ``max_bytes`` caps this message below :data:`MAX_MESSAGE_BYTES`; ``arrived`` runs once its bytes are in,
+        before they are parsed (what must be read of the sender's state as it answered, not a parse later).
 
         Raises:
             RunnerLost: End of stream, a deadline passed, or the message is not a JSON object within the cap.
         """
-        payload, fds = self._receive_bytes(timeout_s, max_fds)
+        payload, fds = self._receive_bytes(timeout_s, max_fds, min(max_bytes, MAX_MESSAGE_BYTES))
+        if arrived is not None:
+            arrived()
         try:
             message = json.loads(payload, parse_int=_bounded_int)
         except (ValueError, RecursionError) as exc:  # not JSON, an integer no count needs, or nested past the stack
@@ -106,7 +113,8 @@ class Channel:
             return True  # let the receive say what is wrong
         return bool(ready)
 
-    def _receive_bytes(self, timeout_s: float | None, max_fds: int) -> tuple[bytes, list[int]]:
+    def _receive_bytes(self, timeout_s: float | None, max_fds: int,
+                       max_bytes: int = MAX_MESSAGE_BYTES) -> tuple[bytes, list[int]]:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         fds: list[int] = []
         try:
@@ -116,8 +124,8 @@ class Channel:
                 raise RunnerLost("the runner closed its channel (it exited or was killed)")
             header = data + self._exactly(_HEADER.size - len(data), deadline)
             (size,) = _HEADER.unpack(header)
-            if size > MAX_MESSAGE_BYTES:
-                raise RunnerLost(f"the runner sent a message of {size} bytes (the cap is {MAX_MESSAGE_BYTES})")
+            if size > max_bytes:
+                raise RunnerLost(f"the runner sent a message of {size} bytes (the cap is {max_bytes})")
             if len(fds) > max_fds:
                 raise RunnerLost("the runner sent file descriptors it was not asked for")
             return self._exactly(size, deadline), list(fds)

@@ -28,7 +28,7 @@ from cudagym.judge.harness.stats import median
 from cudagym.judge.harness.timing import Measurement
 from cudagym.judge.split import RUNNER_PHASES
 from cudagym.judge.split.arena import Arena, Slot, layout, new_arena, place, views
-from cudagym.judge.split.channel import Channel, RunnerLost
+from cudagym.judge.split.channel import MAX_MESSAGE_BYTES, Channel, RunnerLost
 from cudagym.judge.split.signals import SIGNAL_BYTES
 
 MIN_REPLY_S = 5.0  # the least time a request gets, whatever the job's budget says
@@ -181,7 +181,8 @@ class RunnerLink:
         self.arena_peak_bytes = 0  # the most device (or host) memory the arenas held at once
         self.runner_peak_bytes = 0  # the runner's own peak device memory, as it reports it (its allocator's)
 
-    def request(self, message: dict[str, Any], fds: list[int] | None = None, expect: str = "") -> dict[str, Any]:
+    def request(self, message: dict[str, Any], fds: list[int] | None = None, expect: str = "",
+                max_bytes: int = MAX_MESSAGE_BYTES, arrived: Callable[[], None] | None = None) -> dict[str, Any]:
         """Send one request and return the runner's reply (its violations recorded).
 
         Raises:
@@ -194,24 +195,26 @@ class RunnerLink:
         except OSError as exc:
             raise RunnerLost(f"the runner's channel failed: {exc}") from None
         t1 = time.perf_counter()
-        reply = self._reply(message, expect)
+        reply = self._reply(message, expect, max_bytes, arrived)
         self.last_parts_us = [(t1 - t0) * 1e6, (time.perf_counter() - t1) * 1e6, 0.0]
         return reply
 
-    def _reply(self, message: dict[str, Any], expect: str) -> dict[str, Any]:
-        reply, _ = self.channel.receive(max(MIN_REPLY_S, self.deadline - time.monotonic()))
+    def _reply(self, message: dict[str, Any], expect: str, max_bytes: int = MAX_MESSAGE_BYTES,
+               arrived: Callable[[], None] | None = None) -> dict[str, Any]:
+        reply, _ = self.channel.receive(max(MIN_REPLY_S, self.deadline - time.monotonic()), max_bytes=max_bytes,
+                                        arrived=arrived)
         self.runner_peak_bytes = max(self.runner_peak_bytes, _count(reply.get("peak_bytes")))
         try:
             for guard, text in reply.get("violations", [])[:50]:
-                found = (str(guard)[:60], str(text)[:2000])
+                found = (_text(guard, 60), _text(text, 2000))
                 self.violations.append(found)
                 if self.on_violation is not None:
                     self.on_violation(*found)
             kind = reply["kind"]
             if kind == "failure":
-                raise CandidateFailure(str(reply["stage"])[:40], str(reply["text"])[:8000], cuda=bool(reply["cuda"]))
+                raise CandidateFailure(_text(reply["stage"], 40), _text(reply["text"], 8000), cuda=bool(reply["cuda"]))
             if kind == "task_problem":  # the trusted side loaded the task itself: in the runner it is the candidate's
-                raise CandidateFailure("load", str(reply["text"])[:4000])
+                raise CandidateFailure("load", _text(reply["text"], 4000))
             if expect and kind != expect:
                 raise RunnerLost(f"the runner answered {str(kind)[:40]!r} to a {message.get('kind')!r} request")
         except _MALFORMED as exc:
@@ -460,10 +463,12 @@ class RemoteModel:
         """One timed request: its reply, the trusted clock around it, and the outputs.
 
         The clock is the GPU bracket (the outputs then copied as it closed, unless ``keep`` is false) or, on
-        the host path, the wall time (the outputs ``None``: read from the arena after the reply).
+        the host path, the wall time (the outputs copied from the arena as the reply arrives; ``None`` where
+        ``keep`` is false or the reply names a problem).
         """
         request = {"kind": kind, "outputs": [s.to_json() for s in self.out_slots], "container": self.container}
         began = time.perf_counter()
+        outs: list[torch.Tensor] | None
         if self.bracketed:
             spec, stage = self._staged(tuple(args))
             reply, clock_us, outs = self.link.bracketed({**request, "args": spec}, stage, self.out_slots, expect,
@@ -472,9 +477,17 @@ class RemoteModel:
                 self.link.late_closing_us.setdefault(kind, []).append(_numbers(reply.get("closing_us"), 5))
         else:
             spec = self._place(tuple(args))
+            copied: list[torch.Tensor] = []
+
+            def copy_out() -> None:  # the runner lives on: what it writes after replying is not the call's
+                if keep:
+                    copied.extend(v.clone() for v in views(self.link.arenas["outputs"].tensor, self.out_slots))
+
             t0 = time.perf_counter()
-            reply = self.link.request({**request, "args": spec}, expect=expect)
-            clock_us, outs = (time.perf_counter() - t0) * 1e6, None
+            reply = self.link.request({**request, "args": spec}, expect=expect, max_bytes=TIMED_REPLY_BYTES,
+                                      arrived=copy_out)
+            clock_us = (time.perf_counter() - t0) * 1e6
+            outs = copied if copied and not reply.get("problem") else None
             self.link.last_parts_us[0] += (t0 - began) * 1e6  # the inputs placed, then the request sent
         self.link.request_s.setdefault(kind, []).append(time.perf_counter() - began)
         self.link.parts_us.setdefault(kind, []).append(list(self.link.last_parts_us))
@@ -525,7 +538,7 @@ class RemoteModel:
             self.link.flag_changes.extend(_strings(reply.get("flag_changes"), 10, 300))
         except _MALFORMED as exc:
             raise RunnerLost(f"the runner sent a malformed timing ({exc})") from None
-        if not (math.isfinite(claim) and 0 < claim <= MAX_TIME_US):
+        if not (math.isfinite(claim) and MIN_CLAIM_US <= claim <= MAX_TIME_US):
             raise RunnerLost(f"the runner claimed an impossible time ({claim!r} us)")
         if not all(math.isfinite(x) and 0 <= x <= MAX_TIME_US for x in (runner_wall, enqueue)):
             raise RunnerLost(f"the runner sent impossible times ({runner_wall!r}, {enqueue!r} us)")
@@ -704,7 +717,9 @@ class RemoteModel:
         self.link.notes.extend(_strings(reply.get("notes"), 20, 500))
 
 
+TIMED_REPLY_BYTES = 256 << 10  # a timed call's reply: a few numbers and notes (a large one bought the runner time)
 MAX_TIME_US = 1e12  # about 11.6 days: no call of a job lasts that long, so a time beyond it measures nothing
+MIN_CLAIM_US = 1.0  # no timed call (a kernel launched, its outputs written) takes less: 5e-324 us was an inf speedup
 MAX_NUMBER = 1e16  # any time in us or byte count the runner reports is below this; sums of them stay finite
 
 
@@ -741,7 +756,17 @@ def _count(value: Any) -> int:
 
 
 def _strings(value: Any, limit: int, length: int) -> list[str]:
-    """At most ``limit`` strings of at most ``length`` characters from what the runner sent (anything else: none)."""
+    """At most ``limit`` strings of at most ``length`` characters from what the runner sent (anything else: none).
+
+    Only strings are kept: turning an object of the runner's into text (a list of 150,000 numbers) took the judge
+    longer than the candidate's call, a window in which its runner wrote its outputs after it had replied.
+    """
     if not isinstance(value, list):
         return []
-    return [str(v)[:length] for v in value[:limit]]
+    return [_text(v, length) for v in value[:limit] if isinstance(v, str)]
+
+
+def _text(value: Any, length: int) -> str:
+    """A string the runner sent, cut to ``length`` and made valid UTF-8 (a lone surrogate escaped); else its type."""
+    text = value[:length] if isinstance(value, str) else f"<{type(value).__name__}>"
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
