@@ -647,11 +647,13 @@ def test_reference_reuse_names_a_module_loaded_from_model_py_under_any_name(tmp_
     assert ctx.violations == []
 
 
-def test_a_cuda_error_marks_the_context_poisoned():
+def test_a_cuda_error_marks_the_context_poisoned_by_the_typed_field_not_the_logs_text():
     result = EvalResult(EvalStatus.RUNTIME_ERROR, "CUDA error: illegal memory access",
-                        log=f"x\n{CONTEXT_POISONED_MARKER}")
+                        log=f"x\n{CONTEXT_POISONED_MARKER}", context_poisoned=True)
     assert is_context_poisoned(result)
     assert not is_context_poisoned(EvalResult(EvalStatus.RUNTIME_ERROR, "ValueError"))
+    # the log holds the candidate's own text too (white-box 31): the marker there decides nothing
+    assert not is_context_poisoned(EvalResult(EvalStatus.OK, "correct", log=f"x\n{CONTEXT_POISONED_MARKER}"))
 
 
 def test_tolerance_record_is_the_protocols():
