@@ -149,7 +149,8 @@ ModelNew.forward = _persist
 '''
 
 # Repeats of the CPU corpus's findings with the CUDA event timer.
-PATCHED_TIMER_AND_BATCH = '''
+# the forged timer itself: it plays the bracket by its rules and claims 1 us (the attacks below install it)
+FORGED_TIMER = '''
 import importlib as _il
 import sys as _sys
 import torch as _torch
@@ -164,7 +165,9 @@ def _claim(self, call, cover_us=None, bracket=None):
         bracket.close(outputs, stream)
     _torch.cuda.synchronize()
     return _t.Measurement(outputs, 1.0, 1.0, 1.0)
-_t.CudaEventTimer.measure = _claim
+'''
+
+PATCHED_TIMER_AND_BATCH = FORGED_TIMER + '''_t.CudaEventTimer.measure = _claim
 for _m in (_sys.modules.get("__main__"), _sys.modules.get("cudagym.judge.split.runner")):
     if _m is not None and hasattr(_m, "_Server"):
         _m._Server._batch = lambda self, request: {"kind": "batch", "calls": int(request.get("calls", 1))}
@@ -199,24 +202,14 @@ ModelNew.forward = _forward
 # runner's own timer (an honest claim), the rest claim 1 us for the same work. The bracket rule judges the 20th
 # percentile of the calls' gaps, an honest one here, while the median claim was a forged one; each on-time call now
 # counts at least what the judge's clock shows of it.
-MIXED_FORGERY = '''
-import importlib as _il
-import torch as _torch
-_t = _il.import_module("cudagym.judge.harness." + "timing")
+MIXED_FORGERY = FORGED_TIMER + '''
 _honest = _t.CudaEventTimer.measure
 _calls = [0]
 def _mostly_forged(self, call, cover_us=None, bracket=None):
     _calls[0] += 1
     if _calls[0] % 4 == 0:
         return _honest(self, call, cover_us=cover_us, bracket=bracket)
-    stream = _torch.cuda.current_stream()
-    if bracket is not None:
-        bracket.open(stream)
-    outputs = call()
-    if bracket is not None:
-        bracket.close(outputs, stream)
-    _torch.cuda.synchronize()
-    return _t.Measurement(outputs, 1.0, 1.0, 1.0)
+    return _claim(self, call, cover_us, bracket)
 _t.CudaEventTimer.measure = _mostly_forged
 '''
 
