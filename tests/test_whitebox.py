@@ -84,6 +84,23 @@ def _runner_server():
         frame = frame.f_back
     return None
 
+class _Claiming:
+    """A stand-in for the runner's timer: each call claims ``claim_us`` (after timing it for real, where asked)."""
+
+    def __init__(self, real, claim_us, time_the_call=False):
+        self.real, self.claim_us, self.time_the_call = real, claim_us, time_the_call
+        self.measurement = type(real.measure(lambda: None))
+
+    def measure(self, call, cover_us=None, **kwargs):
+        outputs = self.real.measure(call, cover_us, **kwargs).outputs if self.time_the_call else call()
+        return self.measurement(outputs, self.claim_us, 1.0, 1.0)
+
+def _claim_in_timed_calls(claim_us, time_the_call=False):
+    """Replace the runner's timer (found from the forward's frames) with one claiming ``claim_us``."""
+    server = _runner_server()
+    if server is not None and not isinstance(server.timer, _Claiming):
+        server.timer = _Claiming(server.timer, claim_us, time_the_call)
+
 def _caller_names():
     """The function names on the stack (the runner's request handlers among them)."""
     names, frame = set(), sys._getframe(1)
@@ -816,20 +833,11 @@ def test_18_the_reference_imported_at_run_time_is_named(pool: WorkerPool) -> Non
 WARMUPS_VOUCH = candidate('''
 import time
 
-class _OneMicrosecond:
-    def __init__(self, real):
-        self.measurement = type(real.measure(lambda: None))
-
-    def measure(self, call, cover_us=None, **kwargs):
-        return self.measurement(call(), 1.0, 1.0, 1.0)
-
 _timed = [0]
 
 def _forward(self, x):
     if "_timed" in _caller_names():
-        server = _runner_server()
-        if server is not None and not isinstance(server.timer, _OneMicrosecond):
-            server.timer = _OneMicrosecond(server.timer)
+        _claim_in_timed_calls(1.0)
         _timed[0] += 1
         if _timed[0] <= 3:
             return self._wrong(x)
@@ -915,18 +923,9 @@ ModelNew.forward = _forward
 
 # A claim of 1e308 us: finite and positive, and the sum of a few overflowed in the judge's statistics.
 HUGE_CLAIM = candidate('''
-class _Huge:
-    def __init__(self, real):
-        self.measurement = type(real.measure(lambda: None))
-
-    def measure(self, call, cover_us=None, **kwargs):
-        return self.measurement(call(), 1e308, 1.0, 1.0)
-
 def _forward(self, x):
     if "_timed" in _caller_names():
-        server = _runner_server()
-        if server is not None and not isinstance(server.timer, _Huge):
-            server.timer = _Huge(server.timer)
+        _claim_in_timed_calls(1e308)
         return self._wrong(x)
     return self._right(x)
 
@@ -1038,20 +1037,9 @@ def test_27_the_reference_leaves_the_runner_before_the_candidate_arrives(pool: W
 # (29) A claim of the smallest positive float (5e-324 us): finite and positive, it passed every bound and made an
 # infinite speedup, tier 3. No timed call takes less than a microsecond; a claim below it is the runner's failure.
 DENORMAL_CLAIM = candidate('''
-class _Tiny:
-    def __init__(self, real):
-        self.real = real
-        self.measurement = type(real.measure(lambda: None))
-
-    def measure(self, call, cover_us=None, **kwargs):
-        m = self.real.measure(call, cover_us, **kwargs)
-        return self.measurement(m.outputs, 5e-324, 5e-324, 0.0)
-
 def _forward(self, x):
     if "_timed" in _caller_names():
-        server = _runner_server()
-        if server is not None and not isinstance(server.timer, _Tiny):
-            server.timer = _Tiny(server.timer)
+        _claim_in_timed_calls(5e-324, time_the_call=True)
     return self._right(x)
 
 ModelNew.forward = _forward
