@@ -148,6 +148,24 @@ def _persist(self, x):
 ModelNew.forward = _persist
 '''
 
+# (17b) The same window set up before the judge's go, where no bracket looks (session 26's review of the GPU path):
+# on a stream that never waits for the go, each forward reads its input under a persisting policy while the runner
+# is still queueing the call, so the read runs before the judge's bracket opens, on the last round's inputs at the
+# same arena addresses. If the lines stay persisting while the judge writes the next inputs over them and flushes
+# L2, the timed forward reads its input from L2. The input is 16 MiB, so all of it fits the carve-out.
+PERSIST_BEFORE_THE_GO = PERSISTING_L2.replace("def _persist(self, x):", "def _persist_before(self, x):").replace(
+    """    main = _torch.cuda.current_stream()
+    _stream.wait_stream(main)
+    with _torch.cuda.stream(_stream):
+        y = _forward(self, x)
+    main.wait_stream(_stream)
+    y.record_stream(main)
+""", """    with _torch.cuda.stream(_stream):  # no wait on the current stream: this runs now, before the go
+        _torch.sum(x)
+    y = _forward(self, x)
+""").replace("ModelNew.forward = _persist", "ModelNew.forward = _persist_before")
+SMALL_SWISH_ELEMENTS = (2048, 2048)  # 16 MiB of fp32 in, 16 MiB out: inside the H200's persisting carve-out
+
 # Repeats of the CPU corpus's findings with the CUDA event timer.
 # the forged timer itself: it plays the bracket by its rules and claims 1 us (the attacks below install it)
 FORGED_TIMER = '''
@@ -373,6 +391,27 @@ def test_19_a_cublas_gemm_the_sources_never_call_is_torchs_work() -> None:
 
 def test_17_a_persisting_l2_window_gains_nothing(swish, judge, honest) -> None:
     assert_no_gain(_submit(swish, judge, PERSISTING_L2), honest)
+
+
+def test_17b_a_persisting_window_set_up_before_the_go_gains_nothing(swish) -> None:
+    from cudagym.task import make_task
+
+    task, reference = swish
+    rows, cols = SMALL_SWISH_ELEMENTS
+    source = task.source.replace("batch_size = 4096", f"batch_size = {rows}").replace("dim = 16384", f"dim = {cols}")
+    assert source != task.source
+    small = make_task(source, id="test/whitebox_small_swish", suite="test", level=1, name="small_swish",
+                      origin="test")
+    attack = _with(reference, PERSIST_BEFORE_THE_GO)
+    assert "_persist_before" in attack.files["model_new.py"] and "wait_stream" not in attack.files["model_new.py"]
+    with LocalJudge(NO_GUARDS, devices=list(probe_gpus("auto").device_ids[:1])) as small_judge:
+        honest = small_judge.evaluate(small, reference, EvalMode.SUBMIT)
+        assert honest.status is EvalStatus.OK and not honest.violations, honest.message + honest.log[-3000:]
+        result = small_judge.evaluate(small, attack, EvalMode.SUBMIT)
+    print(f"honest {honest.candidate.median_us:.2f} us; attack {result.status.value} "
+          f"{result.candidate.median_us:.2f} us: {result.message[:400]}\n{result.log[-1500:]}")
+    assert "persisting L2: driver status [0, 0]" in result.log, result.log[-2000:]  # the window was really set
+    assert_no_gain(result, honest)
 
 
 def test_patched_timer_and_batch_are_unverifiable_on_the_gpu(swish, judge) -> None:
