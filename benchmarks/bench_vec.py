@@ -46,7 +46,7 @@ from judge_stubs import StubGpus  # noqa: E402
 import cudagym  # noqa: E402, F401 - registers the ids
 from cudagym.judge import split  # noqa: E402
 from cudagym.judge.baselines import BaselineCache  # noqa: E402
-from cudagym.judge.harness import runner  # noqa: E402
+from cudagym.judge.harness import claims, runner  # noqa: E402
 from cudagym.judge.pipeline import BuildService, Pipeline, PipelineJudge  # noqa: E402
 from cudagym.judge.protocol import Protocol  # noqa: E402
 from cudagym.judge.records import BuildResult, BuildStatus  # noqa: E402
@@ -237,13 +237,13 @@ def job_parts(batch: dict[str, Any]) -> list[dict[str, float]]:
                 started = RUNNER_START.search(str(note))
                 if started:  # how long the runner took to start (birth to ready), where it says
                     part["runner start"] = float(started.group(1))
-            if str(note).startswith(runner.REQUESTS_NOTE):  # per kind, milliseconds each (median)
+            if str(note).startswith(claims.REQUESTS_NOTE):  # per kind, milliseconds each (median)
                 part.update({f"{kind} request ms": float(ms) for kind, ms in REQUEST.findall(str(note))
                              if kind in REQUEST_KINDS})
                 for kind, first, every in REQUESTS_ALL.findall(str(note)):  # the first one, and all of them
                     if kind in REQUEST_KINDS:
                         part.update({f"{kind} first ms": float(first), f"{kind} all ms": float(every)})
-            if str(note).startswith(runner.REQUEST_PARTS_NOTE):  # each side's account of a request, part by part
+            if str(note).startswith(claims.REQUEST_PARTS_NOTE):  # each side's account of a request, part by part
                 part.update(request_parts(str(note)))
             warm = WARM_NOTE.search(str(note))
             if warm:  # the runner's account of the reference's warm-up: building it, then its untimed calls

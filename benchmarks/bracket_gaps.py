@@ -1,6 +1,6 @@
 """How far honest timed calls' GPU brackets stray from the empty calls' cost, task by task, from a journal.
 
-The bracket rule (``cudagym.judge.harness.runner.judge_bracketed_claims``) compares each timed call's bracket
+The bracket rule (``cudagym.judge.harness.claims.judge_bracketed_claims``) compares each timed call's bracket
 less its claim (the gap) with the same for empty calls timed before the candidate loaded. Its allowances were
 set from the bundled suite; this report shows what a sweep of real tasks (``benchmarks/kernelbench_sweep.sh``,
 reference as candidate: every claim honest) did: per task the 20th-percentile gap, the empty call's, their

@@ -9,7 +9,8 @@ import re
 from judge_stubs import StubGpus, stub_judge
 from script_module import load_script
 
-from cudagym.judge.harness.runner import LOAD_NOTE, REQUESTS_NOTE, request_parts_note
+from cudagym.judge.harness.claims import REQUESTS_NOTE, request_parts_note
+from cudagym.judge.harness.runner import LOAD_NOTE
 from cudagym.judge.job import JobSpec
 from cudagym.judge.records import EvalCost, EvalResult
 from cudagym.judge.split.runner import START_STAGE

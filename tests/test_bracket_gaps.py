@@ -7,7 +7,7 @@ from pathlib import Path
 
 from script_module import load_script
 
-from cudagym.judge.harness.runner import judge_bracketed_claims
+from cudagym.judge.harness.claims import judge_bracketed_claims
 
 bg = load_script("benchmarks/bracket_gaps.py", "bracket_gaps")
 

@@ -11,7 +11,8 @@ import dataclasses
 import pytest
 
 from cudagym.errors import ConfigError
-from cudagym.judge.harness.runner import BRACKET_SLACK_US, arm_wait_s, judge_bracketed_claims
+from cudagym.judge.harness.claims import BRACKET_SLACK_US, judge_bracketed_claims
+from cudagym.judge.harness.runner import arm_wait_s
 from cudagym.judge.protocol import DEFAULT_PROTOCOL
 from cudagym.judge.split.remote import ARM_WAIT_MAX_S, ARM_WAIT_S
 
@@ -162,7 +163,7 @@ def test_the_wait_for_a_queued_call_is_the_default_unless_a_probe_sets_it() -> N
 
 
 def test_late_calls_are_noted_by_kind_with_both_waits() -> None:
-    from cudagym.judge.harness.runner import UNQUEUED_NOTE, unqueued_note
+    from cudagym.judge.harness.claims import UNQUEUED_NOTE, unqueued_note
 
     assert unqueued_note({"calibrate": [0, 15], "timed": [0, 40]}, 0.25, 0.005) == ""
     note = unqueued_note({"calibrate": [0, 15], "reference": [101, 101], "timed": [40, 40]}, 0.25, 0.005)
@@ -176,7 +177,7 @@ LATE_GAP = 674.4 + 139.1
 
 
 def test_a_late_call_is_not_judged_by_its_gap_but_timed_by_the_bracket() -> None:
-    from cudagym.judge.harness.runner import LATE_CHARGE_NOTE, late_charge_note
+    from cudagym.judge.harness.claims import LATE_CHARGE_NOTE, late_charge_note
     from cudagym.judge.split.remote import late_charge
 
     claims, brackets = _calls(700.0, LATE_GAP)
@@ -194,7 +195,7 @@ def test_a_late_call_is_not_judged_by_its_gap_but_timed_by_the_bracket() -> None
 
 
 def test_the_late_note_gives_the_runners_account_of_its_delivery_only_where_every_reading_is_whole() -> None:
-    from cudagym.judge.harness.runner import late_charge_note
+    from cudagym.judge.harness.claims import late_charge_note
 
     counted = {"timed": [(935.5, 1233.8)] * 3}
     said = late_charge_note(counted, 337.2, {"timed": [[290.0, 250.0], [300.0, 260.0], [310.0, 240.0]]})

@@ -26,7 +26,7 @@ import pytest
 from test_split_gpu import FORGE_TIMER  # the runner's timer patched to claim a twentieth of each call
 
 from cudagym.judge.baselines import reference_solution
-from cudagym.judge.harness.runner import LATE_CHARGE_NOTE, REQUEST_PARTS_NOTE, UNQUEUED_NOTE
+from cudagym.judge.harness.claims import LATE_CHARGE_NOTE, REQUEST_PARTS_NOTE, UNQUEUED_NOTE
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.protocol import get_protocol
 from cudagym.judge.records import EvalResult, EvalStatus
