@@ -393,24 +393,54 @@ def test_17_a_persisting_l2_window_gains_nothing(swish, judge, honest) -> None:
     assert_no_gain(_submit(swish, judge, PERSISTING_L2), honest)
 
 
-def test_17b_a_persisting_window_set_up_before_the_go_gains_nothing(swish) -> None:
+def _small_swish(task: Any, rows: int, cols: int) -> Any:
+    """The bundled Swish task on a ``rows`` x ``cols`` input (the extension solution runs any size)."""
     from cudagym.task import make_task
 
-    task, reference = swish
-    rows, cols = SMALL_SWISH_ELEMENTS
     source = task.source.replace("batch_size = 4096", f"batch_size = {rows}").replace("dim = 16384", f"dim = {cols}")
     assert source != task.source
-    small = make_task(source, id="test/whitebox_small_swish", suite="test", level=1, name="small_swish",
-                      origin="test")
-    attack = _with(reference, PERSIST_BEFORE_THE_GO)
-    assert "_persist_before" in attack.files["model_new.py"] and "wait_stream" not in attack.files["model_new.py"]
+    return make_task(source, id=f"test/whitebox_swish_{rows}x{cols}", suite="test", level=1,
+                     name=f"swish_{rows}x{cols}", origin="test")
+
+
+def _honest_and_attack(task: Any, reference: Solution, attack: str) -> tuple[EvalResult, EvalResult]:
+    """SUBMIT of the honest solution, then of the attack, on ``task`` through a judge of their own."""
     with LocalJudge(NO_GUARDS, devices=list(probe_gpus("auto").device_ids[:1])) as small_judge:
-        honest = small_judge.evaluate(small, reference, EvalMode.SUBMIT)
+        honest = small_judge.evaluate(task, reference, EvalMode.SUBMIT)
         assert honest.status is EvalStatus.OK and not honest.violations, honest.message + honest.log[-3000:]
-        result = small_judge.evaluate(small, attack, EvalMode.SUBMIT)
-    print(f"honest {honest.candidate.median_us:.2f} us; attack {result.status.value} "
+        result = small_judge.evaluate(task, _with(reference, attack), EvalMode.SUBMIT)
+    print(f"honest {honest.candidate.median_us:.2f} us ({honest.message[:200]}); attack {result.status.value} "
           f"{result.candidate.median_us:.2f} us: {result.message[:400]}\n{result.log[-1500:]}")
+    return honest, result
+
+
+def test_17b_a_persisting_window_set_up_before_the_go_gains_nothing(swish) -> None:
+    task, reference = swish
+    small = _small_swish(task, *SMALL_SWISH_ELEMENTS)
+    attack = _with(reference, PERSIST_BEFORE_THE_GO).files["model_new.py"]
+    assert "_persist_before" in attack and "wait_stream" not in attack
+    honest, result = _honest_and_attack(small, reference, PERSIST_BEFORE_THE_GO)
     assert "persisting L2: driver status [0, 0]" in result.log, result.log[-2000:]  # the window was really set
+    assert_no_gain(result, honest)
+
+
+# (33) The forged timer (1 us claims) on a task whose honest kernel takes a few microseconds: 256 x 1024 fp32, 1 MiB
+# in and out. Each call's claim may fall short of what the judge's clock shows by the bracket rule's allowance (5%
+# and 10 us, sized to the clock's own noise: honest calls' gaps lay within -6.0 and +3.1 us of an empty call's on
+# the H200), so a claim of 1 us on a 3 us kernel stands, and on any kernel under about 10 us.
+TINY_SWISH_ELEMENTS = (256, 1024)
+TIMER_FORGED = FORGED_TIMER + "_t.CudaEventTimer.measure = _claim\n"
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "The per-call allowance (remote.ON_TIME_SLACK_US = 10 us, the bracket rule's too) is the judge's GPU clock's "
+    "own noise on one call; a kernel shorter than it can claim any time down to MIN_CLAIM_US. Timing tiny tasks "
+    "by a bracket around many calls (the reference's yardstick the same way) is the fix, not yet built."))
+def test_33_a_claim_forged_within_the_allowance_on_a_tiny_kernel_gains_nothing(swish) -> None:
+    task, reference = swish
+    honest, result = _honest_and_attack(_small_swish(task, *TINY_SWISH_ELEMENTS), reference, TIMER_FORGED)
+    if result.status is EvalStatus.OK and result.candidate.median_us >= honest.candidate.median_us:
+        raise RuntimeError(f"the forged timer did not take: {result.message}")  # not the hole this test is about
     assert_no_gain(result, honest)
 
 
