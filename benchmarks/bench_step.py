@@ -97,6 +97,17 @@ def test_step_edit_file(benchmark, env: CudaKernelEnv) -> None:
     assert benchmark(step).startswith("Edited model_new.py")
 
 
+def test_step_edit_file_many_matches(benchmark, env: CudaKernelEnv) -> None:
+    # replace_all over a full file of one-character matches (256 KiB: 262,144 of them), the size cap's worst case
+    full = "\n" * (256 * 1024)
+
+    def step() -> str:
+        env.step(act("write_file", path="model_new.py", content=full))
+        return env.step(act("edit_file", path="model_new.py", old="\n", new="x", replace_all=True))[0]
+
+    assert benchmark.pedantic(step, rounds=3, iterations=1).startswith("Edited model_new.py")
+
+
 def test_step_list_files(benchmark, env: CudaKernelEnv) -> None:
     obs, *_ = benchmark(env.step, act("list_files"))
     assert "kernels/relu.cu" in obs

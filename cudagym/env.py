@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
@@ -20,7 +20,7 @@ from cudagym.judge.protocol import Protocol, get_protocol
 from cudagym.judge.records import EvalResult, Hardware, to_dict
 from cudagym.observation import render_eval, render_score, truncate
 from cudagym.prompt import EpisodeLimits, build_prompt
-from cudagym.reward import RewardConfig, Score, best_of, better, reward_config, score
+from cudagym.reward import RewardConfig, Score, better, reward_config, score
 from cudagym.solution import Solution, SolutionFormat, get_format
 from cudagym.spaces import UnicodeText
 from cudagym.task import Task
@@ -54,7 +54,10 @@ class _Episode:
     tokens_used: int = 0
     done: bool = False
     last_eval: EvalResult | None = None
-    evaluated: list[tuple[Score, Solution]] = field(default_factory=list)
+    # What scoring needs of the evaluated states, not all of them: each holds a snapshot of up to
+    # max_files * max_file_bytes, and an agent that verifies every turn would keep hundreds alive.
+    last: tuple[Score, Solution] | None = None  # the latest verdict's score and the state it judged
+    best: tuple[Score, Solution] | None = None  # the first state that earned the best score so far
 
 
 class CudaKernelEnv(gym.Env[str, str]):
@@ -302,7 +305,7 @@ class CudaKernelEnv(gym.Env[str, str]):
         )
         workspace = self._new_workspace(prompt, task)
         self._episode = _Episode(task=task, workspace=workspace, hardware=hardware)
-        observation = truncate(prompt, self.max_observation_chars)
+        observation = _valid_text(truncate(prompt, self.max_observation_chars))
         self._episode.tokens_used = self._count(observation)
         self._last_observation = observation
         return observation, self._info(None, reward_evaluated=False)
@@ -325,7 +328,7 @@ class CudaKernelEnv(gym.Env[str, str]):
             ep.tokens_used += self._count("\n\n" + ending)
             text = f"{text}\n\n{ending}"
             ep.done = True
-        observation = truncate(text, self.max_observation_chars)
+        observation = _valid_text(truncate(text, self.max_observation_chars))
         if self._episode is ep:  # a reset() during this step (another thread) started a new episode: keep its
             self._last_observation = observation  # observation; this result goes to this step's caller only
         info = self._info(result, reward_evaluated=evaluated, ep=ep)
@@ -386,7 +389,14 @@ class CudaKernelEnv(gym.Env[str, str]):
     def _record(self, ep: _Episode, result: ToolResult) -> None:
         if result.evaluation is not None and result.solution is not None:
             ep.last_eval = result.evaluation
-            ep.evaluated.append((score(result.evaluation, self.reward_config), result.solution))
+            self._remember(ep, score(result.evaluation, self.reward_config), result.solution)
+
+    @staticmethod
+    def _remember(ep: _Episode, scored: Score, solution: Solution) -> None:
+        """Keep a verdict's score and state as the latest, and as the best when it ranks above every earlier one."""
+        ep.last = (scored, solution)
+        if ep.best is None or better(scored, ep.best[0]):
+            ep.best = (scored, solution)
 
     def _finish(self, ep: _Episode, truncated: bool) -> tuple[Score, str]:
         """The episode's reward and the text that ends its last observation."""
@@ -399,9 +409,10 @@ class CudaKernelEnv(gym.Env[str, str]):
             solution = ep.workspace.snapshot()
             verdict = evaluate_solution(self._context(ep), solution, EvalMode.SUBMIT)
             ep.last_eval = verdict
-            ep.evaluated.append((score(verdict, self.reward_config), solution))
+            self._remember(ep, score(verdict, self.reward_config), solution)
             lines.append("Final evaluation of the files as they are:\n" + render_eval(verdict, "submit"))
-        final = ep.evaluated[-1][0]  # submit's verdict, or the one just made on truncation
+        assert ep.last is not None  # submit's verdict, or the one just made on truncation
+        final = ep.last[0]
         if self.reward_config.scoring == "best":
             final = self._best(ep, final, lines)
         lines.append(render_score(final, scoring=self.reward_config.scoring))
@@ -410,11 +421,11 @@ class CudaKernelEnv(gym.Env[str, str]):
     def _best(self, ep: _Episode, final: Score, lines: list[str]) -> Score:
         # Only SUBMIT-mode verdicts become rewards: a better earlier state is judged again in SUBMIT mode
         # (its verify/profile verdict may have skipped the re-verification of suspicious speedups).
-        best_score = best_of(s for s, _ in ep.evaluated)
+        assert ep.best is not None and ep.last is not None
+        best_score, solution = ep.best
         if not better(best_score, final):
             return final
-        final_solution = ep.evaluated[-1][1]
-        solution = next(sol for s, sol in ep.evaluated if s is best_score)
+        final_solution = ep.last[1]
         if solution.content_hash == final_solution.content_hash:
             return final
         verdict = evaluate_solution(self._context(ep), solution, EvalMode.SUBMIT)
@@ -541,7 +552,8 @@ class CudaKernelEnv(gym.Env[str, str]):
     def _count(self, text: str) -> int:
         from cudagym.tokens import count_remembered
 
-        return int(count_remembered(self._token_counter(), text)) if text else 0
+        # an action may hold lone surrogates (a str from anywhere); no tokenizer but the shipped one encodes them
+        return int(count_remembered(self._token_counter(), _valid_text(text))) if text else 0
 
     @staticmethod
     def _resolve_protocol(protocol: str | Protocol | None, judge: str | Judge) -> Protocol:
@@ -553,6 +565,19 @@ class CudaKernelEnv(gym.Env[str, str]):
                 )
             return judge.protocol
         return get_protocol(protocol)
+
+
+def _valid_text(text: str) -> str:
+    """``text`` as valid Unicode: each lone surrogate becomes U+FFFD (pairs join); ``text`` itself when it has none.
+
+    Observations must encode as UTF-8 (tokenizers, JSON journals and chat endpoints refuse lone surrogates), and
+    an action's token count must not raise for the characters the agent sent.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", errors="surrogatepass").decode("utf-16", errors="replace")
+    return text
 
 
 def _warn_missing_modules(pool: Sequence[Task]) -> None:

@@ -169,20 +169,22 @@ def tokenize(pieces: Sequence[Segment], tokenizer: Any) -> TokenizedEpisode:
 
     Args:
         pieces: From :func:`segments`.
-        tokenizer: A ``tiktoken.Encoding``, a Hugging Face tokenizer (special tokens are not added), an
-            object with ``encode(str) -> ids``, or a callable ``str -> ids``.
+        tokenizer: A ``tiktoken.Encoding``, a Hugging Face tokenizer (special tokens are not added, and special-
+            token text in actions and observations stays text), an object with ``encode(str) -> ids``, or a
+            callable ``str -> ids``.
 
     Raises:
         ConfigError: ``tokenizer`` is none of these, or returns something other than ids.
     """
-    encode = _encoder(tokenizer)
+    encode_marker = _encoder(tokenizer)
+    encode = _encoder(tokenizer, content=True)
     ids: list[int] = []
     action: list[int] = []
     turns: list[int] = []
     for piece in pieces:
         if not piece.text:
             continue
-        got = encode(piece.text)
+        got = encode_marker(piece.text) if piece.role == "template" else encode(piece.text)
         if not all(isinstance(i, int) for i in got):
             raise ConfigError(f"expected the tokenizer to return token ids (ints), got {list(got)[:5]!r}")
         ids.extend(got)
@@ -191,16 +193,25 @@ def tokenize(pieces: Sequence[Segment], tokenizer: Any) -> TokenizedEpisode:
     return TokenizedEpisode(tuple(ids), tuple(action), tuple(1 - a for a in action), tuple(turns))
 
 
-def _encoder(tokenizer: Any) -> Encoder:
+def _encoder(tokenizer: Any, *, content: bool = False) -> Encoder:
+    """The encode function for a template's role markers, or (``content``) for an action's or observation's text.
+
+    Content is always ordinary text: a Hugging Face tokenizer would otherwise read ``<|im_start|>`` written in a
+    file the agent made, or in its action, as the chat template's own token, forging turns in the transcript.
+    """
     encode = getattr(tokenizer, "encode", None)
     if callable(encode):
         if type(tokenizer).__module__.startswith("tiktoken"):
-            return lambda text: encode(text, disallowed_special=())
+            return lambda text: encode(text, disallowed_special=())  # special-token text stays ordinary text
+        params: Mapping[str, inspect.Parameter] = {}
         try:
-            takes_flag = "add_special_tokens" in inspect.signature(encode).parameters
-        except (TypeError, ValueError):
-            takes_flag = False
-        if takes_flag:
+            params = inspect.signature(encode).parameters
+        except (TypeError, ValueError):  # some builtins have no introspectable signature
+            pass
+        if "add_special_tokens" in params and content and (
+                "split_special_tokens" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())):
+            return lambda text: encode(text, add_special_tokens=False, split_special_tokens=True)
+        if "add_special_tokens" in params:
             return lambda text: encode(text, add_special_tokens=False)
         return encode
     if callable(tokenizer):

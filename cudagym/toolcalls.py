@@ -242,7 +242,7 @@ def check_arguments(name: str, args: Mapping[str, Any]) -> str:
     missing = [p for p in params["required"] if p not in args]
     if missing:
         return f"{name} needs {', '.join(missing)}; its parameters are {signature(name)}"
-    extra = sorted(str(k)[:40] for k in args if k not in props)
+    extra = sorted(_shown(str(k)[:40]) for k in args if k not in props)
     if extra:
         return f"{name} takes no {', '.join(extra)}; its parameters are {signature(name)}"
     for key, value in args.items():
@@ -272,6 +272,11 @@ def _json_type(value: Any) -> str:
     names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "an integer",
              float: "a number", type(None): "null"}
     return names.get(type(value), type(value).__name__)
+
+
+def _shown(text: str) -> str:
+    r"""``text`` as valid UTF-8 for an observation: a lone surrogate (``"\ud800"`` in the JSON) shows as ``\ud800``."""
+    return text.encode("utf-8", errors="backslashreplace").decode("utf-8")
 
 
 def _short(exc: BaseException) -> str:

@@ -273,6 +273,14 @@ class Workspace:
                 f"old text occurs {len(lines)} times in {rel} (lines {where}); include more surrounding text "
                 "to make it unique, or pass replace_all=true"
             )
+        # The size the edit would give, before making it: replace_all of a short text by a long one in a full
+        # file would otherwise build a string of up to max_file_bytes times the action's length in memory.
+        size = len(text.encode("utf-8")) + len(lines) * (_utf8_len(new) - _utf8_len(old))
+        if size > self.limits.max_file_bytes:
+            raise FileRefused(
+                f"{rel}: expected at most {self.limits.max_file_bytes} bytes, got {size} after the edit; split or "
+                "shorten it"
+            )
         updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
         self.write_text(rel, updated)
         return len(lines), lines
@@ -417,12 +425,21 @@ class Workspace:
 
 
 def _match_lines(text: str, needle: str) -> tuple[int, ...]:
+    """1-based lines where each non-overlapping occurrence of ``needle`` begins (one pass over ``text``)."""
     lines: list[int] = []
+    line, counted = 1, 0
     start = text.find(needle)
     while start != -1:
-        lines.append(text.count("\n", 0, start) + 1)
+        line += text.count("\n", counted, start)  # newlines since the previous match only: linear, not quadratic
+        counted = start
+        lines.append(line)
         start = text.find(needle, start + len(needle))
     return tuple(lines)
+
+
+def _utf8_len(text: str) -> int:
+    """Bytes of ``text`` in UTF-8 (lone surrogates counted as 3, as the write refuses them anyway)."""
+    return len(text.encode("utf-8", errors="surrogatepass"))
 
 
 def _remove_leftover(root: Path, owner_pid: int) -> None:
