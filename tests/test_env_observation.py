@@ -127,6 +127,14 @@ def test_no_gpu_and_build_failure_verdicts() -> None:
     assert "kernels/relu.cu:12:5: error" in text
 
 
+def test_the_no_gpu_verdict_says_whether_the_build_failed() -> None:
+    from cudagym.judge.records import no_gpu_verdict
+
+    assert no_gpu_verdict(ok_build(), protocol_id="p").message.startswith("built, but not checked or timed")
+    failed = no_gpu_verdict(failed_build(), protocol_id="p").message
+    assert failed.startswith("the build failed (compile_error), but not checked or timed: this judge has no GPU")
+
+
 def test_crash_log_is_shown_and_capped() -> None:
     result = EvalResult(status=EvalStatus.CRASHED, build=ok_build(), message="worker died: SIGSEGV",
                         log="trace\n" * 5000)

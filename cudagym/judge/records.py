@@ -359,5 +359,6 @@ def no_gpu_verdict(build: BuildResult, *, protocol_id: str, hardware: Hardware |
     ``NO_GPU`` is not the agent's fault, so it is never scored; the build is attached for its diagnostics.
     """
     why = f": {reason}" if reason else ""
-    return EvalResult(EvalStatus.NO_GPU, f"built, but not checked or timed: this judge has no GPU{why}", build=build,
+    built = "built" if build.ok else f"the build failed ({build.status.value})"
+    return EvalResult(EvalStatus.NO_GPU, f"{built}, but not checked or timed: this judge has no GPU{why}", build=build,
                       protocol_id=protocol_id, hardware=hardware or Hardware(), wall_time_s=wall_time_s)
