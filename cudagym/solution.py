@@ -186,10 +186,23 @@ def _match(relpath: str, pattern: str) -> bool:
 
 
 def _hash_files(files: Mapping[str, str]) -> str:
+    """sha256 of the files' paths and texts.
+
+    NUL separates them, which is unambiguous only while no path or text holds a NUL: one file holding
+    ``A<NUL>kernels/b.cu<NUL>B`` would hash as the two files ``A`` and ``B``. Files that hold one are hashed
+    with each part length-prefixed, behind a tag of its own; files that do not keep the hash they always had
+    (build caches, baseline caches and journals are keyed by it).
+    """
+    parts = [part for path in sorted(files) for part in (path.encode("utf-8", errors="surrogateescape"),
+                                                         files[path].encode("utf-8", errors="surrogateescape"))]
     digest = hashlib.sha256()
-    for path in sorted(files):
-        digest.update(path.encode())
-        digest.update(b"\x00")
-        digest.update(files[path].encode("utf-8", errors="surrogateescape"))
-        digest.update(b"\x00")
+    if any(b"\x00" in part for part in parts):
+        digest.update(b"cudagym-files-v2\x00")
+        for part in parts:
+            digest.update(len(part).to_bytes(8, "big"))
+            digest.update(part)
+    else:
+        for part in parts:
+            digest.update(part)
+            digest.update(b"\x00")
     return digest.hexdigest()

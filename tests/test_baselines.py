@@ -336,6 +336,7 @@ def test_check_without_a_gpu_says_so(tmp_path, capsys):
 
 
 def test_retry_failed_runs_a_journaled_failure_once_more_under_its_own_resumable_id(tmp_path):
+    from cudagym.judge.baselines import reference_solution
     from cudagym.judge.journal import Journal
     from cudagym.judge.protocol import get_protocol
     from cudagym.judge.records import EvalResult, EvalStatus
@@ -344,7 +345,8 @@ def test_retry_failed_runs_a_journaled_failure_once_more_under_its_own_resumable
     checking = get_protocol("kernelbench").with_changes(guards=())
     failed_id = f"check:{checking.timing_key}:{tasks[0].content_hash[:16]}"
     Journal(tmp_path / "journal.jsonl").record_result(
-        failed_id, EvalResult(EvalStatus.TIMEOUT, "ran past 300 s"), task_id=tasks[0].id, solution_hash="x")
+        failed_id, EvalResult(EvalStatus.TIMEOUT, "ran past 300 s"), task_id=tasks[0].id,
+        solution_hash=reference_solution(tasks[0]).content_hash)  # the check's job: the reference as its candidate
     assert _check_run(tmp_path, tasks)[0] == 1  # the journal's failure stands
     assert [r["status"] for r in csv_rows(tmp_path / "out" / "check.md")] == ["timeout", "ok"]
     assert _check_run(tmp_path, tasks, retry_failed=True)[0] == 0

@@ -66,9 +66,10 @@ class BaselineKey:
         return cls(task.content_hash, hardware.gpu, hardware.torch, protocol.timing_key)
 
     def relpath(self) -> Path:
-        """Where this key's file lies under the cache root."""
-        parts = (self.protocol_key, self.gpu, f"torch-{self.torch}")
-        return Path(*(_UNSAFE.sub("_", p).strip("._") or "unknown" for p in parts)) / f"{self.task_hash}.json"
+        """Where this key's file lies under the cache root (every part made a plain name, the task hash too)."""
+        parts = (self.protocol_key, self.gpu, f"torch-{self.torch}", self.task_hash)
+        *folders, name = (_UNSAFE.sub("_", p).strip("._") or "unknown" for p in parts)
+        return Path(*folders) / f"{name}.json"
 
 
 class BaselineCache:
@@ -91,7 +92,7 @@ class BaselineCache:
         if not path.exists():
             return KnownBaselines()
         with FileLock(f"{path}.lock"):
-            return self._read(path)
+            return self._read(path, key)
 
     def put(
         self, key: BaselineKey, eager: TimingStats, compiled: TimingStats, *, task_id: str = "",
@@ -112,7 +113,7 @@ class BaselineCache:
         path = self.path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(f"{path}.lock"):
-            old = self._read(path)
+            old = self._read(path, key)
             merged = KnownBaselines(
                 eager=_pick(old.eager, eager, replace), compiled=_pick(old.compiled, compiled, replace),
             )
@@ -132,12 +133,17 @@ class BaselineCache:
             found.append((key, str(data.get("task_id", "")), self._decode(data)))
         return found
 
-    def _read(self, path: Path) -> KnownBaselines:
+    def _read(self, path: Path, key: BaselineKey) -> KnownBaselines:
+        """The times in ``path`` if it holds ``key``'s (two keys whose names sanitize alike share a file)."""
         try:
-            return self._decode(json.loads(path.read_text(encoding="utf-8")))
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if data.get("key") != to_dict(key):
+                log.warning("baseline cache: %s holds another key's times; ignoring them", path)
+                return KnownBaselines()
+            return self._decode(data)
         except FileNotFoundError:
             return KnownBaselines()
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning("baseline cache: ignoring unreadable %s (%s)", path, exc)
             return KnownBaselines()
 
@@ -197,6 +203,8 @@ def reference_solution(task: Task) -> Solution:
 def is_reference_job(task: Task, solution: Solution) -> bool:
     """Whether ``solution`` is the task's own :func:`reference_solution` (a job that runs no candidate code).
 
-    Only such jobs' baseline times enter the cache.
+    Only such jobs' baseline times enter the cache. The format and the files must both be the reference's: the
+    same files in another format are built and loaded another way.
     """
-    return solution.content_hash == reference_solution(task).content_hash
+    reference = reference_solution(task)
+    return solution.format == reference.format and dict(solution.files) == dict(reference.files)

@@ -90,6 +90,22 @@ class Journal:
         entry = self.entry(job_id)
         return entry.result if entry else None
 
+    def conflict(self, job_id: str, *, task_id: str, solution_hash: str, mode: str, protocol_id: str) -> str:
+        """Why ``job_id`` must not be answered from this journal for the job described, or ``""``.
+
+        A resumed run is answered by id alone (:meth:`result`), so an id journaled for another task, solution,
+        mode or protocol would replay that job's verdict; a caller that does not choose its ids itself asks here
+        first.
+        """
+        entry = self.entry(job_id)
+        if entry is None:
+            return ""
+        held = {"task": entry.task_id, "solution": entry.solution_hash, "mode": entry.mode,
+                "protocol": entry.protocol_id}
+        asked = {"task": task_id, "solution": solution_hash, "mode": mode, "protocol": protocol_id}
+        differ = [name for name in held if held[name] and held[name] != asked[name]]  # older lines lack some
+        return f"is journaled for another job (its {', '.join(differ)} differ)" if differ else ""
+
     def entry(self, job_id: str) -> JournalEntry | None:
         """What the journal knows about ``job_id``."""
         with self._lock, self._file_lock:

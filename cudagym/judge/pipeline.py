@@ -48,6 +48,8 @@ log = logging.getLogger(__name__)
 BASELINES_CLIENT = "cudagym:baselines"
 CLOSED_MESSAGE = "the judge closed before the job ran"
 CANCELLED_MESSAGE = "cancelled: the env that asked for this job reset or closed before a GPU ran it"
+# a job is never judged against baselines timed only beside its own candidate (no clean time to bound them)
+BASELINES_FAILED_MESSAGE = "not judged: the task's baselines could not be timed in a job of their own"
 
 
 def done_future(value: Any) -> Future[Any]:
@@ -152,6 +154,12 @@ class Pipeline:
         """Judge one solution; the future always gets exactly one result."""
         out: Future[EvalResult] = Future()
         out.set_running_or_notify_cancel()
+        if journal is not None:
+            clash = journal.conflict(job_id, task_id=task.id, solution_hash=solution.content_hash, mode=mode.value,
+                                     protocol_id=protocol.id)
+            if clash:  # the journal answers a known id with its verdict: only for that same job
+                log.warning("job id %.200r %s; judging it under a fresh id", job_id, clash)
+                job_id = f"{job_id}:{uuid.uuid4().hex}"
         known = journal.result(job_id) if journal is not None else None
         if known is not None:
             out.set_result(known)  # a resumed run: this job already has its verdict
@@ -210,9 +218,25 @@ class Pipeline:
         if not self.baselines.get(key).known and not is_reference_job(request.task, request.solution):
             # baselines are measured by a job that runs no candidate code, never taken from a candidate's job
             self._clean_baselines(request, key).add_done_callback(
-                lambda f: self._guarded(request, lambda r, _f: self._queue_job(r, build, key), f))
+                lambda f: self._guarded(request, lambda r, done: self._after_baselines(r, build, key, done), f))
             return
         self._queue_job(request, build, key)
+
+    def _after_baselines(self, request: _Request, build: BuildResult, key: BaselineKey,
+                         clean: Future[EvalResult]) -> None:
+        """Queue the job once its clean baseline job has ended; where that job failed, the job ends without running.
+
+        A job whose baselines are not in the cache times them beside the candidate, where work the candidate
+        leaves on the GPU slows them; only the clean times bound those (a torch.compile the task cannot take may
+        stay unknown, eager may not).
+        """
+        failed = clean.result()
+        if self.baselines.get(key).eager.measured or failed.status is EvalStatus.OK:
+            self._queue_job(request, build, key)
+            return
+        status = EvalStatus.TASK_TOO_LARGE if failed.status is EvalStatus.TASK_TOO_LARGE else EvalStatus.INFRA_ERROR
+        self._finish(request, self._verdict(
+            request, status, f"{BASELINES_FAILED_MESSAGE} ({failed.status.value}: {failed.message[:500]})", build))
 
     def _clean_baselines(self, request: _Request, key: BaselineKey) -> Future[EvalResult]:
         """The baseline job of ``key`` (the reference as its own candidate, guards off); one per key at a time."""

@@ -241,13 +241,16 @@ class Protocol:
     def timing_key(self) -> str:
         """The id plus a digest of every field that changes a baseline's time (the baseline cache's key).
 
-        Two protocols that share an id but time differently (``with_changes`` keeping the id) never share
-        cached baselines; guards, tolerances, thresholds and timeouts do not enter it.
+        Two protocols that share an id but time differently (``with_changes`` keeping the id, or
+        ``extra["module_mode"]``) never share cached baselines; guards, tolerances, thresholds and timeouts do not
+        enter it.
         """
         fields = asdict(self)
         timing = {k: fields[k] for k in _TIMING_FIELDS}
         if self.retake_leaked_baselines:  # only when set: the protocols before it keep their keys (and caches)
             timing["retake_leaked_baselines"] = True
+        if self.extra.get("module_mode", "eval") != "eval":  # the models in .train(): other times (eval keeps its key)
+            timing["module_mode"] = self.extra["module_mode"]
         digest = hashlib.sha256(json.dumps(timing, sort_keys=True).encode()).hexdigest()[:10]
         return f"{self.id}-{digest}"
 

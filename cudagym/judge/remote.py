@@ -36,10 +36,10 @@ from typing import Any
 from cudagym.errors import ConfigError
 from cudagym.judge.interface import EvalMode, Judge
 from cudagym.judge.pipeline import PipelineJudge
-from cudagym.judge.protocol import Protocol, get_protocol
+from cudagym.judge.protocol import PROTOCOLS, Protocol, get_protocol
 from cudagym.judge.records import BuildResult, BuildStatus, EvalResult, EvalStatus, Hardware, from_dict, to_dict
 from cudagym.solution import Solution
-from cudagym.task import Task
+from cudagym.task import Task, content_hash
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,14 @@ def task_from_wire(data: Mapping[str, Any]) -> Task:
     metadata = data.get("metadata", {})
     if not isinstance(metadata, dict):
         raise ValueError("task field 'metadata': expected an object")
+    # the hash keys the host's shared baseline cache and journal: it must be the source's, not the peer's word
+    try:
+        actual = content_hash(data["source"])
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        raise ValueError(f"task field 'source': not Python the judge can parse ({type(exc).__name__})") from None
+    if data["content_hash"] != actual:
+        raise ValueError(f"task field 'content_hash': {data['content_hash'][:80]!r} is not the hash of its source "
+                         f"({actual})")
     return Task(data["id"], data["suite"], data["level"], data["name"], data["source"], data["content_hash"], metadata)
 
 
@@ -85,10 +93,23 @@ def solution_from_wire(data: Mapping[str, Any]) -> Solution:
 
 
 def protocol_from_wire(data: Mapping[str, Any]) -> Protocol:
-    """A protocol record from JSON data (its own checks run)."""
+    """A protocol record from JSON data (its own checks run).
+
+    A record under a known protocol's id may differ from it only in its guards (which judge the peer's own
+    candidates): the id keys the host's shared build memo and caches, so another record under it would have
+    its builds and times served to every peer that asks for the real one.
+    """
     if not isinstance(data, dict):
         raise ValueError("protocol: expected an object")
-    return from_dict(Protocol, data)
+    protocol = from_dict(Protocol, data)
+    try:
+        named = get_protocol(protocol.id) if protocol.id in PROTOCOLS or protocol.id.endswith("]") else None
+    except ConfigError:
+        named = None
+    if named is not None and (protocol.with_changes(guards=named.guards) != named or protocol.extra != named.extra):
+        raise ValueError(f"protocol: a record under the id {protocol.id!r} that is not that protocol; give a "
+                         "protocol of your own another id (Protocol.with_changes(id=...))")
+    return protocol
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -151,8 +172,8 @@ class JudgeServer:
                     message = json.loads(conn.recv_bytes(MAX_MESSAGE_BYTES))
                 except (EOFError, OSError):
                     return
-                except ValueError as exc:
-                    reply({"n": -1, "error": f"malformed message: {exc}"})
+                except (ValueError, RecursionError) as exc:  # RecursionError: nesting past the stack
+                    reply({"n": -1, "error": f"malformed message: {str(exc)[:2000]}"})
                     return
                 if isinstance(message, dict) and message.get("op") == "bye":
                     return
@@ -180,13 +201,13 @@ class JudgeServer:
                 reply({"n": n, "cancelled": self.judge.pipeline.cancel(client)})
             else:
                 reply({"n": n, "error": f"unknown op {op!r}"})
-        except (KeyError, TypeError, ValueError, ConfigError) as exc:
-            reply({"n": n, "error": f"bad request: {exc}"})
+        except (KeyError, TypeError, ValueError, AttributeError, RecursionError, ConfigError) as exc:
+            reply({"n": n, "error": f"bad request: {str(exc)[:2000]}"})
 
     def _submit(self, message: dict[str, Any], client: str, n: int, reply: Callable[[dict[str, Any]], None]) -> None:
         task, solution = task_from_wire(message["task"]), solution_from_wire(message["solution"])
         protocol, mode = protocol_from_wire(message["protocol"]), EvalMode(message["mode"])
-        job_id = str(message.get("job_id") or uuid.uuid4().hex)
+        job_id = str(message.get("job_id") or uuid.uuid4().hex)  # a journaled id answers only its own job (pipeline)
         future = self.judge.pipeline.submit(task, solution, mode, protocol, job_id=job_id, client=client,
                                             journal=self.judge.journal)  # waits at this peer's cap: back-pressure
         future.add_done_callback(lambda f: reply({"n": n, "result": to_dict(f.result())}))

@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -126,10 +127,12 @@ class BuildCache:
         """Move a fully written directory into place as entry ``kind``/``key`` (atomic rename).
 
         If the entry appeared meanwhile (another process won), the staged copy is discarded and the
-        existing entry is returned: both hold the same content by construction.
+        existing entry is returned: both hold the same content by construction. What a tool wrote there is
+        made plain data first (:func:`_plain_files_only`): an entry holds folders and regular files only.
         """
         final = self.entry_dir(kind, key)
         final.parent.mkdir(parents=True, exist_ok=True)
+        _plain_files_only(staged)
         listing = {p.relative_to(staged).as_posix(): [p.stat().st_size, _sha256(p)]
                    for p in sorted(staged.rglob("*")) if p.is_file() and not p.is_symlink()}
         (staged / CONTENTS).write_text(json.dumps(listing, sort_keys=True))
@@ -195,8 +198,9 @@ class BuildCache:
 def verify_entry(path: Path, *, hash_limit: int = 1 << 62) -> str:
     """What is wrong with a cache entry against the listing written at commit, or ``""``.
 
-    Every listed file must exist with its size and, up to ``hash_limit`` bytes, its sha256 (an entry with
-    the older size-only listing is rebuilt).
+    Every listed file must exist, a regular file (not a link), with its size and, up to ``hash_limit`` bytes,
+    its sha256 (an entry with the older size-only listing is rebuilt). Files the judge adds after the commit
+    (the PCH's header) are not listed; nothing unlisted is ever handed to a job (:mod:`.artifact`).
     """
     try:
         listing = json.loads((path / CONTENTS).read_text())
@@ -205,6 +209,8 @@ def verify_entry(path: Path, *, hash_limit: int = 1 << 62) -> str:
                 return "it predates content hashes"
             size, digest = recorded
             file = path / rel
+            if not stat.S_ISREG(file.lstat().st_mode):
+                return f"{rel} is not a regular file"
             if file.stat().st_size != size:
                 return f"{rel} changed size"
             if size <= hash_limit and _sha256(file) != digest:
@@ -214,6 +220,33 @@ def verify_entry(path: Path, *, hash_limit: int = 1 << 62) -> str:
     except (OSError, ValueError, AttributeError, TypeError) as exc:
         return f"its listing is unreadable ({exc})"
     return ""
+
+
+def _plain_files_only(staged: Path) -> None:
+    """Make a staged entry plain data: only folders and regular files, each file its own, plain modes.
+
+    Links, fifos, sockets and devices are removed, hard links broken into files of their own, and modes reduced
+    to ``0o644``/``0o755`` (no setuid, setgid or sticky bits, no group or other write), links never followed.
+
+    A tool that wrote its output there runs confined, but the entry outlives it and is copied into jobs: a
+    link would be followed at that copy, in the judge's process (a host file, ``/proc/self/environ``, handed
+    to the job), and a fifo made that copy fail (the worker's ``infra_error``: reward 0, not the candidate's -1).
+    """
+    for folder, dirs, files in os.walk(staged):
+        for name in [*dirs, *files]:
+            path = Path(folder) / name
+            info = path.lstat()
+            if stat.S_ISDIR(info.st_mode):
+                os.chmod(path, 0o755)
+            elif not stat.S_ISREG(info.st_mode):
+                logger.warning("build cache: dropping %s from a staged entry (not a regular file)", name)
+                path.unlink()
+            else:
+                if info.st_nlink > 1:  # another name could change it after the entry was checked
+                    copy = path.with_name(f".{name}.unlinked")
+                    shutil.copyfile(path, copy, follow_symlinks=False)
+                    os.replace(copy, path)
+                os.chmod(path, 0o755 if info.st_mode & 0o111 else 0o644)
 
 
 def _sha256(path: Path) -> str:

@@ -109,13 +109,14 @@ def compile_unit(
     unit: CompileUnit, *, cache: BuildCache, cwd: Path, deadline: Deadline, limits: BuildLimits,
 ) -> UnitResult:
     """One unit's output from the cache, or compiled into it."""
-    found = cache.lookup(unit.kind, unit.key)
+    key = cache_key(unit, limits)
+    found = cache.lookup(unit.kind, key)
     if found is not None:
         return _from_entry(unit, found)
-    with cache.lock(unit.key, deadline.remaining_s()) as locked:
+    with cache.lock(key, deadline.remaining_s()) as locked:
         if not locked:
             return UnitResult(unit, RunOutcome.TIMEOUT, -1, "", None, cached=False)
-        existing = cache.entry_dir(unit.kind, unit.key)
+        existing = cache.entry_dir(unit.kind, key)
         if existing.is_dir():  # another builder compiled it while we waited for the lock
             return _from_entry(unit, existing)
         with cache.staging(prefix=f"{unit.kind}-") as stage:
@@ -131,23 +132,38 @@ def compile_unit(
                 run = run_tool(argv, cwd=cwd, deadline=deadline, max_output_bytes=limits.max_output_bytes,
                                env=unit.env, reads=unit.reads, writes=(stage,), tools=unit.tools,
                                file_size_bytes=size, memory_bytes=memory)
-            return _store(unit, run, out, stage, cache, limits)
+            return _store(unit, key, run, out, stage, cache, limits)
 
 
-def _store(unit: CompileUnit, run: ToolRun, out: Path, stage: Path, cache: BuildCache,
+def cache_key(unit: CompileUnit, limits: BuildLimits) -> str:
+    """The cache key of ``unit``'s output (or failure) under ``limits``.
+
+    A compiler run under a probe's lowered (or raised) memory or artifact cap can fail (or pass) where the
+    preset's would not, and a failure is cached too: under caps other than the defaults, a candidate unit's
+    entries live apart from the preset's, so neither ever answers for the other. The judge's own (trusted) units
+    run without those caps and keep their key.
+    """
+    default = BuildLimits()
+    caps = (limits.compiler_memory_bytes, limits.max_artifact_bytes)
+    if unit.trusted or caps == (default.compiler_memory_bytes, default.max_artifact_bytes):
+        return unit.key
+    return f"{unit.key}-caps{caps[0]}-{caps[1]}"
+
+
+def _store(unit: CompileUnit, key: str, run: ToolRun, out: Path, stage: Path, cache: BuildCache,
            limits: BuildLimits) -> UnitResult:
     if run.outcome is RunOutcome.EXITED and run.returncode != 0:
         out.unlink(missing_ok=True)
         write_atomic(stage / OUTPUT_LOG, run.output.encode("utf-8", errors="replace"))
         write_atomic(stage / FAILED_MARK, str(run.returncode).encode())
-        cache.commit(unit.kind, unit.key, stage)
+        cache.commit(unit.kind, key, stage)
     if not run.ok or not out.is_file():
         return UnitResult(unit, run.outcome, run.returncode, run.output, None, False, wall_time_s=run.wall_time_s)
     if not unit.trusted and out.stat().st_size > limits.max_artifact_bytes:
         return UnitResult(unit, RunOutcome.OUTPUT_LIMIT, run.returncode, run.output, None, False, too_large=True,
                           wall_time_s=run.wall_time_s)
     write_atomic(stage / OUTPUT_LOG, run.output.encode("utf-8", errors="replace"))
-    entry = cache.commit(unit.kind, unit.key, stage)
+    entry = cache.commit(unit.kind, key, stage)
     return UnitResult(unit, RunOutcome.EXITED, 0, run.output, entry / unit.artifact, False,
                       wall_time_s=run.wall_time_s)
 
