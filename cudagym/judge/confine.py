@@ -120,7 +120,7 @@ def find_bwrap() -> str:
 @functools.lru_cache(maxsize=4)
 def _probe(bwrap: str) -> str:
     """Bwrap's version after one confined ``true`` ran (so namespaces work here); raises otherwise."""
-    argv = [bwrap, *_namespace_args(View()), *_system_args(), "--", "true"]
+    argv = [bwrap, *_namespace_args(View(), bwrap), *_system_args(), "--", "true"]
     try:
         run = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
         version = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=30,
@@ -163,7 +163,7 @@ def wrap(argv: Sequence[str], view: View) -> list[str]:
         return list(argv)
     bwrap = find_bwrap()
     _probe(bwrap)
-    args = [bwrap, *_namespace_args(view), *_system_args()]
+    args = [bwrap, *_namespace_args(view, bwrap), *_system_args()]
     bound: list[str] = ["/usr", *(p for p in _SYSTEM_FILES if os.path.isdir(p))]
     for path in _existing(view.read_only):
         if not any(path == b or path.startswith(b.rstrip("/") + "/") for b in bound):
@@ -182,16 +182,33 @@ def wrap(argv: Sequence[str], view: View) -> list[str]:
         args += ["--chdir", view.chdir]
     if view.shm:  # mounted over the read-only one: private to this sandbox's mount namespace
         args += ["--size", str(_SHM_BYTES), "--tmpfs", "/dev/shm"]
+    # bubblewrap's own root and /dev are tmpfs of no size limit, writable by the sandbox: files there were host
+    # memory that no limit counted. Last, once every mount point in them exists; the mounts on them stay as they are.
+    args += ["--remount-ro", "/dev", "--remount-ro", "/"]
     return [*args, "--", *argv]
 
 
-def _namespace_args(view: View) -> list[str]:
+def _namespace_args(view: View, bwrap: str) -> list[str]:
     args = ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--unshare-pid",
             "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    if _disables_userns(bwrap):
+        # a user namespace of its own lets the sandbox mount a tmpfs of no size limit (and reach whatever else
+        # the kernel allows a namespace's root): host memory that no limit counts
+        args.append("--disable-userns")
     if not view.network:
         args.append("--unshare-net")
     return args
+
+
+@functools.lru_cache(maxsize=4)
+def _disables_userns(bwrap: str) -> bool:
+    """Whether this bubblewrap has ``--disable-userns`` (0.8.0 and on)."""
+    try:
+        run = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--disable-userns" in run.stdout + run.stderr
 
 
 def _system_args() -> list[str]:

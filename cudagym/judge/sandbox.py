@@ -336,6 +336,63 @@ def _drop_capabilities() -> tuple[bool, str]:
     return True, ""
 
 
+# System V IPC: its objects live in the sandbox's IPC namespace, held by no process, so a segment that no process
+# maps is host memory the watchdog cannot see (``shmget`` has no rlimit, and a new namespace allows any size). A
+# sandbox that runs candidate code gets no System V IPC at all: the calls that create or open an object fail with
+# EPERM. Numbers per architecture (the ``AUDIT_ARCH_*`` of seccomp's ``arch``): x86-64 (and its x32 ABI), i386 (its
+# ``ipc`` multiplexer too: a 64-bit process can make 32-bit calls), aarch64 and 32-bit ARM.
+_SYSV_GET_CALLS = {
+    0xC000003E: (29, 64, 68, 0x40000000 | 29, 0x40000000 | 64, 0x40000000 | 68),  # shmget, semget, msgget
+    0x40000003: (117, 393, 395, 399),  # ipc, semget, shmget, msgget
+    0xC00000B7: (186, 190, 194),  # msgget, semget, shmget
+    0x40000028: (299, 303, 307),  # semget, msgget, shmget
+}
+_SECCOMP_SET_MODE_FILTER = {"x86_64": 317, "aarch64": 277}  # seccomp(2), for SECCOMP_FILTER_FLAG_TSYNC
+_PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, _SECCOMP_FILTER_FLAG_TSYNC = 38, 22, 2, 1
+_RET_ALLOW, _RET_EPERM = 0x7FFF0000, 0x00050000 | 1
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def _sysv_filter() -> list[tuple[int, int, int, int]]:
+    """The classic BPF program: EPERM for the System V ``*get`` calls of every architecture listed, else allow."""
+    ld_w_abs, jeq_k, ret_k = 0x20, 0x15, 0x06
+    program: list[tuple[int, int, int, int]] = []
+    for arch, calls in _SYSV_GET_CALLS.items():
+        # ld arch; jeq arch ? next : (skip this block); ld nr; jeq each ? EPERM; ret allow; ret EPERM
+        block = [(ld_w_abs, 0, 0, 0)]
+        block += [(jeq_k, len(calls) - i, 0, nr) for i, nr in enumerate(calls)]
+        block += [(ret_k, 0, 0, _RET_ALLOW), (ret_k, 0, 0, _RET_EPERM)]
+        program += [(ld_w_abs, 0, 0, 4), (jeq_k, 0, len(block), arch), *block]
+    return [*program, (ret_k, 0, 0, _RET_ALLOW)]
+
+
+def forbid_sysv_ipc() -> tuple[bool, str]:
+    """Make every System V IPC object creation or lookup of this process and its later children fail (EPERM).
+
+    A seccomp filter (irrevocable, inherited across fork and exec); all threads of the process get it where the
+    kernel can synchronize them. Returns whether it is in place, and why not.
+    """
+    libc = _libc()
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:  # bubblewrap set it already; unconfined, it is needed
+        return False, f"PR_SET_NO_NEW_PRIVS failed ({os.strerror(ctypes.get_errno())})"
+    program = _sysv_filter()
+    filters = (_SockFilter * len(program))(*(_SockFilter(*ins) for ins in program))
+    fprog = _SockFprog(len(program), filters)
+    nr = _SECCOMP_SET_MODE_FILTER.get(os.uname().machine)
+    if nr is not None and libc.syscall(nr, _SECCOMP_MODE_FILTER, _SECCOMP_FILTER_FLAG_TSYNC, ctypes.byref(fprog)) == 0:
+        return True, ""
+    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        return False, f"seccomp filter refused ({os.strerror(ctypes.get_errno())})"
+    return True, ""
+
+
 # ----------------------------------------------------------------------------------------------------
 # How a process ended
 # ----------------------------------------------------------------------------------------------------
@@ -617,6 +674,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not command:
         parser.error("expected a command after --")
     enter_sandbox(SandboxPolicy.from_json(args.policy))
+    confined, note = forbid_sysv_ipc()  # the command is candidate code (the inline recorder)
+    if not confined:
+        log.warning("sandbox (pid %d): System V IPC left open: %s", os.getpid(), note)
     try:
         os.execvp(command[0], command)
     except OSError as exc:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from cudagym.judge.guards import escape
-from cudagym.judge.sandbox import SandboxPolicy, enter_sandbox, set_cpu_budget
+from cudagym.judge.sandbox import SandboxPolicy, enter_sandbox, forbid_sysv_ipc, set_cpu_budget
 from cudagym.judge.split.channel import Channel, RunnerLost
 
 # what the runner's start spends its time on, in order (reported to the trusted side, which notes it)
@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     policy = SandboxPolicy.from_json(args.policy)
     enter_sandbox(policy)
+    confined, note = forbid_sysv_ipc()  # segments no process maps would be memory no limit counts
+    if not confined:
+        print(f"cudagym runner: System V IPC left open: {note}", file=sys.stderr)
     os.environ[escape.WORKER_ROOT_ENV] = args.root
     escape.install()
     channel = Channel.from_fd(args.sock)
