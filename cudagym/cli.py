@@ -5,9 +5,10 @@ and ``run(args: argparse.Namespace) -> int`` (the exit code). Importing it only 
 ``cudagym --help`` fast and lets commands whose modules are not installed fail with a message, not a
 traceback.
 
-Exit codes: 0 ok; 2 usage or data errors (message on stderr); 1 when the reader of stdout closed the
-pipe (``| head``) or the command's work failed (``demo``: a solution did not build or scored -1); 130 on
-Ctrl-C.
+Exit codes: 0 ok; 2 usage or data errors (message on stderr; a path that cannot be read or written is
+one); 1 when the reader of stdout closed the pipe (``| head``), the command's work failed (``demo``: a
+solution did not build or scored -1) or an unexpected error was caught (its one-line message on stderr,
+the traceback with ``-v``); 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import importlib
 import logging
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -27,6 +29,8 @@ from cudagym.errors import CudaGymError
 EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_BROKEN_PIPE = 1
+EXIT_UNEXPECTED = 1
+EXIT_INTERRUPTED = 130
 
 
 @dataclass(frozen=True)
@@ -88,9 +92,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         _error("interrupted")
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         return _reader_went_away()
+    except OSError as exc:  # a path given on the command line that cannot be read or written
+        _error(f"{top.command}: {os_error_text(exc)}")
+        return EXIT_USAGE
+    except Exception as exc:  # noqa: BLE001 - the last net: one line, not a traceback from deep inside
+        if top.verbose:
+            traceback.print_exc()
+        _error(f"{top.command}: unexpected {type(exc).__name__}: {exc} (a cudagym bug, or input it does not "
+               f"check yet; `cudagym -v {top.command} ...` shows the traceback)")
+        return EXIT_UNEXPECTED
 
 
 def _top_parser() -> argparse.ArgumentParser:
@@ -134,6 +147,15 @@ def _reader_went_away() -> int:
     except (OSError, ValueError):
         pass
     return EXIT_BROKEN_PIPE
+
+
+def os_error_text(exc: OSError) -> str:
+    """An OSError as one line that names the path: ``cannot use PATH: Permission denied``."""
+    what = exc.strerror or str(exc)
+    if exc.filename is None:
+        return what
+    path = str(exc.filename) if exc.filename2 is None else f"{exc.filename} -> {exc.filename2}"
+    return f"cannot use {path}: {what}"
 
 
 def _exit_code(exc: SystemExit) -> int:

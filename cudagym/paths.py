@@ -1,9 +1,11 @@
-"""The user cache folder of cudagym: one home for where builds, baselines and downloaded data sets live."""
+"""Where cudagym keeps things: the user cache folder (builds, baselines, data sets); output paths checked up front."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from cudagym.errors import ConfigError
 
 CACHE_DIR_ENV = "CUDAGYM_CACHE_DIR"
 MODEL_CACHE_ENV = "CUDAGYM_MODEL_CACHE"
@@ -28,3 +30,46 @@ def model_cache_dir() -> Path:
     """
     explicit = os.environ.get(MODEL_CACHE_ENV)
     return Path(explicit).expanduser() if explicit else user_cache_dir() / "models"
+
+
+
+# Paths given on the command line, checked before any work so a bad one fails at once, with its option named.
+
+def writable_dir(path: str | os.PathLike[str], option: str) -> Path:
+    """The folder ``path``, created with its parents when missing.
+
+    Raises:
+        ConfigError: ``path`` is a file, or the folder cannot be created or written; the message names ``option``.
+    """
+    where = Path(path)
+    if where.exists() and not where.is_dir():
+        raise ConfigError(f"expected {option} to be a folder, but {path} is a file")
+    _make_dir(where, option)
+    return where
+
+
+def writable_file(path: str | os.PathLike[str], option: str) -> Path:
+    """The file path ``path``, its folder created when missing (the file itself is not touched).
+
+    Raises:
+        ConfigError: ``path`` is a folder, or its folder cannot be created or written; the message names ``option``.
+    """
+    where = Path(path)
+    if where.is_dir():
+        raise ConfigError(f"expected {option} to be a file, but {path} is a folder")
+    _make_dir(where.parent, f"{option} {path}")
+    if where.exists() and not os.access(where, os.W_OK):
+        raise ConfigError(f"cannot write {path} ({option}): permission denied")
+    return where
+
+
+def _make_dir(where: Path, what: str) -> None:
+    """Create ``where`` and its parents; a ConfigError that says why not, for ``what``."""
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        blocker = next((p for p in (where, *where.parents) if p.exists() and not p.is_dir()), None)
+        why = f"{blocker} is a file, not a folder" if blocker is not None else exc.strerror or str(exc)
+        raise ConfigError(f"cannot create the folder {where} ({what}): {why}") from exc
+    if not os.access(where, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot write into the folder {where} ({what}): permission denied")

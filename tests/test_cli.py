@@ -43,6 +43,11 @@ def test_version(capsys):
     assert code == 0 and __version__ in out
 
 
+def test_python_dash_m_cudagym_is_the_command():
+    run = subprocess.run([sys.executable, "-m", "cudagym", "--version"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.startswith("cudagym "), run.stdout + run.stderr
+
+
 def test_unknown_command_exits_2(capsys):
     code, out, err = run_cli(capsys, "frobnicate")
     assert code == 2 and out == ""

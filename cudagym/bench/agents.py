@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cudagym.errors import ConfigError
+from cudagym.errors import ConfigError, CudaGymError
 from cudagym.rollout import Agent
 
 AgentMaker = Callable[[str, int], Agent]
@@ -79,7 +79,8 @@ def agent_maker(spec: str, options: ChatOptions | None = None) -> AgentMaker:
     """The maker for ``spec``: ``scripted``, ``random``, ``chat`` or ``module:callable``.
 
     Raises:
-        ConfigError: An unknown name, a module or attribute that does not exist, or one that is not callable.
+        ConfigError: An unknown name, a module or attribute that does not exist, or one that is not callable;
+            from the maker, a callable that fails or returns no agent.
     """
     options = options or ChatOptions()
     if spec in AGENTS:
@@ -89,7 +90,14 @@ def agent_maker(spec: str, options: ChatOptions | None = None) -> AgentMaker:
 
     def make(task_id: str, seed: int) -> Agent:
         given: Mapping[str, Any] = {"task_id": task_id, "seed": seed}
-        agent = target(**{k: given[k] for k in wanted})
+        try:
+            agent = target(**{k: given[k] for k in wanted})
+        except CudaGymError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - user code: its failure is a message naming it, not a traceback
+            keywords = ", ".join(f"{k}={given[k]!r}" for k in wanted)
+            raise ConfigError(f"--agent {spec}: calling it as {attr_of(spec)}({keywords}) failed: "
+                              f"{type(exc).__name__}: {exc}") from exc
         if not (callable(getattr(agent, "act", None)) and callable(getattr(agent, "reset", None))):
             raise ConfigError(f"expected {spec} to return an agent with reset() and act(observation, info), "
                               f"got {type(agent).__name__}")
@@ -120,6 +128,11 @@ def load_callable(spec: str, *, what: str) -> Callable[..., Any]:
     if not callable(target):
         raise ConfigError(f"expected {spec} to be callable, got {type(target).__name__}")
     return target
+
+
+def attr_of(spec: str) -> str:
+    """The callable's name in ``module:callable``."""
+    return spec.partition(":")[2] or spec
 
 
 def _keywords(target: Callable[..., Any], names: tuple[str, ...]) -> tuple[str, ...]:

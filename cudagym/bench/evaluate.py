@@ -119,12 +119,22 @@ def load_task(spec: str, options: dict[str, Any]) -> Task:
 
     Raises:
         UnknownTaskError: The id names no task.
+        ConfigError: ``spec`` ends in ``.py`` but is no readable text file.
         TaskFormatError: The file is not KernelBench format.
     """
     path = Path(spec).expanduser()
-    if spec.endswith(".py") and path.is_file():
-        return make_task(path.read_text(encoding="utf-8"), id=f"file/{path.stem}", suite="file", level=1,
-                         name=path.stem, origin=str(path))
+    if spec.endswith(".py"):  # a file, never a task id: ids have no suffix
+        if path.is_dir():
+            raise ConfigError(f"expected --task {spec} to be a KernelBench-format .py file, found a folder")
+        if not path.is_file():
+            raise ConfigError(f"expected --task {spec} to be a KernelBench-format .py file (or a task id such as "
+                              "bundled/L1/01_Swish), found no such file")
+        try:
+            source = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"expected --task {spec} to be a Python source file (UTF-8), found bytes that are "
+                              f"not UTF-8 at offset {exc.start}") from exc
+        return make_task(source, id=f"file/{path.stem}", suite="file", level=1, name=path.stem, origin=str(path))
     from cudagym.suites import get_task
 
     return get_task(spec, **{k: v for k, v in options.items() if v is not None})

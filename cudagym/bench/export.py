@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -29,10 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from cudagym.bench.journal import Entry, read_entries, read_manifest
+from cudagym.bench.journal import EPISODES, MANIFEST, Entry, read_entries, read_manifest
 from cudagym.bench.metrics import longest_run
 from cudagym.errors import ConfigError
 from cudagym.messages import CHATML, chat_view, segments, tokenize
+from cudagym.paths import writable_file
 from cudagym.toolcalls import ActionError, parse_action
 
 FORMATS = ("rft", "sft", "chat")
@@ -113,24 +115,41 @@ def export(run_dir: str | Path, fmt: str, out_file: str | Path, rule: Filter = F
     """Filter the run's episodes and write the kept ones in ``fmt``.
 
     Raises:
-        ConfigError: Not a run folder, or an unknown format.
+        ConfigError: Not a run folder, an unknown format, or an ``out_file`` that cannot be written or is the
+            run's own journal or manifest.
     """
     if fmt not in FORMATS:
         raise ConfigError(f"expected --format one of {', '.join(FORMATS)}, got {fmt!r}")
     read_manifest(run_dir)  # a clear error when this is not a run folder
+    _refuse_run_files(run_dir, out_file)
+    writable_file(out_file, "--out")
     entries = read_entries(run_dir)
     line = _line_maker(fmt, tokenizer, system)
     result = ExportResult(Path(out_file), total=len(entries))
-    result.path.parent.mkdir(parents=True, exist_ok=True)
-    with open(result.path, "w", encoding="utf-8") as fh:
-        for entry in entries:
-            reason = rule.reason(entry)
-            if reason:
-                result.dropped[reason] += 1
-                continue
-            fh.write(json.dumps(line(entry), default=str) + "\n")
-            result.kept += 1
+    # Written beside and moved into place: a failure half way leaves the previous file as it was.
+    partial = result.path.with_name(f".{result.path.name}.partial")
+    try:
+        with open(partial, "w", encoding="utf-8") as fh:
+            for entry in entries:
+                reason = rule.reason(entry)
+                if reason:
+                    result.dropped[reason] += 1
+                    continue
+                fh.write(json.dumps(line(entry), default=str) + "\n")
+                result.kept += 1
+        os.replace(partial, result.path)
+    finally:
+        partial.unlink(missing_ok=True)
     return result
+
+
+def _refuse_run_files(run_dir: str | Path, out_file: str | Path) -> None:
+    """Refuse an ``--out`` that is the run's own journal or manifest (writing it would destroy the run)."""
+    target = Path(out_file).resolve()
+    for name in (EPISODES, MANIFEST):
+        if target == (Path(run_dir) / name).resolve():
+            raise ConfigError(f"--out {out_file} is the run's own {name}; writing it would destroy the run: "
+                              "give another file, e.g. RUN_DIR/rft.jsonl")
 
 
 def rft_line(entry: Entry, system: str | None = None) -> dict[str, Any]:

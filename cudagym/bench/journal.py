@@ -128,7 +128,38 @@ def read_manifest(run_dir: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path} is not JSON: {exc}") from exc
     if not isinstance(data, dict) or not isinstance(data.get("plan"), dict):
         raise ConfigError(f"expected {path} to hold an object with a 'plan'")
+    check_plan(data["plan"], path)
     return data
+
+
+# The plan's fields by type; a manifest edited by hand (or damaged) is refused with the field named.
+PLAN_TYPES: dict[str, tuple[type, ...]] = {
+    **dict.fromkeys(("agent", "env", "judge", "protocol", "format", "tokenizer", "base_url", "model", "tool_mode"),
+                    (str,)),
+    **dict.fromkeys(("limit", "k", "seed", "max_turns", "token_budget", "max_tokens"), (int,)),
+    "temperature": (int, float),
+    "env_kwargs": (dict,),
+    "tasks": (list,),
+}
+
+
+def check_plan(plan: Mapping[str, Any], where: str | Path) -> None:
+    """Check the types of a manifest's plan fields (None is allowed for each).
+
+    Raises:
+        ConfigError: A field has another type, or ``tasks`` holds something other than task ids.
+    """
+    for name, types in PLAN_TYPES.items():
+        value = plan.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, types):
+            expected = " or ".join(t.__name__ for t in types)
+            raise ConfigError(f"{where}: expected the plan's {name!r} to be {expected} (or null), got "
+                              f"{type(value).__name__} {value!r}; the manifest was edited or damaged")
+    if any(not isinstance(t, str) for t in plan.get("tasks") or ()):
+        raise ConfigError(f"{where}: expected the plan's 'tasks' to be a list of task ids (strings), got "
+                          f"{plan['tasks']!r}")
 
 
 def read_entries(run_dir: str | Path, *, repair: bool = False) -> list[Entry]:
@@ -141,6 +172,8 @@ def read_entries(run_dir: str | Path, *, repair: bool = False) -> list[Entry]:
         ConfigError: A complete line is not a journal entry (the file is not a run journal).
     """
     path = Path(run_dir) / EPISODES
+    if path.exists() and not path.is_file():
+        raise ConfigError(f"expected {path} to be the run's journal file, found a folder")
     if not path.is_file():
         return []
     data = path.read_bytes()
@@ -153,11 +186,14 @@ def read_entries(run_dir: str | Path, *, repair: bool = False) -> list[Entry]:
                 fh.flush()
                 os.fsync(fh.fileno())
     entries: dict[str, Entry] = {}
-    for number, line in enumerate(data[:complete].decode("utf-8").splitlines(), 1):
-        if not line.strip():
+    for number, raw in enumerate(data[:complete].split(b"\n"), 1):
+        if not raw.strip():
             continue
         try:
-            entry = Entry.from_line(line)
+            entry = Entry.from_line(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path}:{number}: expected a journal line (UTF-8 JSON), got bytes that are not UTF-8 "
+                              f"(at column {exc.start + 1}); the file is damaged or not a run journal") from exc
         except ConfigError as exc:
             raise ConfigError(f"{path}:{number}: {exc}") from exc
         if entry.key in entries:

@@ -22,6 +22,7 @@ from cudagym.bench import plots
 from cudagym.bench.journal import read_entries, read_manifest
 from cudagym.bench.metrics import FAST_P, OVERALL, TIERS, EpisodeSummary, GroupMetrics, by_level
 from cudagym.errors import ConfigError
+from cudagym.paths import writable_dir
 
 SCORINGS = ("final", "best")
 TABLE1_COLUMNS = ("group", "scoring", "episodes", "tasks", "evaluated", "pass_rate", "faster_than_eager",
@@ -67,7 +68,8 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None, *, draw
     """Compute every metric of the run and write the files.
 
     Raises:
-        ConfigError: ``run_dir`` is not a run folder, or no episode of it has finished.
+        ConfigError: ``run_dir`` is not a run folder, no episode of it has finished, or the report's folder
+            cannot be written.
     """
     run_dir = Path(run_dir)
     manifest = read_manifest(run_dir)
@@ -75,8 +77,7 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None, *, draw
     summaries = [e.summary for e in entries]
     if not summaries:
         raise ConfigError(f"{run_dir} has no finished episode yet (episodes.jsonl is empty or missing)")
-    target = Path(out_dir) if out_dir is not None else run_dir / "report"
-    target.mkdir(parents=True, exist_ok=True)
+    target = writable_dir(out_dir if out_dir is not None else run_dir / "report", "--out")
     rows = {scoring: by_level(summaries, scoring=scoring) for scoring in SCORINGS}
     csvs = write_csvs(target, rows, summaries)
     drawn: list[Path] = []

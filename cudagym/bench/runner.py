@@ -18,23 +18,34 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import threading
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from cudagym.bench.agents import AGENTS, AgentMaker, ChatOptions, agent_maker, load_callable
-from cudagym.bench.journal import Entry, RunJournal, episode_key, read_entries, read_manifest, write_manifest
+from cudagym.bench.journal import (
+    EPISODES,
+    MANIFEST,
+    Entry,
+    RunJournal,
+    episode_key,
+    read_entries,
+    read_manifest,
+    write_manifest,
+)
 from cudagym.bench.metrics import summarize
-from cudagym.errors import ConfigError
+from cudagym.errors import ConfigError, CudaGymError
 from cudagym.judge.interface import Judge
 from cudagym.judge.protocol import DEFAULT_PROTOCOL, Protocol, get_protocol
 from cudagym.judge.records import to_dict
+from cudagym.paths import writable_dir
 from cudagym.rollout import run_episode
 
 EXIT_OK = 0
@@ -82,13 +93,32 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     plan = resolve_plan(args.out, given, resume=args.resume)
     if args.parallel < 1:
         raise ConfigError(f"expected --parallel >= 1, got {args.parallel}")
+    writable_dir(args.out, "--out")
     bench = Bench(plan, Path(args.out), parallel=args.parallel, progress=not args.no_progress)
-    done = bench.run(fresh=not args.resume)
+    try:
+        done = bench.run(fresh=not args.resume)
+    except KeyboardInterrupt:
+        _say_how_to_resume(Path(args.out))
+        raise
     counts = Counter(e.summary.final.tier for e in done)
     print(f"{len(done)} episode(s) in {args.out}/episodes.jsonl; final tiers: "
           + ", ".join(f"{t}: {counts.get(t, 0)}" for t in (3, 2, 1, 0, -1))
           + f"\nnext: cudagym report {args.out}", file=out)
+    if bench.gpu == "none":
+        print("no GPU: the judge built each solution but checked and timed none (tier 0, not evaluated); "
+              "run on a GPU host for verdicts", file=out)
     return EXIT_OK
+
+
+def _say_how_to_resume(run_dir: Path) -> None:
+    """After Ctrl-C: how many episodes are safe in the journal, and how to go on."""
+    if not (run_dir / MANIFEST).is_file():
+        print(f"bench: interrupted before any episode was journaled; {run_dir} holds no run, start it again",
+              file=sys.stderr)
+        return
+    kept = len(read_entries(run_dir))
+    print(f"bench: interrupted; {kept} finished episode(s) are kept in {run_dir / EPISODES}; continue with "
+          f"`cudagym bench --resume --out {run_dir}`", file=sys.stderr)
 
 
 def resolve_plan(run_dir: str, given: Mapping[str, Any], *, resume: bool) -> dict[str, Any]:
@@ -117,6 +147,12 @@ def resolve_plan(run_dir: str, given: Mapping[str, Any], *, resume: bool) -> dic
     for name in ("k", "max_turns", "token_budget"):
         if not isinstance(plan[name], int) or plan[name] < 1:
             raise ConfigError(f"expected --{name.replace('_', '-')} >= 1, got {plan[name]!r}")
+    if not isinstance(plan["seed"], int) or plan["seed"] < 0:
+        raise ConfigError(f"expected --seed >= 0 (reset seeds are non-negative), got {plan['seed']!r}")
+    repeated = sorted(t for t, n in Counter(plan["tasks"] or ()).items() if n > 1)
+    if repeated:
+        raise ConfigError(f"--tasks names {', '.join(repeated)} more than once; each task is played once per "
+                          "sample (use -k for more samples)")
     return plan
 
 
@@ -143,6 +179,7 @@ class Bench:
     run_dir: Path
     parallel: int = 4
     progress: bool = True
+    gpu: str = ""  # the judge's GPU once run() started ("none" without one)
     _envs: list[Any] = field(default_factory=list)
     _free: list[Any] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -152,22 +189,41 @@ class Bench:
         previous = {} if fresh else {e.key: e for e in read_entries(self.run_dir, repair=True)}
         protocol = get_protocol(self.plan["protocol"])
         judge = make_judge(self.plan["judge"], protocol)
+        wrote_manifest = False
         try:
+            self.gpu = judge.hardware().gpu
             maker = agent_maker(self.plan["agent"], _chat_options(self.plan))
             jobs = self._jobs(judge)
             if fresh:
                 write_manifest(self.run_dir, self.plan, {"hardware": to_dict(judge.hardware()),
                                                          "protocol_id": protocol.id, "episodes_planned": len(jobs)})
+                wrote_manifest = True
             todo = [j for j in jobs if j.key not in previous]
             journal = RunJournal(self.run_dir)
             finished = [previous[j.key] for j in jobs if j.key in previous]
             with _Progress(len(jobs), finished, enabled=self.progress) as bar:
                 self._play(todo, maker, judge, journal, bar, finished)
             return finished
+        except BaseException:
+            if wrote_manifest:
+                self._forget_if_empty()
+            raise
         finally:
             for env in self._envs:
                 env.close()
             judge.close()
+
+    def _forget_if_empty(self) -> None:
+        """Remove the manifest of a new run that failed before journaling any episode.
+
+        Its plan can then be corrected and run again with the same ``--out``; a run with journaled episodes
+        is kept, to be resumed.
+        """
+        journal = self.run_dir / EPISODES
+        if journal.is_file() and journal.stat().st_size > 0:
+            return
+        journal.unlink(missing_ok=True)
+        (self.run_dir / MANIFEST).unlink(missing_ok=True)
 
     def _play(self, todo: Sequence[EpisodeJob], maker: AgentMaker, judge: Judge, journal: RunJournal,
               bar: _Progress, finished: list[Entry]) -> None:
@@ -229,7 +285,8 @@ def make_env(plan: Mapping[str, Any], judge: Judge) -> Any:
 
         if plan["env"] not in gym.registry:
             raise ConfigError(f"unknown env id {plan['env']!r}; expected a registered id such as CudaKernel-Bundled-v0")
-        return gym.make(plan["env"], max_episode_steps=plan["max_turns"], disable_env_checker=True, **kwargs)
+        with _env_kwargs_named(plan):
+            return gym.make(plan["env"], max_episode_steps=plan["max_turns"], disable_env_checker=True, **kwargs)
     from cudagym.env import CudaKernelEnv
     from cudagym.suites import suite_of
 
@@ -237,20 +294,40 @@ def make_env(plan: Mapping[str, Any], judge: Judge) -> Any:
     suites = {suite_of(i).name for i in ids}
     if len(suites) != 1:
         raise ConfigError(f"expected --tasks of one suite, got ids of {sorted(suites)}")
-    return CudaKernelEnv(suites.pop(), tasks=ids, **kwargs)
+    with _env_kwargs_named(plan):
+        return CudaKernelEnv(suites.pop(), tasks=ids, **kwargs)
+
+
+@contextlib.contextmanager
+def _env_kwargs_named(plan: Mapping[str, Any]) -> Iterator[None]:
+    """Turn the TypeError of an env argument the env does not take (from ``--env-kwargs``) into a ConfigError."""
+    try:
+        yield
+    except TypeError as exc:
+        if "argument" not in str(exc):
+            raise
+        given = ", ".join(plan["env_kwargs"] or {}) or "none"
+        why = str(exc).split(" was raised from the environment creator")[0]  # gym.make adds every argument's repr
+        raise ConfigError(f"the env does not take an argument given: {why} (--env-kwargs keys: {given})") from exc
 
 
 def make_judge(spec: str, protocol: Protocol) -> Judge:
     """``local`` (the process-wide local judge) or ``module:callable`` called with the protocol.
 
     Raises:
-        ConfigError: ``spec`` names nothing that returns a Judge.
+        ConfigError: ``spec`` names nothing that returns a Judge, or calling it failed.
     """
     if spec == "local":
         from cudagym.env import JUDGES
 
         return JUDGES["local"](protocol)
-    judge = load_callable(spec, what="judge")(protocol)
+    factory = load_callable(spec, what="judge")
+    try:
+        judge = factory(protocol)
+    except CudaGymError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - user code: its failure is a message naming it, not a traceback
+        raise ConfigError(f"--judge {spec}: calling it with the protocol failed: {type(exc).__name__}: {exc}") from exc
     if not isinstance(judge, Judge):
         raise ConfigError(f"expected {spec} to return a cudagym.judge.Judge, got {type(judge).__name__}")
     return judge

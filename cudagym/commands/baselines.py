@@ -17,6 +17,7 @@ from cudagym.errors import ConfigError, UnknownTaskError
 from cudagym.judge.baselines import BaselineCache, BaselineKey, reference_solution
 from cudagym.judge.protocol import Protocol
 from cudagym.judge.records import EvalResult, EvalStatus, Hardware
+from cudagym.paths import writable_file
 from cudagym.task import Task
 
 # ----------------------------------------------------------------------------------------------------
@@ -119,6 +120,8 @@ def resolve_tasks(args: argparse.Namespace) -> tuple[Task, ...]:
 
 def _precompute(args: argparse.Namespace) -> int:
     devices: str | list[str] = "auto" if args.devices == "auto" else args.devices.split(",")
+    if args.journal:
+        writable_file(args.journal, "--journal")
     return precompute(resolve_tasks(args), args.protocol, devices=devices, force=args.force,
                       cache_dir=args.cache_dir, journal=args.journal)
 
@@ -172,6 +175,10 @@ def _check(args: argparse.Namespace) -> int:
     from cudagym.judge.task_check import CheckPlan
 
     devices: str | list[str] = "auto" if args.devices == "auto" else args.devices.split(",")
+    _check_limits(args)
+    writable_file(args.table, "--table")  # now, not when the table is written at the end of a long run
+    if args.journal and not args.from_journal:
+        writable_file(args.journal, "--journal")
     plan = CheckPlan(args.table, args.stop_after_s, args.window, args.retry_failed, args.deadline_s)
     tasks = resolve_tasks(args)
     if args.first > 0:
@@ -181,6 +188,17 @@ def _check(args: argparse.Namespace) -> int:
     return check(tasks, args.protocol, plan, devices=devices, cache_dir=args.cache_dir, journal=args.journal)
 
 
+def _check_limits(args: argparse.Namespace) -> None:
+    """Refuse counts and times that mean nothing: a window below 1, negative --first or seconds."""
+    if args.window < 1:
+        raise ConfigError(f"expected --window >= 1 (jobs in flight per GPU), got {args.window}")
+    if args.first < 0:
+        raise ConfigError(f"expected --first >= 0 (0: every task), got {args.first}")
+    for flag, value in (("--stop-after-s", args.stop_after_s), ("--deadline-s", args.deadline_s)):
+        if not value >= 0:  # NaN too
+            raise ConfigError(f"expected {flag} >= 0 (0: no limit), got {value}")
+
+
 def _tables_from_journal(tasks: Sequence[Task], args: argparse.Namespace) -> int:
     from cudagym.judge.journal import Journal
     from cudagym.judge.protocol import get_protocol
@@ -188,6 +206,8 @@ def _tables_from_journal(tasks: Sequence[Task], args: argparse.Namespace) -> int
 
     if not args.journal:
         raise ConfigError("--from-journal needs --journal PATH: the journal of the run whose table to rewrite")
+    if Path(args.journal).is_dir():
+        raise ConfigError(f"--journal {args.journal} is a folder; expected the journal file (JSONL) of a run")
     if not Path(args.journal).is_file():
         raise ConfigError(f"--journal {args.journal}: no such file")
     protocol, journal = get_protocol(args.protocol), Journal(args.journal)

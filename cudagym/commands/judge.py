@@ -13,6 +13,8 @@ import shlex
 import sys
 import threading
 
+from cudagym.paths import writable_file
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``cudagym judge``."""
@@ -26,10 +28,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
-    """Serve until Ctrl-C (or until ``stop`` is set); the exit code is 0."""
+    """Serve until Ctrl-C (or until ``stop`` is set); the exit code is 0 either way."""
     from cudagym.judge.local import LocalJudge
     from cudagym.judge.remote import JudgeServer
 
+    if args.journal:
+        writable_file(args.journal, "--journal")
     devices = args.devices if args.devices in ("auto", "none") else args.devices.split(",")
     with LocalJudge(devices=devices, build_workers=args.build_workers, cache_dir=args.cache_dir,
                     max_queued_per_env=args.max_queued_per_env, journal=args.journal) as judge, \
@@ -40,5 +44,8 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
         for name, value in server.environment.items():
             print(f"export {name}={shlex.quote(value)}")
         sys.stdout.flush()
-        (stop or threading.Event()).wait()
+        try:
+            (stop or threading.Event()).wait()
+        except KeyboardInterrupt:  # Ctrl-C is how the server is stopped, not an error
+            print("cudagym judge: stopped (Ctrl-C)", file=sys.stderr)
     return 0

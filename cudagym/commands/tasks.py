@@ -17,10 +17,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from cudagym.errors import ConfigError
+from cudagym.paths import writable_dir
 from cudagym.suites import get_task, load_source, suite_names
 from cudagym.task import Task
 
 DEFAULT_SUITE = "bundled"
+OPS6K_FILTERS = ("min_ops", "max_ops", "ops", "limit")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -73,8 +76,21 @@ def run(args: argparse.Namespace) -> int:
                              only_list=args.list)
     if args.action == "list":
         filters = {**data, "min_ops": args.min_ops, "max_ops": args.max_ops, "ops": args.ops, "limit": args.limit}
+        _check_ops6k_filters(args.suite, filters)
         return _list(args.suite, args.level, {k: v for k, v in filters.items() if v is not None}, as_json=args.json)
     return _show(args.id, {k: v for k, v in data.items() if v is not None}, as_json=args.json)
+
+
+def _check_ops6k_filters(suite: str, filters: dict[str, Any]) -> None:
+    """Refuse Ops-6K filters on another suite, and a range of op counts that holds nothing."""
+    given = [f"--{name.replace('_', '-')}" for name in OPS6K_FILTERS if filters.get(name) is not None]
+    if given and suite != "ops6k":
+        raise ConfigError(f"Ops-6K filters (for --suite ops6k only) given with --suite {suite}: {', '.join(given)}; "
+                          f"select {suite} tasks with --level")
+    low, high = filters.get("min_ops"), filters.get("max_ops")
+    if low is not None and high is not None and low > high:
+        raise ConfigError(f"expected --min-ops <= --max-ops, got --min-ops {low} and --max-ops {high} (no row "
+                          "could match)")
 
 
 def _summary(task: Task) -> dict[str, Any]:
@@ -131,6 +147,8 @@ def _fetch_models(suite: str, level: int | None, options: dict[str, Any], dest: 
     from cudagym.paths import model_cache_dir
     from cudagym.sources.models import fetch_models, models_of
 
+    if dest and not only_list:
+        writable_dir(dest, "--dest")  # before the listing and any download
     source = load_source(suite, level=level, **options)
     users = models_of(source.tasks())
     if not users:
