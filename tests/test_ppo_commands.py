@@ -37,6 +37,19 @@ def test_bad_input_is_a_usage_error_not_a_traceback(tmp_path, capsys):
     assert main(["train", "ppo", "--env-kwargs", "[1]", "--out-dir", str(tmp_path)]) == 2
 
 
+def test_an_episode_longer_than_the_tiny_policys_context_is_a_usage_error(tmp_path, capsys):
+    journal = tmp_path / "long.jsonl"
+    long_turn = "word " * 2000  # a real episode's prompt is about 2,600 tokens; the tiny policy takes 512
+    action = json.dumps({"name": "compile", "arguments": {}})
+    journal.write_text(json.dumps({"messages": [{"role": "user", "content": long_turn},
+                                                {"role": "assistant", "content": action}], "reward": 1.0}) + "\n")
+    assert main(["train", "rft", "--journal", str(journal), "--keep-all", "--steps", "1", "--policy", "tiny",
+                 "--out-dir", str(tmp_path / "rft")]) == 2
+    err = capsys.readouterr().err
+    assert "expected episodes of at most 512 tokens for this policy" in err and "--policy" in err, err
+    assert "Traceback" not in err
+
+
 def test_the_three_stages_chain_and_ppo_resumes(tmp_path):
     journal = tmp_path / "journal.jsonl"
     journal.write_text("".join(json.dumps(r) + "\n" for r in random_tool_journal(40, seed=0)))

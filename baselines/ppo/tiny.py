@@ -183,6 +183,11 @@ class TinyPolicy(nn.Module):
         """Where the weights are."""
         return self.actor.tok.weight.device
 
+    @property
+    def max_tokens(self) -> int:
+        """The longest sequence it takes (prompt, actions and observations), in tokens."""
+        return self.cfg.max_len
+
     def config_dict(self) -> dict[str, int]:
         """The shape, for checkpoints."""
         return asdict(self.cfg)

@@ -126,6 +126,12 @@ def sft(
     if not episodes:
         raise ConfigError("expected at least one episode to fine-tune on; the filter kept none")
     chats = [policy.chat.conversation(e.messages) for e in episodes]
+    limit = getattr(policy, "max_tokens", None)  # a policy of fixed context says so (the tiny one: 512)
+    longest = max(len(ids) for ids, _ in chats)
+    if isinstance(limit, int) and longest > limit:
+        raise ConfigError(f"expected episodes of at most {limit} tokens for this policy, got one of {longest} "
+                          f"({sum(len(ids) > limit for ids, _ in chats)} of {len(chats)} are longer): fine-tune a "
+                          "policy of a longer context (--policy <a Hugging Face model folder>)")
     params = list(policy.actor_parameters())
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     history = []
