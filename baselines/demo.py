@@ -21,7 +21,7 @@ from typing import TextIO
 from cudagym.baselines.scripted import JUDGE_STEPS, ScriptedAgent, replay
 
 from cudagym.env import JUDGES, CudaKernelEnv
-from cudagym.errors import UnknownTaskError
+from cudagym.errors import ConfigError, UnknownTaskError
 from cudagym.judge.harness import COMPILE_FAILED_PREFIX
 from cudagym.judge.interface import Judge
 from cudagym.judge.protocol import get_protocol
@@ -98,6 +98,8 @@ def _failed(record: EpisodeRecord) -> bool:
 
 
 def _choose(tasks: Sequence[Task], args: argparse.Namespace) -> list[Task]:
+    if args.count < 1:
+        raise ConfigError(f"expected --count >= 1, got {args.count}")
     if args.all:
         return list(tasks)
     if args.tasks:
@@ -112,7 +114,7 @@ def _choose(tasks: Sequence[Task], args: argparse.Namespace) -> list[Task]:
     levels = sorted({t.level for t in tasks})
     rounds = [[t for t in tasks if t.level == lv] for lv in levels]
     picked = [r[i] for i in range(max(map(len, rounds), default=0)) for r in rounds if i < len(r)]
-    return picked[: max(args.count, 0)]
+    return picked[: args.count]
 
 
 def _header(judge: Judge, tasks: Sequence[Task], out: TextIO) -> bool:

@@ -125,6 +125,8 @@ def test_demo_all_and_failures(bundled: Path, judges: list[FakeJudge], monkeypat
                           TOKENIZER), out) == 1
     with pytest.raises(UnknownTaskError, match="no bundled task bundled/L9/x"):
         demo.run(parse("--tasks", "bundled/L9/x", "--judge", "fake", "--bundled-root", str(bundled)), io.StringIO())
+    with pytest.raises(ConfigError, match="expected --count >= 1, got 0"):
+        demo.run(parse("--count", "0", "--judge", "fake", "--bundled-root", str(bundled)), io.StringIO())
 
 
 def test_cudagym_demo_command(bundled: Path, judges: list[FakeJudge], capsys: pytest.CaptureFixture[str]) -> None:

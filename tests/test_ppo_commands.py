@@ -35,6 +35,22 @@ def test_bad_input_is_a_usage_error_not_a_traceback(tmp_path, capsys):
     assert main(["train", "ppo", "--env-id", "Nope-v0", "--out-dir", str(tmp_path)]) == 2
     assert "unknown env id" in capsys.readouterr().err
     assert main(["train", "ppo", "--env-kwargs", "[1]", "--out-dir", str(tmp_path)]) == 2
+    for flags, said in ((["--batch-size", "0"], "expected --batch-size >= 1, got 0"),
+                        (["--steps", "0"], "expected --steps >= 1, got 0"),
+                        (["--lr", "-1"], "expected --lr > 0"),
+                        (["--device", "nosuch"], "expected --device to be a torch device"),
+                        (["--init", str(tmp_path / "not-a-policy.pt")], "--init")):
+        (tmp_path / "not-a-policy.pt").write_text("not a checkpoint")
+        journal = tmp_path / "one.jsonl"
+        journal.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant",
+                                       "content": json.dumps({"name": "compile", "arguments": {}})}],
+                                       "reward": 1.0}) + "\n")
+        code = main(["train", "rft", "--journal", str(journal), "--out-dir", str(tmp_path / "rft"), *flags])
+        err = capsys.readouterr().err
+        assert code == 2 and said in err and "Traceback" not in err, (flags, err)
+    if not torch.cuda.is_available():
+        assert main(["train", "rft", "--journal", str(journal), "--device", "cuda"]) == 2
+        assert "torch here has no CUDA device" in capsys.readouterr().err
 
 
 def test_an_episode_longer_than_the_tiny_policys_context_is_a_usage_error(tmp_path, capsys):

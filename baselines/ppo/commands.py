@@ -185,10 +185,38 @@ def run(args: argparse.Namespace) -> int:
     """Run the chosen stage; returns the exit code."""
     cls, _ = STAGES[args.stage]
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)}
+    check_args(cls(**values))
     from cudagym.baselines.ppo import stages
 
     getattr(stages, f"run_{args.stage}")(cls(**values))
     return 0
+
+
+# counts that must be whole and at least one (the rest may be 0: max_repeats, checkpoint_every, ...)
+_AT_LEAST_ONE = ("steps", "batch_size", "episodes", "updates", "episodes_per_update", "epochs", "minibatches",
+                 "max_new_tokens", "max_tokens")
+
+
+def check_args(args: PolicyArgs) -> None:
+    """Refuse a stage's arguments that mean nothing, before any model is built or any env made.
+
+    Raises:
+        ConfigError: a count below 1, a device torch cannot use here, or a learning rate that is not positive.
+    """
+    for name in _AT_LEAST_ONE:
+        value = getattr(args, name, 1)
+        if value < 1:
+            raise ConfigError(f"expected --{name.replace('_', '-')} >= 1, got {value}")
+    for name in ("lr", "actor_lr", "critic_lr"):
+        value = getattr(args, name, 1.0)
+        if not value > 0:
+            raise ConfigError(f"expected --{name.replace('_', '-')} > 0, got {value}")
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as exc:
+        raise ConfigError(f"expected --device to be a torch device such as cpu or cuda, got {args.device!r}") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {args.device}: torch here has no CUDA device (use --device cpu)")
 
 
 def parse_env_kwargs(text: str) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import pickle
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,12 @@ def build_policy(args: PolicyArgs) -> Any:
     if args.init:
         if not Path(args.init).is_file():
             raise ConfigError(f"expected --init to be a policy.pt from an earlier stage, found no file {args.init}")
-        policy.load_state_dict(torch.load(args.init, map_location=args.device, weights_only=True))
+        try:
+            state = torch.load(args.init, map_location=args.device, weights_only=True)
+            policy.load_state_dict(state)
+        except (EOFError, RuntimeError, KeyError, TypeError, AttributeError, pickle.UnpicklingError) as exc:
+            raise ConfigError(f"expected --init to be a policy.pt of this policy from an earlier stage; "
+                              f"{args.init} is not ({type(exc).__name__}: {str(exc)[:300]})") from None
     return policy
 
 
