@@ -105,7 +105,7 @@ register_suite(Suite(
     summary="KernelBench levels 1-4 (a checkout via $CUDAGYM_KERNELBENCH_DIR, parquet, or the HF hub)",
     factory=_kernelbench,
     filters=("level", "root", "parquet", "revision", "strict"),
-    id_pattern=re.compile(r"^L([1-4])/\S+$"),
+    id_pattern=re.compile(r"^L([1-4])/.+$"),  # a file name may hold a space
     route=lambda m: {"level": int(m.group(1))},
     level_filter=lambda level: {"level": level},
 ))
@@ -123,7 +123,7 @@ register_suite(Suite(
     summary="tasks shipped with cudagym, each with a reference solution",
     factory=_bundled,
     filters=("levels", "root"),
-    id_pattern=re.compile(r"^bundled/L(\d+)/\S+$"),
+    id_pattern=re.compile(r"^bundled/L(\d+)/.+$"),
     route=lambda m: {"levels": int(m.group(1))},
     level_filter=lambda level: {"levels": level},
 ))

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import io
+import os
+import tokenize
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -98,10 +102,17 @@ def make_task(
 
     Raises:
         TaskFormatError: The source does not parse, or lacks ``Model``, ``get_inputs`` or
-            ``get_init_inputs`` at module level.
+            ``get_init_inputs`` at module level; or ``id``, ``suite``, ``name``, ``level`` or ``metadata``
+            is not of its type (an id must be one line of printable text).
     """
+    _check_identity(id=id, suite=suite, name=name, level=level, origin=origin)
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise TaskFormatError(f"{origin}: expected metadata to be a mapping (dict) or None, got "
+                              f"{type(metadata).__name__}")
     tree = parse_task_source(source, origin=origin)
     meta = dict(metadata or {})
+    if isinstance(meta.get("ops"), str):  # one op name, not its letters
+        meta["ops"] = [meta["ops"]]
     meta.setdefault("ops", list(find_ops(tree)))
     meta.setdefault("origin", origin)
     return Task(
@@ -110,18 +121,65 @@ def make_task(
     )
 
 
+def _check_identity(*, id: object, suite: object, name: object, level: object, origin: str) -> None:
+    """Raise TaskFormatError unless the id, suite and name are one-line strings and the level an int >= 0."""
+    for label, value in (("id", id), ("suite", suite), ("name", name)):
+        if not isinstance(value, str) or not value.strip():
+            raise TaskFormatError(f"{origin}: expected the task {label} to be a non-empty str, got "
+                                  f"{type(value).__name__} {value!r:.80}")
+        if not value.isprintable():
+            raise TaskFormatError(f"{origin}: expected the task {label} to be one line of printable text, got "
+                                  f"{value!r:.80}")
+    if isinstance(level, bool) or not isinstance(level, int) or level < 0:
+        raise TaskFormatError(f"{origin}: expected the task level to be an int >= 0, got "
+                              f"{type(level).__name__} {level!r:.80}")
+
+
+def read_task_file(path: str | os.PathLike[str]) -> str:
+    """The text of a task file, decoded as Python decodes a module (UTF-8, a BOM or a ``coding:`` line).
+
+    Raises:
+        TaskFormatError: The file's bytes are not text in its encoding (naming the file and the byte).
+        OSError: The file cannot be read.
+    """
+    data = Path(path).read_bytes()
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as exc:
+        if "invalid or missing encoding" not in str(exc.msg):  # an unknown coding: name, or one contradicting a BOM
+            raise TaskFormatError(f"{path}: not valid Python ({exc.msg})") from None
+        encoding = "utf-8"  # no coding: line and a non-UTF-8 byte in the first two lines: named below
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise TaskFormatError(f"{path}: expected {exc.encoding} text (Python source), got byte "
+                              f"{data[exc.start:exc.start + 1]!r} at offset {exc.start}; save the file as UTF-8") from None
+    # what Python compiles: the BOM is not part of the source
+    return text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+
+
 def parse_task_source(source: str, *, origin: str) -> ast.Module:
     """Parse a task file without executing it and check its KernelBench shape.
 
     Raises:
         TaskFormatError: Naming ``origin`` and what is wrong or missing.
     """
-    if not isinstance(source, str) or not source.strip():
+    if not isinstance(source, str):
+        raise TaskFormatError(f"{origin}: expected KernelBench-format Python source (str), got "
+                              f"{type(source).__name__}{'; decode it first' if isinstance(source, bytes) else ''}")
+    if not source.strip():
         raise TaskFormatError(f"{origin}: expected KernelBench-format Python source, got an empty file")
+    try:
+        source.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise TaskFormatError(f"{origin}: expected text, got an undecodable character {source[exc.start]!r} at "
+                              f"offset {exc.start} (a file read with errors='surrogateescape'?)") from None
     try:
         tree = ast.parse(source, filename=origin)
     except SyntaxError as exc:
         raise TaskFormatError(f"{origin}: not valid Python (line {exc.lineno}: {exc.msg})") from None
+    except (RecursionError, MemoryError) as exc:
+        raise TaskFormatError(f"{origin}: an expression is nested too deeply to parse ({type(exc).__name__})") from None
     defined = _module_level_names(tree)
     missing = [n for n in REQUIRED_NAMES if n not in defined]
     if missing:
@@ -154,25 +212,35 @@ def content_hash_of_tree(tree: ast.AST) -> str:
     return digest.hexdigest()
 
 
-def _canonical_tokens(node: Any) -> Iterator[str]:
+def _canonical_tokens(root: Any) -> Iterator[str]:
     # ast.dump changes between Python versions (3.12 added type_params, 3.13 hides empty fields), and
     # the baseline cache is keyed by this hash across hosts; so write our own: node type, then each field
-    # that is set, skipping None and empty lists, without positions.
-    if isinstance(node, ast.AST):
-        yield type(node).__name__
-        for name, value in ast.iter_fields(node):
-            if value is None or value == [] or name == "type_comment":
-                continue
-            yield f".{name}"
-            yield from _canonical_tokens(value)
-        yield ")"
-    elif isinstance(node, list):
-        yield "["
-        for item in node:
-            yield from _canonical_tokens(item)
-        yield "]"
-    else:
-        yield f"{type(node).__name__}:{node!r}"
+    # that is set, skipping None and empty lists, without positions. Walked with a stack, not recursion:
+    # a long chain such as ``1 + 1 + ... + 1`` is valid Python deeper than the interpreter's recursion limit.
+    stack: list[Any] = [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _Token):
+            yield node.text
+        elif isinstance(node, ast.AST):
+            parts: list[Any] = [_Token(type(node).__name__)]
+            for name, value in ast.iter_fields(node):
+                if value is None or value == [] or name == "type_comment":
+                    continue
+                parts += [_Token(f".{name}"), value]
+            parts.append(_Token(")"))
+            stack.extend(reversed(parts))
+        elif isinstance(node, list):
+            stack.extend(reversed([_Token("["), *node, _Token("]")]))
+        else:
+            yield f"{type(node).__name__}:{node!r}"
+
+
+@dataclass(frozen=True)
+class _Token:
+    """A token already written, queued among the nodes still to walk."""
+
+    text: str
 
 
 def _module_level_names(tree: ast.Module) -> dict[str, str]:

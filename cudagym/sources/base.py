@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator, Sequence
 
-from cudagym.errors import UnknownTaskError
+from cudagym.errors import TaskFormatError, UnknownTaskError
 from cudagym.task import Task
 
 
@@ -33,9 +33,17 @@ class TaskSource(abc.ABC):
     def tasks(self) -> tuple[Task, ...]:
         """All tasks, in a stable order."""
         if self._tasks is None:
-            loaded = tuple(self._load())
-            self._by_id = {t.id: t for t in loaded}
-            self._tasks = loaded
+            by_id: dict[str, Task] = {}
+            for task in self._load():
+                held = by_id.setdefault(task.id, task)
+                if held.content_hash != task.content_hash:  # one id, two problems: get() could not tell them apart
+                    raise TaskFormatError(
+                        f"{self.describe()}: two different tasks have the id {task.id!r} (from "
+                        f"{held.metadata.get('origin', '?')} and {task.metadata.get('origin', '?')}); "
+                        "each task needs its own id"
+                    )
+            self._by_id = by_id
+            self._tasks = tuple(by_id.values())  # a task listed twice (same id, same source) counts once
         return self._tasks
 
     def ids(self) -> list[str]:

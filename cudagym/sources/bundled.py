@@ -16,10 +16,10 @@ from collections.abc import Iterable, Sequence
 from importlib import resources
 from pathlib import Path
 
-from cudagym.errors import ConfigError, DataUnavailableError, UnknownTaskError
+from cudagym.errors import ConfigError, DataUnavailableError, TaskFormatError, UnknownTaskError
 from cudagym.solution import Solution
 from cudagym.sources.base import TaskSource
-from cudagym.task import Task, make_task
+from cudagym.task import Task, make_task, read_task_file
 
 logger = logging.getLogger(__name__)
 
@@ -82,10 +82,21 @@ class BundledSource(TaskSource):
         levels = "all levels" if self.levels is None else "levels " + ", ".join(map(str, self.levels))
         return f"bundled suite at {self.root} ({levels})"
 
+    def _fix(self) -> str:
+        """What to do about missing tasks: check the folder the user named, or reinstall the package."""
+        if self._root is None:
+            return _REINSTALL
+        return (f"check suite_options['root'] ({self._root}): it should be a folder laid out like envs/bundled/ "
+                f"(tasks/L<n>/NN_Name.py), or leave it out for the installed bundled suite (if that is missing "
+                f"too, {_REINSTALL})")
+
     def _load(self) -> Sequence[Task]:
         tasks_dir = self.root / "tasks"
         if not tasks_dir.is_dir():
-            raise DataUnavailableError(f"expected the bundled tasks at {tasks_dir}, not found; {_REINSTALL}")
+            what = ("is a file" if self.root.is_file() else "does not exist") if not self.root.is_dir() else \
+                "has no tasks/ folder"
+            raise DataUnavailableError(f"expected the bundled tasks at {tasks_dir}, not found ({self.root} {what}); "
+                                       f"{self._fix()}")
         tasks: list[Task] = []
         present = _level_dirs(tasks_dir)
         if self.levels is not None and present and not set(self.levels) & {lv for lv, _ in present}:
@@ -99,7 +110,7 @@ class BundledSource(TaskSource):
         if not tasks:
             raise DataUnavailableError(
                 f"expected bundled tasks tasks/L<n>/NN_Name.py under {self.root} for "
-                f"{'any level' if self.levels is None else f'levels {self.levels}'}, found none; {_REINSTALL}"
+                f"{'any level' if self.levels is None else f'levels {self.levels}'}, found none; {self._fix()}"
             )
         return tasks
 
@@ -143,9 +154,13 @@ def _load_level(folder: Path, level: int) -> list[Task]:
     tasks = []
     for number, path in sorted(numbered, key=lambda item: (item[0], item[1].name)):
         name = path.stem
+        try:
+            text = read_task_file(path)
+        except OSError as exc:
+            raise TaskFormatError(f"{path}: cannot be read ({exc.strerror or exc})") from None
         tasks.append(
             make_task(
-                path.read_text(encoding="utf-8"),
+                text,
                 id=f"{SUITE}/L{level}/{name}", suite=SUITE, level=level, name=name, origin=str(path),
                 metadata={"problem_id": number},
             )

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cudagym.errors import DataUnavailableError
+from cudagym.errors import DataUnavailableError, TaskFormatError
 
 logger = logging.getLogger(__name__)
 
@@ -247,6 +247,26 @@ def read_rows(
         for row in table.to_pylist():
             rows.append({name: row.get(name) for name in (*columns, *optional)})
     return rows
+
+
+def source_cell(value: object, *, column: str, origin: str) -> str:
+    """A cell that should hold Python source, as text: a str, or UTF-8 bytes (a ``binary`` column).
+
+    Raises:
+        TaskFormatError: The cell is null, of another type, or bytes that are not UTF-8 (naming the row).
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            return bytes(value).decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise TaskFormatError(
+                f"{origin}: expected the {column} column to hold UTF-8 text (Python source), got byte "
+                f"{bytes(value[exc.start:exc.start + 1])!r} at offset {exc.start}"
+            ) from None
+    got = "null" if value is None else type(value).__name__
+    raise TaskFormatError(f"{origin}: expected the {column} column to hold Python source (text), got {got}")
 
 
 def _import_pyarrow(how_to: str) -> Any:

@@ -13,10 +13,11 @@ bad file never makes a whole level unloadable.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,8 +31,9 @@ from cudagym.sources.hub import (
     parquet_files,
     provide_option,
     read_rows,
+    source_cell,
 )
-from cudagym.task import Task, make_task
+from cudagym.task import Task, make_task, read_task_file
 
 logger = logging.getLogger(__name__)
 
@@ -79,19 +81,25 @@ class _Skipping:
         self.strict = strict
         self.skipped: list[SkippedProblem] = []
 
-    def task(self, source: object, *, id: str, level: int, name: str, origin: str,
+    def task(self, source: object | Callable[[], str], *, id: str, level: int, name: str, origin: str,
              metadata: dict[str, Any]) -> Task | None:
-        """The task, or None (logged and recorded) when the source is not KernelBench format."""
+        """The task, or None (logged and recorded) when the source is not KernelBench format.
+
+        ``source`` is the code cell, or a function that reads the file (its TaskFormatError is recorded too).
+        """
         try:
-            if not isinstance(source, str):
-                raise TaskFormatError(f"{origin}: expected Python source in the code column, got none")
-            return make_task(source, id=id, suite=SUITE, level=level, name=name, origin=origin, metadata=metadata)
+            text = source() if callable(source) else source_cell(source, column="code", origin=origin)
+            return make_task(text, id=id, suite=SUITE, level=level, name=name, origin=origin, metadata=metadata)
         except TaskFormatError as exc:
-            if self.strict:
-                raise
-            logger.warning("skipping KernelBench problem %s: %s", id, exc)
-            self.skipped.append(SkippedProblem(id, str(exc)))
+            self.skip(id, exc)
             return None
+
+    def skip(self, id: str, exc: TaskFormatError) -> None:
+        """Record the problem ``id`` as skipped for ``exc`` (raise it when strict)."""
+        if self.strict:
+            raise exc
+        logger.warning("skipping KernelBench problem %s: %s", id, exc)
+        self.skipped.append(SkippedProblem(id, str(exc)))
 
 
 def normalize_levels(level: int | Iterable[int] | None) -> tuple[int, ...]:
@@ -207,12 +215,20 @@ def _load_level_dir(base: Path, level: int, skipping: _Skipping) -> list[Task]:
     tasks = []
     for problem_id, path in sorted(numbered, key=lambda item: (item[0], item[1].name)):
         name = path.stem
-        task = skipping.task(path.read_text(encoding="utf-8", errors="replace"), id=task_id(level, name),
+        task = skipping.task(functools.partial(_read_problem, path), id=task_id(level, name),
                              level=level, name=name, origin=str(path),
                              metadata={"problem_id": problem_id, "source": "checkout"})
         if task is not None:
             tasks.append(task)
     return tasks
+
+
+def _read_problem(path: Path) -> str:
+    """A problem file's text, decoded as Python decodes it; TaskFormatError when it cannot be read."""
+    try:
+        return read_task_file(path)
+    except OSError as exc:
+        raise TaskFormatError(f"{path}: cannot be read ({exc.strerror or exc})") from None
 
 
 class KernelBenchHubSource(TaskSource):
@@ -287,18 +303,48 @@ def _row_level(row: dict[str, Any]) -> int | None:
     return int(match.group()) if match else None
 
 
+def _problem_id(row: dict[str, Any]) -> int | None:
+    """The row's problem number: its ``problem_id`` cell, else the number its name starts with (``19_ReLU``)."""
+    value = row["problem_id"]
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    match = re.match(r"^(\d+)_", row["name"]) if isinstance(row["name"], str) else None
+    return int(match.group(1)) if match else None
+
+
 def _tasks_from_rows(rows: list[dict[str, Any]], level: int, *, origin: str, skipping: _Skipping) -> list[Task]:
     by_id: dict[str, Task] = {}
-    for row in sorted(rows, key=lambda r: (int(r["problem_id"]), str(r["name"]))):
-        name = str(row["name"]).removesuffix(".py")
-        tid = task_id(level, name)
-        if tid in by_id:  # the same split present twice (e.g. data/ and a converted copy)
-            logger.debug("skipping duplicate KernelBench row %s in %s", tid, origin)
+    numbered: list[tuple[int, str, dict[str, Any]]] = []
+    for index, row in enumerate(rows):
+        name = row["name"].strip().removesuffix(".py") if isinstance(row["name"], str) else ""
+        problem_id = _problem_id(row)
+        if not name or problem_id is None:
+            expected = ("a name like 19_ReLU in the name column" if not name else
+                        "an int problem_id, or a name that starts with the problem's number")
+            got = f"name {row['name']!r:.80}" if not name else f"problem_id {row['problem_id']!r:.80}"
+            skipping.skip(f"{origin}:row {index}", TaskFormatError(f"{origin}:row {index}: expected {expected}, "
+                                                                   f"got {got}"))
             continue
+        numbered.append((problem_id, name, row))
+    for problem_id, name, row in sorted(numbered, key=lambda item: (item[0], item[1])):
+        tid = task_id(level, name)
         task = skipping.task(row["code"], id=tid, level=level, name=name, origin=f"{origin}:{name}",
-                             metadata={"problem_id": int(row["problem_id"]), "source": "hub"})
-        if task is not None:
+                             metadata={"problem_id": problem_id, "source": "hub"})
+        if task is None:
+            continue
+        held = by_id.get(tid)
+        if held is None:
             by_id[tid] = task
+        elif held.content_hash == task.content_hash:  # the same split present twice (data/ and a converted copy)
+            logger.debug("skipping duplicate KernelBench row %s in %s", tid, origin)
+        else:  # two different problems under one id: keep the first, never mix them up silently
+            skipping.skip(tid, TaskFormatError(
+                f"{origin}:{name}: a second row with id {tid} and a different source (hash {task.short_hash}, "
+                f"kept: {held.short_hash}); give each problem its own name"))
     return list(by_id.values())
 
 

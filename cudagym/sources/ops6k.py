@@ -21,7 +21,7 @@ from typing import Any
 
 from cudagym.errors import ConfigError, TaskFormatError
 from cudagym.sources.base import TaskSource
-from cudagym.sources.hub import HubDataset, fetch_snapshot, parquet_files, read_rows
+from cudagym.sources.hub import HubDataset, fetch_snapshot, parquet_files, read_rows, source_cell
 from cudagym.task import Task, make_task
 
 logger = logging.getLogger(__name__)
@@ -123,10 +123,15 @@ class Ops6KSource(TaskSource):
         self._path = path if path is not None else os.environ.get(PARQUET_ENV) or None
         self.min_ops = min_ops
         self.max_ops = max_ops
-        wanted = [ops] if isinstance(ops, str) else list(ops or ())
+        wanted = [ops] if isinstance(ops, str) else _listed(ops)
+        if wanted is None or not all(isinstance(o, str) for o in wanted):
+            raise ConfigError(f"expected ops to be an op name (str), a list of them, or None, got {ops!r:.200}")
         self.required_ops = frozenset(op_key(o) for o in wanted)
         self.limit = limit
-        self.rows = None if rows is None else frozenset(int(r) for r in rows)
+        picked = _listed(rows)
+        if picked is None or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in picked):
+            raise ConfigError(f"expected rows to be row numbers (ints >= 0) or None, got {rows!r:.200}")
+        self.rows = None if rows is None else frozenset(picked)
         self.strict = strict
         self._revision = revision
         self._refresh = refresh
@@ -177,7 +182,7 @@ class Ops6KSource(TaskSource):
         if self.max_ops is not None and level > self.max_ops:
             return False
         if self.required_ops:
-            have = {op_key(o) for o in record["ops"] or () if isinstance(o, str)}
+            have = {op_key(o) for o in row_ops(record["ops"])}
             return self.required_ops <= have
         return True
 
@@ -200,15 +205,32 @@ class Ops6KSource(TaskSource):
         return None
 
 
+def _listed(value: object) -> list[Any] | None:
+    """``value``'s items when it is None (none) or an iterable other than a str, bytes or mapping; else None."""
+    if value is None:
+        return []
+    if isinstance(value, (str, bytes, dict)) or not isinstance(value, Iterable):
+        return None
+    return list(value)
+
+
+def row_ops(value: object) -> list[str]:
+    """The op names of an ``ops`` cell: a list of names, or one name (a str column), never its letters."""
+    if isinstance(value, str):
+        return [value] if value.strip() else []
+    if isinstance(value, (list, tuple)):
+        return [o for o in value if isinstance(o, str)]
+    return []
+
+
 def _make_task(index: int, record: dict[str, Any], *, origin: str) -> Task | str:
     """The row's task, or what is wrong with it."""
-    ops = [o for o in record["ops"] or () if isinstance(o, str)]
+    ops = row_ops(record["ops"])
     name = task_name(index, ops)
-    if not isinstance(record["code"], str):
-        return f"{origin}: expected the code column to hold Python source, got none"
     try:
+        code = source_cell(record["code"], column="code", origin=origin)
         return make_task(
-            record["code"], id=f"{SUITE}/{name}", suite=SUITE, level=level_of(record["data_source"]),
+            code, id=f"{SUITE}/{name}", suite=SUITE, level=level_of(record["data_source"]),
             name=name, origin=origin,
             metadata={"ops": ops, "data_source": record["data_source"], "row": index},
         )
