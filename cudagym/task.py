@@ -152,8 +152,9 @@ def read_task_file(path: str | os.PathLike[str]) -> str:
     try:
         text = data.decode(encoding)
     except UnicodeDecodeError as exc:
-        raise TaskFormatError(f"{path}: expected {exc.encoding} text (Python source), got byte "
-                              f"{data[exc.start:exc.start + 1]!r} at offset {exc.start}; save the file as UTF-8") from None
+        byte = data[exc.start:exc.start + 1]
+        raise TaskFormatError(f"{path}: expected {exc.encoding} text (Python source), got byte {byte!r} at offset "
+                              f"{exc.start}; save the file as UTF-8") from None
     # what Python compiles: the BOM is not part of the source
     return text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
 

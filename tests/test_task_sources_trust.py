@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from conftest import kernelbench_problem, ops6k_code, write_kernelbench_tree
 
+from cudagym import task as task_module
 from cudagym.errors import ConfigError, DataUnavailableError, TaskFormatError
 from cudagym.sources import BundledSource, KernelBenchHubSource, KernelBenchSource, Ops6KSource, TaskSource
 from cudagym.suites import get_task
-from cudagym import task as task_module
 from cudagym.task import Task, make_task
 
 pytestmark = pytest.mark.usefixtures("offline_data_env")
