@@ -29,10 +29,12 @@ bf16 inputs, fp32 accumulate    527             7920
 fast-math ``exp`` (elementwise) 4.5             n/a
 ==============================  ==============  ==============
 
-Rounding signature (the drawn input): the float64 reference is rerun with operands rounded to bf16, TF32
-(round-to-nearest, which fp16 equals in its range) and TF32 (truncated, what tensor cores do to raw fp32
-bits; both TF32 roundings are left out in a ``tf32`` protocol), first all floating inputs and parameters
-together. With ``d = candidate - ref64`` and ``D = ref64(rounded) - ref64`` the regression slope
+Rounding signature (the drawn input, and the timed round the float64 rule runs on: the drawn input is a
+correctness input given again, which a candidate can recognise and answer in fp32): the float64 reference
+is rerun with operands rounded to bf16, TF32 (round-to-nearest, which fp16 equals in its range) and TF32
+(truncated, what tensor cores do to raw fp32 bits; both TF32 roundings are left out in a ``tf32``
+protocol), first all floating inputs and parameters together. With ``d = candidate - ref64`` and
+``D = ref64(rounded) - ref64`` the regression slope
 ``beta = <d, D> / <D, D>`` is ~1 when the candidate rounded those operands and ~0 for an honest
 candidate, whatever its summation order: its error does not depend on the discarded low bits. A violation
 needs ``beta >= BETA_MIN``, a slope at least Z_MIN standard errors from 0, at least MIN_ELEMENTS outputs, and
@@ -134,9 +136,9 @@ class Precision(Guard):
         except Exception:
             return
         ref64 = _forward64(ref64_model, inputs)
-        del ref64_model
         if ref64 is None:
             return
+        compared: list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]] = []
         for i, (cand, r32, r64) in enumerate(zip(tensors_in(outputs), tensors_in(reference), ref64, strict=False)):
             if not (r32.is_floating_point() and cand.shape == r32.shape == r64.shape):
                 continue
@@ -147,6 +149,15 @@ class Precision(Guard):
             if message:
                 ctx.flag(self.name, message)
                 return
+            if bool(keep.all()):
+                compared.append((i, cand, r32, r64))
+        # The rounding signature too: the probes after the correctness runs see a correctness input again (and its
+        # signs flipped), which a candidate can recognise and answer in fp32 while it rounds every other input to
+        # fp16, whose error on KernelBench's all-positive matmuls stays under the magnitude rule's limit.
+        if compared:
+            message = _signature_probe(ref64_model, list(inputs), compared, _roundings(ctx), f"on inputs {label}")
+            if message:
+                ctx.flag(self.name, message)
 
     def _check_switches(self, ctx: EvalContext, stage: str) -> None:
         from cudagym.judge.harness.integrity import TorchFlags
@@ -186,10 +197,14 @@ class Precision(Guard):
                 return message
             compared.append((i, cand, r32, r64))
         if signature and compared:
-            allowed = ctx.protocol.matmul_tf32 or ctx.protocol.cudnn_tf32
-            roundings = {k: v for k, v in ROUNDINGS.items() if not (allowed and "TF32" in k)}
-            return _signature_probe(ref64_model, inputs, compared, roundings)
+            return _signature_probe(ref64_model, inputs, compared, _roundings(ctx), f"on inputs {label}")
         return ""
+
+
+def _roundings(ctx: EvalContext) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+    """The roundings the signature looks for: TF32's left out where the protocol allows TF32."""
+    allowed = ctx.protocol.matmul_tf32 or ctx.protocol.cudnn_tf32
+    return {k: v for k, v in ROUNDINGS.items() if not (allowed and "TF32" in k)}
 
 
 def _forward64(ref64_model: Any, inputs: list[Any]) -> list[torch.Tensor] | None:
@@ -254,8 +269,9 @@ def _matches_rounding(cand: torch.Tensor, ref32: torch.Tensor, ref64: torch.Tens
 
 def _signature_probe(ref64_model: Any, inputs: list[Any],
                      compared: list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]],
-                     roundings: dict[str, Callable[[torch.Tensor], torch.Tensor]]) -> str:
-    """The rounding-signature check on the drawn input: a violation message, or ``""``.
+                     roundings: dict[str, Callable[[torch.Tensor], torch.Tensor]],
+                     label: str = "on inputs as drawn") -> str:
+    """The rounding-signature check on a drawn input (``label`` names it): a violation message, or ``""``.
 
     Each rounding first applies to all operands at once; the operands are rounded one at a time only when
     that shows a significant positive slope (some of them were rounded), so an honest candidate costs one
@@ -275,7 +291,7 @@ def _signature_probe(ref64_model: Any, inputs: list[Any],
                     continue
                 hit, beta = _matches_rounding(cand, r32, r64, outputs[i])
                 if hit:
-                    return (f"output {i} on inputs as drawn: its error vs a float64 reference is that of "
+                    return (f"output {i} {label}: its error vs a float64 reference is that of "
                             f"{fmt} rounding of {what} (slope {beta:.2f}; an fp32 computation gives ~0): "
                             "arithmetic below the protocol's precision")
                 partial = rounding_slope(cand, r64, outputs[i])

@@ -3,7 +3,9 @@
 An output passes when it has the reference's structure (tensor, or nested tuple/list/dict of tensors),
 every tensor is a plain ``torch.Tensor`` (exactly that type: a subclass can compute lazily or lie about its
 values), with the same shape, dtype and device, all values finite, and every element within
-``|out - ref| <= atol + rtol * |ref|`` (``torch.isclose``'s rule). NaN and Inf never pass, not even where
+``|out - ref| <= atol + rtol * |ref|`` (``torch.isclose``'s rule; integer and boolean outputs, indices and
+counts, must be equal: a tolerance that grows with ``|ref|`` passed an argmax off by a few places, and int64
+values beyond 2**53 compared as float64 passed any low-bit error). NaN and Inf never pass, not even where
 the reference has them: a reference that is not finite makes the task invalid (see
 :func:`nonfinite_count`), which the runner reports as the judge's problem, not the agent's.
 
@@ -152,9 +154,10 @@ def _compare_tensor(ref: torch.Tensor, out: Any, where: str, tol: Tolerance, tot
     if not totals.first_index:
         totals.first_index = index
     nonfinite = f"; {first.nan} NaN, {first.inf} Inf" if first.nan or first.inf else ""
+    rule = f"{ref.dtype} must be equal" if _exact(ref) else f"atol={tol.atol:g}, rtol={tol.rtol:g}"
     totals.fail(
-        f"{where}: {first.count} of {ref.numel()} elements differ{nonfinite}; first at {index}: got {first.got:.6g}, "
-        f"expected {first.want:.6g} (atol={tol.atol:g}, rtol={tol.rtol:g})"
+        f"{where}: {first.count} of {ref.numel()} elements differ{nonfinite}; first at {index}: "
+        f"got {_shown(first.got)}, expected {_shown(first.want)} ({rule})"
     )
 
 
@@ -166,8 +169,8 @@ class _Mismatch:
     nan: int = 0
     inf: int = 0
     flat: int = -1  # flat index of the first mismatch (-1: none yet)
-    got: float = 0.0
-    want: float = 0.0
+    got: Any = 0.0  # an element of the output (int, float or complex)
+    want: Any = 0.0
 
 
 def _compare_piece(ref: torch.Tensor, out: torch.Tensor, offset: int, tol: Tolerance, totals: _Totals,
@@ -178,9 +181,12 @@ def _compare_piece(ref: torch.Tensor, out: torch.Tensor, offset: int, tol: Toler
     # tensors, no boolean indexing and its int64 indices): ~200 MB for a 16M-element fp32 piece, not ~560 MB.
     diff = torch.abs(out_v - ref_v)
     magnitude = ref_v.abs()
-    limit = magnitude.mul(tol.rtol).add_(tol.atol)
-    bad = diff.le(limit).logical_not_()  # NaN in diff is "not <=": NaN or Inf always mismatches
-    del limit
+    if _exact(ref):  # in their own dtype: int64 beyond 2**53 is not exact as float64
+        bad = out.ne(ref)
+    else:
+        limit = magnitude.mul(tol.rtol).add_(tol.atol)
+        bad = diff.le(limit).logical_not_()  # NaN in diff is "not <=": NaN or Inf always mismatches
+        del limit
     diff.nan_to_num_(nan=0.0, posinf=0.0)  # the errors are over finite differences (the rest are counted)
     totals.max_abs = max(totals.max_abs, float(diff.max().item()))
     insignificant = magnitude < tol.atol  # relative errors only where |ref| >= atol
@@ -200,7 +206,17 @@ def _compare_piece(ref: torch.Tensor, out: torch.Tensor, offset: int, tol: Toler
     if first.flat < 0:
         local = int(bad.nonzero()[0].item())
         first.flat = offset + local
-        first.got, first.want = out_v[local].item(), ref_v[local].item()
+        first.got, first.want = out[local].item(), ref[local].item()
+
+
+def _exact(t: torch.Tensor) -> bool:
+    """Whether a tensor's values must match exactly (integers and booleans: indices, counts, masks)."""
+    return not (t.is_floating_point() or t.is_complex())
+
+
+def _shown(value: Any) -> str:
+    """An element for a message: integers in full (an int64 index beyond 2**53 too), floats to 6 digits."""
+    return str(value) if isinstance(value, (bool, int)) else f"{value:.6g}"
 
 
 def _comparable(t: torch.Tensor) -> torch.Tensor:

@@ -99,14 +99,111 @@ class StructureMismatch:
         return self.message
 
 
-def structure_problem(outputs: Any, expected: list[Slot], container: str) -> str:
-    """Why ``outputs`` cannot fill ``expected`` (``""`` when it can); used by the runner before copying."""
+def output_structure(outputs: Any) -> Any:
+    """How outputs like ``outputs`` travel, as JSON: ``"tensor"``, ``"list"`` or ``"tuple"`` (of tensors), or a tree.
+
+    A tree (nested tuples, lists and dicts: ``{"tuple": [...]}``, ``{"list": [...]}``, ``{"dict": [[key, ...]]}``,
+    ``"T"`` a tensor) is what a reference returns beyond a flat sequence; its tensors travel in the order of a
+    depth-first walk, dict entries in the reference's key order. Anything else in it (a number, ``None``, a key
+    JSON cannot carry) is ``{"other": type name}``, which no output can fill: its value would be the runner's word.
+    """
+    if isinstance(outputs, torch.Tensor):
+        return "tensor"
+    if isinstance(outputs, (list, tuple)) and all(isinstance(o, torch.Tensor) for o in outputs):
+        return "list" if isinstance(outputs, list) else "tuple"
+    return _tree(outputs)
+
+
+def _tree(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return "T"
+    if isinstance(value, (list, tuple)):
+        return {"list" if isinstance(value, list) else "tuple": [_tree(v) for v in value]}
+    if isinstance(value, dict) and all(isinstance(k, (str, int)) and not isinstance(k, bool) for k in value):
+        return {"dict": [[k, _tree(v)] for k, v in value.items()]}
+    return {"other": type(value).__name__}
+
+
+def delivered_tensors(outputs: Any, container: Any) -> tuple[list[Any], str]:
+    """The items of ``outputs`` that fill the output slots, in the slots' order, and ``""``; or why they cannot."""
     if container == "tensor":
-        got = [outputs]
-    elif isinstance(outputs, (tuple, list)):
-        got = list(outputs)
-    else:
-        return f"expected a {container} of {len(expected)} tensors, got {type(outputs).__name__}"
+        return [outputs], ""
+    if container in ("list", "tuple"):
+        if isinstance(outputs, (tuple, list)):
+            return list(outputs), ""
+        return [], f"expected a {container} of tensors, got {type(outputs).__name__}"
+    found: list[Any] = []
+    return found, _walk(outputs, container, "", found)
+
+
+def _walk(value: Any, tree: Any, where: str, found: list[Any]) -> str:
+    """Collect ``value``'s leaves along ``tree`` into ``found``; ``""`` or why ``value`` does not have its shape."""
+    if tree == "T":
+        found.append(value)
+        return ""
+    kind, items = next(iter(tree.items())) if isinstance(tree, dict) and len(tree) == 1 else ("", None)
+    if kind in ("list", "tuple") and isinstance(items, list):
+        if not isinstance(value, (list, tuple)) or len(value) != len(items):
+            return f"{_at(where)}expected a {kind} of {len(items)} items, got {_described(value)}"
+        for i, (v, sub) in enumerate(zip(value, items, strict=True)):
+            problem = _walk(v, sub, f"{where or 'output'}[{i}]", found)
+            if problem:
+                return problem
+        return ""
+    if kind == "dict" and isinstance(items, list):
+        keys = [k for k, _ in items]
+        if not isinstance(value, dict) or len(value) != len(keys) or any(k not in value for k in keys):
+            return f"{_at(where)}expected a dict with keys {sorted(map(str, keys))}, got {_described(value)}"
+        for k, sub in items:
+            problem = _walk(value[k], sub, f"{where or 'output'}[{k!r}]", found)
+            if problem:
+                return problem
+        return ""
+    return (f"{_at(where)}the reference returns a value of type {str(items)[:60]} there, which the judge cannot take "
+            "from the candidate's process (only tensors, in tuples, lists and dicts)")
+
+
+def _at(where: str) -> str:
+    return f"{where}: " if where else ""
+
+
+def _described(value: Any) -> str:
+    if isinstance(value, dict):
+        return f"a dict with keys {sorted(map(str, value))[:20]}"
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__} of {len(value)} items"
+    return f"a {type(value).__name__}"
+
+
+def rebuilt(outs: list[torch.Tensor], container: Any) -> Any:
+    """The output tree of ``container`` (:func:`output_structure`) holding ``outs`` in its slots' order."""
+    if container == "tensor":
+        return outs[0]
+    if container in ("list", "tuple"):
+        return list(outs) if container == "list" else tuple(outs)
+    it = iter(outs)
+
+    def build(tree: Any) -> Any:
+        if tree == "T":
+            return next(it)
+        kind, items = next(iter(tree.items()))
+        if kind == "dict":
+            return {k: build(sub) for k, sub in items}
+        built = [build(sub) for sub in items]
+        return built if kind == "list" else tuple(built)
+
+    return build(container)
+
+
+def structure_problem(outputs: Any, expected: list[Slot], container: Any) -> str:
+    """Why ``outputs`` cannot fill ``expected`` (``""`` when it can); used by the runner before copying.
+
+    Each output must be a dense tensor with data (not sparse, not meta: their copy would fail in the judge's own
+    code) of the slot's shape and dtype.
+    """
+    got, problem = delivered_tensors(outputs, container)
+    if problem:
+        return problem
     if len(got) != len(expected):
         return f"expected {len(expected)} output tensor(s), got {len(got)}"
     for i, (tensor, slot) in enumerate(zip(got, expected, strict=True)):
@@ -116,6 +213,10 @@ def structure_problem(outputs: Any, expected: list[Slot], container: str) -> str
             return f"output {i}: expected shape {list(slot.shape)}, got {list(tensor.shape)}"
         if str(tensor.dtype).removeprefix("torch.") != slot.dtype:
             return f"output {i}: expected dtype {slot.dtype}, got {str(tensor.dtype).removeprefix('torch.')}"
+        if tensor.layout != torch.strided or tensor.is_meta:
+            layout_name = str(tensor.layout).removeprefix("torch.")
+            what = "a meta tensor (no data)" if tensor.is_meta else f"layout {layout_name}"
+            return f"output {i}: expected a dense tensor with its values, got {what}"
     return ""
 
 
@@ -135,6 +236,7 @@ class RunnerLink:
         self.channel = channel
         self.deadline = deadline
         self.device = torch.device("cpu")
+        self.candidate_sent = False  # whether the runner was told to load the candidate (:meth:`start`)
         self.arenas: dict[str, Arena] = {}
         self.violations: list[tuple[str, str]] = []  # what the runner's guards reported, in order
         self.on_violation: Any = None  # called with (guard, message) for each, as they arrive
@@ -344,6 +446,7 @@ class RunnerLink:
 
         The account is the runner's own (``setup 0.01 s, ...``), for notes only.
         """
+        self.candidate_sent = True  # from here on the runner's process holds candidate code
         reply = self.request({"kind": "start", **start}, expect="loaded")
         stages = reply.get("stages_s")
         if not isinstance(stages, dict):
@@ -405,8 +508,7 @@ class RemoteModel:
 
     def __init__(self, link: RunnerLink, outputs_like: Any) -> None:
         self.link = link
-        self.container = "tensor" if isinstance(outputs_like, torch.Tensor) else (
-            "list" if isinstance(outputs_like, list) else "tuple")
+        self.container = output_structure(outputs_like)  # nested trees and dicts too, not only flat sequences
         self.out_slots, self.out_bytes = layout(tensors_in(outputs_like))
         self.out_like = [(t.shape, t.dtype) for t in tensors_in(outputs_like)]
         # the last call's plain arguments (None where a tensor went into a slot) and its slots: no tensor is kept
@@ -518,9 +620,7 @@ class RemoteModel:
             return StructureMismatch(problem[:2000])
         if outs is None:
             outs = [v.clone() for v in views(self.link.arenas["outputs"].tensor, self.out_slots)]
-        if self.container == "tensor":
-            return outs[0]
-        return list(outs) if self.container == "list" else tuple(outs)
+        return rebuilt(outs, self.container)
 
     def __call__(self, *args: Any) -> Any:
         """One audited forward in the runner; the outputs as tensors of this process."""
@@ -583,6 +683,10 @@ class RemoteModel:
                 claim = float(reply["time_us"])
             except _MALFORMED as exc:
                 raise RunnerLost(f"the runner sent a malformed calibration ({exc})") from None
+            if reply.get("problem"):  # no candidate is loaded: an empty call that cannot deliver is the judge's bug,
+                # and its cost, without the outputs' copy, would undercount every timed call's
+                why = _text(reply["problem"], 300)
+                raise RunnerLost(f"the runner's empty call could not deliver its outputs ({why})")
             if math.isfinite(claim) and 0 <= claim <= wall:
                 gaps.append(wall - claim)
                 staged.append(self.link.last_staged_us)

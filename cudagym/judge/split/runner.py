@@ -291,15 +291,17 @@ class _Server:
 
     def _queue_outputs(self, request: dict[str, Any], outputs: Any) -> str:
         """Queue the outputs' copy into the output arena on the current stream; ``""`` or why it cannot be made."""
-        from cudagym.judge.harness.inputs import tensors_in
         from cudagym.judge.split.arena import Slot, views
-        from cudagym.judge.split.remote import structure_problem
+        from cudagym.judge.split.remote import delivered_tensors, structure_problem
 
         expected = [Slot.from_json(s) for s in request["outputs"]]
-        problem = structure_problem(outputs, expected, request.get("container", "tensor"))
+        container = request.get("container", "tensor")
+        problem = structure_problem(outputs, expected, container)
         if problem:
             return problem
-        for view, tensor in zip(views(self.arenas["outputs"].tensor, expected), tensors_in(outputs), strict=True):
+        # in the slots' order (a dict's in the reference's key order, whatever order the candidate's has)
+        tensors, _ = delivered_tensors(outputs, container)
+        for view, tensor in zip(views(self.arenas["outputs"].tensor, expected), tensors, strict=True):
             view.copy_(tensor)
         return ""
 
@@ -336,9 +338,11 @@ class _Server:
         dtypes = [getattr(torch, s.dtype) for s in expected]
         container = request.get("container", "tensor")
 
-        def empty(*_: Any) -> Any:
-            outs = [torch.zeros(s.shape, dtype=d, device=self.device) for s, d in zip(expected, dtypes, strict=True)]
-            return outs[0] if container == "tensor" else (list(outs) if container == "list" else tuple(outs))
+        def empty(*_: Any) -> Any:  # in the reference's structure (a nested tree too), so its copy-out is timed
+            from cudagym.judge.split.remote import rebuilt
+
+            return rebuilt([torch.zeros(s.shape, dtype=d, device=self.device)
+                            for s, d in zip(expected, dtypes, strict=True)], container)
 
         flags = protocol_flags(job.protocol.matmul_tf32, job.protocol.cudnn_tf32)
         return {**self._timed_call(empty, request, flags, lambda fn: fn()), "kind": "calibrated"}
