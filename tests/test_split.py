@@ -264,6 +264,31 @@ def test_the_runners_reference_can_be_timed_in_batches_of_its_own_loop_before_th
     assert not any("timed in the runner's own loop" in n for n in single.notes), single.notes
 
 
+def test_a_runner_that_fails_before_the_candidate_loads_is_the_judges_failure_not_the_candidates(
+        pool: WorkerPool) -> None:
+    # a reference that kills the runner's process when the runner times it (before any candidate code is there):
+    # the task's or the judge's doing, so reward 0 (infra_error), never the candidate's -1 (crashed)
+    dying = textwrap.dedent(TASK).replace("    def forward(self, x):\n", (
+        "    def forward(self, x):\n"
+        "        import os, sys\n"
+        "        if getattr(sys.modules['__main__'].__spec__, 'name', '') == 'cudagym.judge.split.runner':\n"
+        "            os._exit(3)\n"))
+    assert dying != textwrap.dedent(TASK)
+    job = Job(
+        job_id="dies-early",
+        task=make_task(dying, id="test/split_dying", suite="test", level=1, name="split", origin="test"),
+        solution=Solution("inline", {"model_new.py": textwrap.dedent(HONEST)}),
+        build=BuildResult(BuildStatus.OK, "inline"),
+        mode=EvalMode.PROFILE,
+        protocol=CUDAGYM_V0.with_changes(id="test-split-dying", guards=(), num_inputs=2, warmup_runs=1, warmup_ms=0.0,
+                                         min_runs=5, max_runs=5, target_ci_pct=0.0, runner_reference_runs=5),
+        baselines=KnownBaselines(),
+    )
+    result = pool.submit(job).result(timeout=300)
+    assert result.status is EvalStatus.INFRA_ERROR, result.message + result.log[-2000:]
+    assert "the judge's runner failed before any candidate code was in it" in result.message
+
+
 def test_a_patched_comparison_in_the_candidates_process_forges_nothing(pool: WorkerPool) -> None:
     result = judge(pool, FORGE_COMPARISON)
     assert result.status is EvalStatus.INCORRECT, result.message

@@ -84,9 +84,13 @@ def evaluate(job: Job, device: str | torch.device | None = None, runner: RunnerL
         ctx.meter = DeviceMemoryMeter.start(ctx.device, None if link is None else lambda: link.arena_peak_bytes)
         with torch.no_grad(), ExitStack() as stack:
             status, message = _pipeline(ctx, stack)
-    except RunnerLost as lost:  # the candidate's process died, hung or sent garbage: the candidate's failure
-        status = EvalStatus.TIMEOUT if lost.timed_out else EvalStatus.CRASHED
-        message = f"the candidate's process failed: {lost}"
+    except RunnerLost as lost:  # the candidate's process died, hung or sent garbage: the candidate's failure ...
+        if ctx.remote is not None and not ctx.remote.candidate_sent:  # ... once it held candidate code; before, the
+            status = EvalStatus.INFRA_ERROR  # judge's own (its runner held the task's reference and nothing else)
+            message = f"the judge's runner failed before any candidate code was in it: {lost}"
+        else:
+            status = EvalStatus.TIMEOUT if lost.timed_out else EvalStatus.CRASHED
+            message = f"the candidate's process failed: {lost}"
     except CandidateFailure as failure:
         poisoned = failure.cuda and ctx.remote is None  # in the split only the runner's context is broken
         status, message = EvalStatus.RUNTIME_ERROR, _failure_message(failure)
