@@ -175,3 +175,19 @@ def test_fp16_that_answers_the_probes_in_fp32_is_caught_in_a_timed_round(pool: W
     honest = judge(pool, MATMUL, candidate_source("return a @ b", "a, b"), mode=EvalMode.PROFILE,
                    guards=("precision",))
     assert "[precision]" not in honest.message, detail(honest)  # (its timing is judged by rules of its own)
+
+
+# ------------------------------------------------------------------------------------------ the reference's own answer
+
+
+def test_a_reference_that_is_not_a_function_of_its_inputs_is_the_tasks_problem_not_the_agents(
+        pool: WorkerPool) -> None:
+    """A reference with ``torch.rand_like`` in its forward fails every candidate, itself included: reward 0 (the
+    task is invalid), not -1. A wrong answer on a deterministic task stays the candidate's -1."""
+    noisy = task_source("return x + torch.rand_like(x)")
+    itself = judge(pool, noisy, candidate_source("return x + torch.rand_like(x)"))
+    assert itself.status is EvalStatus.INFRA_ERROR, detail(itself)
+    assert "the reference gave other outputs on the same input set" in itself.message, detail(itself)
+    wrong = judge(pool, task_source("return x + 1"), candidate_source("return x + 2"))
+    assert wrong.status is EvalStatus.INCORRECT, detail(wrong)
+

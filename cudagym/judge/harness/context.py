@@ -12,6 +12,7 @@ results lived, and no third copy is held. In the split the runner's input arena 
 
 from __future__ import annotations
 
+import secrets
 import time
 import types
 from collections.abc import Callable
@@ -284,6 +285,8 @@ class EvalContext:
             raise TaskProblem(f"task {self.job.task.id}: the reference output has {bad} NaN/Inf values for "
                               f"seed {seed}; the task is invalid (its reference must be finite)")
         check = compare_outputs(reference, outputs, self.tolerance, index=index, seed=seed)
+        if not check.passed:
+            self.check_reference_repeats(seed, scale, reference)
         writes = bool(changed) and self.reference_writes_inputs
         record = CheckRecord(index, seed, purpose, args, ref_args, outputs, reference, check, bool(changed), writes,
                              changed)
@@ -291,6 +294,37 @@ class EvalContext:
             guard.on_check(self, record)
         self.poison_results(reference)
         return check
+
+    def check_reference_repeats(self, seed: int, scale: float, reference: Any) -> None:
+        """After a failed check: the reference once more on the same input set, which must give the same outputs.
+
+        A reference whose outputs are not a function of its inputs (``torch.rand`` in its forward, dropout in
+        training mode, state that changes call to call) fails every candidate, the reference itself included:
+        that is the task's problem (reward 0), not the agent's -1. Where the second run does not fit in device
+        memory, the check stands as it was.
+
+        Raises:
+            TaskProblem: The two runs differ beyond the tolerance.
+        """
+        try:
+            inputs = self.inputs_at(seed, scale)
+            # the random number generators somewhere else than where drawing the set left them: a forward that
+            # draws from them (the candidate's process cannot draw the numbers this process did) shows it
+            torch.manual_seed(secrets.randbits(62))
+            again = self.run_reference(inputs)
+        except TaskProblem:
+            raise
+        except Exception as exc:
+            if is_out_of_memory(exc):
+                self.note(f"seed {seed}: the reference's repeat (is it deterministic?) did not fit; not taken")
+                return
+            raise
+        same = compare_outputs(reference, again, self.tolerance, index=-1, seed=seed)
+        self.poison_results(again)
+        if not same.passed:
+            raise TaskProblem(f"task {self.job.task.id}: the reference gave other outputs on the same input set (seed "
+                              f"{seed}, a second run: {same.message[:300]}); its outputs (or its get_inputs()) are "
+                              "not a function of the seed, so no candidate can be checked against them")
 
     def candidate_copy(self, inputs: list[Any]) -> list[Any]:
         """The input set to hand the candidate: a copy of its own here; ``inputs`` itself in the split.
