@@ -65,8 +65,10 @@ def is_cuda_error(exc: BaseException) -> bool:
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
-    """True for a CUDA (or host) out-of-memory error."""
-    return type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc).lower()
+    """True for a CUDA or host out-of-memory error (torch's CPU allocator's, or Python's ``MemoryError``)."""
+    text = str(exc).lower()
+    return (isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or "out of memory" in text
+            or "can't allocate memory" in text)
 
 
 def candidate_traceback(exc: BaseException, roots: tuple[Path, ...]) -> str:
