@@ -213,6 +213,10 @@ class CudaKernelEnv(gym.Env[str, str]):
         self._task_ids = env_options.task_ids(tasks)
         self._task_filter = env_options.task_filter(task_filter)
         self._suite_options = env_options.plain_dict("suite_options", suite_options)
+        given = self._suite_options.get("level")
+        if level is not None and given is not None and given != level:  # the id's level would win in silence
+            raise ConfigError(f"suite_options level={given!r} contradicts this env's level {level} (its id names "
+                              "the level); use the env id of that level, or leave level out of suite_options")
         if not isinstance(judge, Judge) and not (isinstance(judge, str) and judge in JUDGES):
             raise ConfigError(f"expected judge to be a Judge or one of {sorted(JUDGES)}, got {judge!r}")
         self._format = get_format(solution_format)

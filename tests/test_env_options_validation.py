@@ -204,3 +204,11 @@ def test_good_protocol_forms_still_work() -> None:
                                    build_timeout_s=12, scaled_inputs=[4, 0.5])
     assert edge.scaled_inputs == (4, 0.5)  # a list from JSON is kept as a tuple
     assert json.loads(json.dumps(dataclasses.asdict(edge)))["build_timeout_s"] == 12
+
+
+def test_a_suite_options_level_that_contradicts_the_env_ids_level_is_refused() -> None:
+    import gymnasium as gym
+
+    with pytest.raises(ConfigError, match="suite_options level=2 contradicts this env's level 1"):
+        gym.make("CudaKernel-L1-v0", suite_options={"level": 2})
+
