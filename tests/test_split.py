@@ -194,7 +194,8 @@ pool = pytest.fixture(scope="module", name="pool")(cpu_split_pool)
 
 
 def judge(pool: WorkerPool, candidate: str, *, guards: Sequence[str] = (), mode: EvalMode = EvalMode.VERIFY,
-          job_id: str = "job", runner_reference_runs: int = 0, reference_batch: int = 0) -> EvalResult:
+          job_id: str = "job", runner_reference_runs: int = 0, reference_batch: int = 0,
+          timeout_s: float | None = None) -> EvalResult:
     code = textwrap.dedent(candidate)
     job = Job(
         job_id=job_id,
@@ -205,7 +206,8 @@ def judge(pool: WorkerPool, candidate: str, *, guards: Sequence[str] = (), mode:
         protocol=CUDAGYM_V0.with_changes(id="test-split", guards=tuple(guards), num_inputs=2, warmup_runs=1,
                                          warmup_ms=0.0, min_runs=5, max_runs=5, target_ci_pct=0.0,
                                          runner_reference_runs=runner_reference_runs,
-                                         runner_reference_batch=reference_batch),
+                                         runner_reference_batch=reference_batch,
+                                         eval_timeout_s=timeout_s or CUDAGYM_V0.eval_timeout_s),
         baselines=KnownBaselines(),
     )
     return pool.submit(job).result(timeout=300)
@@ -287,6 +289,30 @@ def test_a_runner_that_fails_before_the_candidate_loads_is_the_judges_failure_no
     result = pool.submit(job).result(timeout=300)
     assert result.status is EvalStatus.INFRA_ERROR, result.message + result.log[-2000:]
     assert "the judge's runner failed before any candidate code was in it" in result.message
+
+
+def test_a_task_whose_reference_hangs_before_the_candidate_loads_is_the_judges_timeout(pool: WorkerPool) -> None:
+    # the reference never finishes loading (a sleep at import): the job runs out of time before any candidate code
+    # is in the runner, which is the task's doing (reward 0), not the candidate's timeout (-1)
+    hangs = "import time\ntime.sleep(3600)\n" + textwrap.dedent(TASK)
+    job = Job(
+        job_id="reference-hangs",
+        task=make_task(hangs, id="test/split_hangs", suite="test", level=1, name="split", origin="test"),
+        solution=Solution("inline", {"model_new.py": textwrap.dedent(HONEST)}),
+        build=BuildResult(BuildStatus.OK, "inline"),
+        mode=EvalMode.VERIFY,
+        protocol=CUDAGYM_V0.with_changes(id="test-split-hangs", guards=(), num_inputs=2, eval_timeout_s=10.0),
+        baselines=KnownBaselines(),
+    )
+    result = pool.submit(job).result(timeout=300)
+    assert result.status is EvalStatus.INFRA_ERROR, result.message + result.log[-2000:]
+    assert "before any candidate code was loaded" in result.message, result.message
+    # a candidate that hangs once loaded is its own timeout
+    forward = "        return torch.relu("
+    hung = HONEST.replace(forward, "        import time; time.sleep(3600)\n" + forward)
+    assert hung != HONEST
+    stuck = judge(pool, hung, job_id="candidate-hangs", timeout_s=10.0)
+    assert stuck.status is EvalStatus.TIMEOUT, stuck.message + stuck.log[-2000:]
 
 
 def test_a_patched_comparison_in_the_candidates_process_forges_nothing(pool: WorkerPool) -> None:

@@ -281,6 +281,7 @@ class _Worker:
         self.jobs_done = 0
         self.info: SandboxInfo | None = None
         self.violation = ""
+        self._unread: bytes | None = None  # a result message read while looking for a phase message
         self.root = Path(tempfile.mkdtemp(prefix=f"gpu{device}-w{generation}-", dir=root))
         home, tmp = self.root / "home", self.root / "tmp"
         home.mkdir()
@@ -415,9 +416,14 @@ class _Worker:
         except OSError:
             pass  # the worker is gone; the loop below reports how it ended
         deadline = time.monotonic() + timeout_s
+        candidate = False  # whether the worker said the candidate went to its runner (the split's phase message)
         while True:
             if self.results.poll(0.05):
-                return self._receive(job, seq, nonce)
+                phase = self._phase(seq, nonce)
+                if phase is None:
+                    return self._receive(job, seq, nonce)
+                candidate = candidate or phase == "candidate"
+                continue
             if self.proc.poll() is not None and not self.results.poll(0):
                 return self._died(job)
             if self.watch.violation or self.violation:
@@ -430,13 +436,39 @@ class _Worker:
                 self.kill()
                 out = self.output.take(seq, 1.0)
                 tail = out.last_lines()
+                said = f"\nlast output:\n{tail}" if tail else ""
+                if self.options.uses_runner and not candidate:  # the task's reference or the judge hung, not it
+                    msg = (f"timed out after {timeout_s:.0f} s before any candidate code was loaded (the task's "
+                           f"reference, or the judge, took the whole time); the judge killed the worker{said}")
+                    return _Outcome(_result(job, EvalStatus.INFRA_ERROR, msg, out.text()), True)
                 msg = (f"timed out after {timeout_s:.0f} s (a hung kernel or an endless host loop?); the "
-                       f"judge killed the worker's process group" + (f"\nlast output:\n{tail}" if tail else ""))
+                       f"judge killed the worker's process group{said}")
                 return _Outcome(_result(job, EvalStatus.TIMEOUT, msg, out.text()), True)
+
+    def _phase(self, seq: int, nonce: str) -> str | None:
+        """The phase a waiting message of the worker names for job ``seq``, or None where it is the result.
+
+        Only the split's trusted worker sends phases (no candidate code runs in its process): ``candidate`` as
+        it sends the candidate to the job's runner to load.
+        """
+        try:
+            raw = self.results.recv_bytes(MAX_MESSAGE_BYTES)
+        except (EOFError, OSError):
+            self._unread = None
+            return None
+        try:
+            msg = json.loads(raw)
+        except ValueError:
+            msg = None
+        if isinstance(msg, dict) and msg.get("kind") == "phase" and (msg.get("seq"), msg.get("nonce")) == (seq, nonce):
+            return str(msg.get("phase", ""))
+        self._unread = raw
+        return None
 
     def _receive(self, job: Job, seq: int, nonce: str) -> _Outcome:
         try:
-            msg = json.loads(self.results.recv_bytes(MAX_MESSAGE_BYTES))
+            raw, self._unread = self._unread, None  # a message _phase read that was not a phase
+            msg = json.loads(raw if raw is not None else self.results.recv_bytes(MAX_MESSAGE_BYTES))
             if (msg.get("kind"), msg.get("seq"), msg.get("nonce"), msg.get("job_id")) != (
                     "result", seq, nonce, job.job_id):
                 raise ValueError("message does not answer this job")
@@ -892,7 +924,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             msg = jobs.recv()
         except EOFError:
             return 0
-        reply = _serve(msg, job_fn, policy, Path(args.root), args.fd_channel)
+        def candidate_phase(seq: int = msg["seq"], nonce: str = msg["nonce"]) -> None:
+            results.send_bytes(json.dumps({"kind": "phase", "seq": seq, "nonce": nonce, "phase": "candidate"}).encode())
+
+        reply = _serve(msg, job_fn, policy, Path(args.root), args.fd_channel, candidate_phase)
         _end_output(args.token, msg["seq"])
         results.send_bytes(json.dumps(reply).encode())
         if not reply["healthy"]:
@@ -900,7 +935,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _serve(
-    msg: dict[str, Any], job_fn: Callable[..., EvalResult], policy: SandboxPolicy, root: Path, fd_channel: int = -1
+    msg: dict[str, Any], job_fn: Callable[..., EvalResult], policy: SandboxPolicy, root: Path, fd_channel: int = -1,
+    on_candidate: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     job: Job = msg["job"]
     kwargs: dict[str, Any] = {}
@@ -909,7 +945,7 @@ def _serve(
 
         with socket.socket(fileno=os.dup(fd_channel)) as channel:
             _, fds, _, _ = socket.recv_fds(channel, 1, 1)
-        kwargs["runner"] = RunnerHandoff(fds[0], msg["runner_job"])
+        kwargs["runner"] = RunnerHandoff(fds[0], msg["runner_job"], on_candidate)
     private = Path(tempfile.mkdtemp(prefix="job-", dir=root / "jobs"))
     for sub in ("home", "tmp"):
         (private / sub).mkdir()

@@ -15,6 +15,7 @@ their bytes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,7 @@ class RunnerHandoff:
 
     fd: int
     job: Any  # the Job, its paths the runner's own
+    on_candidate: Callable[[], None] | None = None  # called as the candidate is sent to the runner to load
 
 
 __all__ = ["RUNNER_MODULE", "RUNNER_PHASES", "TRUSTED_PHASES", "RunnerHandoff"]

@@ -237,6 +237,7 @@ class RunnerLink:
         self.deadline = deadline
         self.device = torch.device("cpu")
         self.candidate_sent = False  # whether the runner was told to load the candidate (:meth:`start`)
+        self.on_candidate: Callable[[], None] | None = None  # called then (the worker tells its lane)
         self.arenas: dict[str, Arena] = {}
         self.violations: list[tuple[str, str]] = []  # what the runner's guards reported, in order
         self.on_violation: Any = None  # called with (guard, message) for each, as they arrive
@@ -447,6 +448,8 @@ class RunnerLink:
         The account is the runner's own (``setup 0.01 s, ...``), for notes only.
         """
         self.candidate_sent = True  # from here on the runner's process holds candidate code
+        if self.on_candidate is not None:
+            self.on_candidate()
         reply = self.request({"kind": "start", **start}, expect="loaded")
         stages = reply.get("stages_s")
         if not isinstance(stages, dict):

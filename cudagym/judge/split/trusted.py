@@ -39,6 +39,7 @@ def _run(job: Job, runner: RunnerHandoff | None, device: str | None) -> EvalResu
     if runner is None:
         return evaluate(job, device)
     link = RunnerLink(Channel.from_fd(runner.fd), time.monotonic() + job.protocol.eval_timeout_s)
+    link.on_candidate = runner.on_candidate
     try:
         result = evaluate(job, device, runner=link, runner_job=runner.job)
     finally:
