@@ -195,11 +195,13 @@ pool = pytest.fixture(scope="module", name="pool")(cpu_split_pool)
 
 def judge(pool: WorkerPool, candidate: str, *, guards: Sequence[str] = (), mode: EvalMode = EvalMode.VERIFY,
           job_id: str = "job", runner_reference_runs: int = 0, reference_batch: int = 0,
-          timeout_s: float | None = None) -> EvalResult:
+          timeout_s: float | None = None, task: str = TASK) -> EvalResult:
+    """One job of ``task`` (the linear+relu one) with ``candidate`` through the pool."""
     code = textwrap.dedent(candidate)
     job = Job(
         job_id=job_id,
-        task=make_task(textwrap.dedent(TASK), id="test/split", suite="test", level=1, name="split", origin="test"),
+        task=make_task(textwrap.dedent(task), id=f"test/split_{job_id}", suite="test", level=1, name="split",
+                       origin="test"),
         solution=Solution("inline", {"model_new.py": code}),
         build=BuildResult(BuildStatus.OK, "inline"),
         mode=mode,
@@ -276,17 +278,7 @@ def test_a_runner_that_fails_before_the_candidate_loads_is_the_judges_failure_no
         "        if getattr(sys.modules['__main__'].__spec__, 'name', '') == 'cudagym.judge.split.runner':\n"
         "            os._exit(3)\n"))
     assert dying != textwrap.dedent(TASK)
-    job = Job(
-        job_id="dies-early",
-        task=make_task(dying, id="test/split_dying", suite="test", level=1, name="split", origin="test"),
-        solution=Solution("inline", {"model_new.py": textwrap.dedent(HONEST)}),
-        build=BuildResult(BuildStatus.OK, "inline"),
-        mode=EvalMode.PROFILE,
-        protocol=CUDAGYM_V0.with_changes(id="test-split-dying", guards=(), num_inputs=2, warmup_runs=1, warmup_ms=0.0,
-                                         min_runs=5, max_runs=5, target_ci_pct=0.0, runner_reference_runs=5),
-        baselines=KnownBaselines(),
-    )
-    result = pool.submit(job).result(timeout=300)
+    result = judge(pool, HONEST, mode=EvalMode.PROFILE, runner_reference_runs=5, task=dying, job_id="dies-early")
     assert result.status is EvalStatus.INFRA_ERROR, result.message + result.log[-2000:]
     assert "the judge's runner failed before any candidate code was in it" in result.message
 
@@ -295,16 +287,7 @@ def test_a_task_whose_reference_hangs_before_the_candidate_loads_is_the_judges_t
     # the reference never finishes loading (a sleep at import): the job runs out of time before any candidate code
     # is in the runner, which is the task's doing (reward 0), not the candidate's timeout (-1)
     hangs = "import time\ntime.sleep(3600)\n" + textwrap.dedent(TASK)
-    job = Job(
-        job_id="reference-hangs",
-        task=make_task(hangs, id="test/split_hangs", suite="test", level=1, name="split", origin="test"),
-        solution=Solution("inline", {"model_new.py": textwrap.dedent(HONEST)}),
-        build=BuildResult(BuildStatus.OK, "inline"),
-        mode=EvalMode.VERIFY,
-        protocol=CUDAGYM_V0.with_changes(id="test-split-hangs", guards=(), num_inputs=2, eval_timeout_s=10.0),
-        baselines=KnownBaselines(),
-    )
-    result = pool.submit(job).result(timeout=300)
+    result = judge(pool, HONEST, task=hangs, timeout_s=10.0, job_id="reference-hangs")
     assert result.status is EvalStatus.INFRA_ERROR, result.message + result.log[-2000:]
     assert "before any candidate code was loaded" in result.message, result.message
     # a candidate that hangs once loaded is its own timeout
