@@ -117,6 +117,25 @@ def test_builds_are_remembered_and_identical_requests_share_one_build(tmp_path):
     assert build.calls == 2
 
 
+def test_the_build_memo_keys_the_format_and_the_protocols_build_settings(tmp_path):
+    from cudagym.judge.local import LocalBuilds
+    from cudagym.judge.protocol import DEFAULT_PROTOCOL
+    from cudagym.solution import Solution
+
+    build = CountingBuild()
+    builds = LocalBuilds(build, tmp_path, workers=1)
+    try:
+        task, good = relu_task(), candidate("good_relu")
+        capped = DEFAULT_PROTOCOL.with_changes(extra={"build_compiler_memory_bytes": 50_000_000})  # the same id
+        other_format = Solution("inline" if good.format != "inline" else "raw", dict(good.files))
+        for protocol, solution in ((DEFAULT_PROTOCOL, good), (DEFAULT_PROTOCOL, good), (capped, good),
+                                   (DEFAULT_PROTOCOL, other_format)):
+            builds.build(task, solution, protocol).result(timeout=60)
+    finally:
+        builds.close()
+    assert build.calls == 3  # the repeat answered from the memo; the capped protocol and the other format built
+
+
 def test_a_crashing_build_stage_is_a_tool_error_and_is_retried(tmp_path):
     calls = []
 

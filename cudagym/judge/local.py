@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import importlib
+import json
 import logging
 import os
 import re
@@ -90,7 +91,11 @@ class LocalBuilds(BuildService):
 
     def build(self, task: Task, solution: Solution, protocol: Protocol) -> Future[BuildResult]:
         """Build on a build thread, or answer from the memo."""
-        key = (task.content_hash, solution.content_hash, protocol.id)
+        # what a build depends on: the files and their format, and the protocol's build settings (a protocol
+        # changed with with_changes may keep its id)
+        settings = json.dumps({"timeout": protocol.build_timeout_s, "extra": protocol.extra}, sort_keys=True,
+                              default=str)
+        key = (task.content_hash, solution.format, solution.content_hash, protocol.id, settings)
         with self._lock:
             if key in self._memo:
                 self._memo.move_to_end(key)
