@@ -14,7 +14,7 @@ import pytest
 from faults import FAULTS_DIR
 
 from cudagym.cli import main as cli_main
-from cudagym.commands.baselines import Progress, precompute, resolve_tasks
+from cudagym.commands.baselines import Progress, baselines_job_id, precompute, resolve_tasks
 from cudagym.errors import ConfigError, UnknownTaskError
 from cudagym.judge.baselines import BaselineCache, BaselineKey, default_cache_root, reference_solution
 from cudagym.judge.local import GpuProbe, LocalJudge
@@ -164,6 +164,25 @@ def test_precompute_fills_the_cache_then_skips_what_it_holds(tmp_path, capsys):
     assert {tid: p.stat().st_mtime_ns for tid, p in files.items()} == stamps  # nothing re-timed
     assert run(force=True) == 0
     assert f"timing {len(tasks)}" in capsys.readouterr().err
+
+
+def test_a_journaled_precompute_answers_only_the_same_timing_settings(tmp_path, capsys):
+    # a protocol changed with with_changes keeps its id: its baselines are other times, never the journal's replay
+    from cudagym.judge.journal import Journal
+
+    tasks = resolve_tasks(_args(suite="bundled"))[:2]
+    journal = tmp_path / "precompute.jsonl"
+    run = functools.partial(precompute, tasks, cache_dir=tmp_path, make_judge=_fake_judge, journal=journal)
+    assert run(DEFAULT_PROTOCOL) == 0
+    slower = DEFAULT_PROTOCOL.with_changes(min_runs=DEFAULT_PROTOCOL.min_runs + 1)  # the same id, another timing key
+    assert slower.id == DEFAULT_PROTOCOL.id and slower.timing_key != DEFAULT_PROTOCOL.timing_key
+    capsys.readouterr()
+    assert run(slower) == 0
+    assert f"timing {len(tasks)}" in capsys.readouterr().err
+    ran = [e for e in Journal(journal).entries() if e.result is not None]
+    assert len(ran) == 2 * len(tasks), [e.job_id for e in ran]  # each settings' jobs ran; none was a replay
+    fake = Hardware(gpu="Fake GPU 80GB", torch="9.9.9+fake")
+    assert {e.job_id for e in ran} == {baselines_job_id(p, fake, t) for p in (DEFAULT_PROTOCOL, slower) for t in tasks}
 
 
 def test_precompute_without_a_gpu_says_so(tmp_path, capsys):

@@ -167,7 +167,7 @@ def precompute(
               f"(torch {hardware.torch}, protocol {protocol.id}); timing {len(todo)}", file=sys.stderr)
         mode = EvalMode.SUBMIT if force else EvalMode.PROFILE  # SUBMIT always re-times the baselines
         futures = {judge.submit(t, reference_solution(t), mode,
-                                job_id=f"baselines:{protocol.id}:{t.content_hash[:16]}"): t for t in todo}
+                                job_id=baselines_job_id(protocol, hardware, t)): t for t in todo}
         return _collect(futures, judge, hardware, protocol, replace=force)
 
 
@@ -305,3 +305,9 @@ def _show(args: argparse.Namespace) -> int:
     print(f"{len(rows)} cached baselines under {cache.root} (protocol {protocol.id}, "
           f"timing key {protocol.timing_key})", file=sys.stderr)
     return 0
+
+
+def baselines_job_id(protocol: Protocol, hardware: Hardware, task: Task) -> str:
+    """The journal id of one task's baselines job: what its times depend on (timing settings, GPU, the task)."""
+    return f"baselines:{protocol.timing_key}:{hardware.gpu}:{task.content_hash[:16]}"
+
