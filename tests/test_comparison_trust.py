@@ -191,3 +191,12 @@ def test_a_reference_that_is_not_a_function_of_its_inputs_is_the_tasks_problem_n
     wrong = judge(pool, task_source("return x + 1"), candidate_source("return x + 2"))
     assert wrong.status is EvalStatus.INCORRECT, detail(wrong)
 
+
+def test_a_reference_that_returns_a_number_beside_its_tensors_is_the_tasks_problem(pool: WorkerPool) -> None:
+    """``(y, 3)``: the number would be the candidate's process's word, so no candidate can be judged on it; the
+    right answer was judged incorrect (-1), which is the task's doing, not the agent's (reward 0)."""
+    task = task_source("return x + 1, 3")
+    result = judge(pool, task, candidate_source("return x + 1, 3"))
+    assert result.status is EvalStatus.INFRA_ERROR, detail(result)
+    assert "returns a value of type int beside its tensors" in result.message, detail(result)
+

@@ -256,7 +256,7 @@ def _load_remote(ctx: EvalContext) -> None:
     """The split: the reference here, primed; the candidate loaded in the runner, called through a proxy."""
     from cudagym.judge.guards.outputs import reference_aliasing
     from cudagym.judge.harness.loading import build_reference
-    from cudagym.judge.split.remote import RemoteModel
+    from cudagym.judge.split.remote import RemoteModel, untransferable
 
     assert ctx.reference is not None and ctx.remote is not None
     marks = [time.perf_counter()]
@@ -271,6 +271,11 @@ def _load_remote(ctx: EvalContext) -> None:
     inputs, prime = _prime(ctx)
     ctx.reference_aliases = reference_aliasing(prime, inputs, ctx.ref_model)
     model = RemoteModel(ctx.remote, prime)
+    other = untransferable(model.container)
+    if other:  # its value would be the candidate's process's word: no candidate could be judged on it
+        raise TaskProblem(f"task {ctx.job.task.id}: the reference returns a value of type {other} beside its "
+                          "tensors; the judge takes only tensors (in tuples, lists and dicts) from the candidate's "
+                          "process")
     ctx.cand_model = model  # type: ignore[assignment]
     ctx.poison_results(prime)
     del prime

@@ -124,6 +124,19 @@ def _tree(value: Any) -> Any:
     return {"other": type(value).__name__}
 
 
+def untransferable(container: Any) -> str:
+    """The type name of a value in an output structure that only tensors can fill (``""`` where there is none)."""
+    if isinstance(container, dict):
+        if "other" in container:
+            return str(container["other"])
+        for items in container.values():
+            for item in items if isinstance(items, list) else []:
+                found = untransferable(item[1] if isinstance(item, list) and len(item) == 2 else item)
+                if found:
+                    return found
+    return ""
+
+
 def delivered_tensors(outputs: Any, container: Any) -> tuple[list[Any], str]:
     """The items of ``outputs`` that fill the output slots, in the slots' order, and ``""``; or why they cannot."""
     if container == "tensor":
