@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -170,3 +174,33 @@ def failing_build_judge(protocol: Any) -> Any:
     judge = cpu_judge(protocol)
     judge.build_fn = lambda task, solution: failed_build(solution.format)
     return judge
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a ``python -m cudagym.cli`` child that imports the tests' stand-ins."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+
+
+def slow_bench_command(out: Path, limit: int) -> list[str]:
+    """``cudagym bench`` on :func:`slow_judge`: ``limit`` bundled tasks, 2 samples each, 2 at once."""
+    return [sys.executable, "-m", "cudagym.cli", "bench", "--judge", "bench_journals:slow_judge", "--agent", "scripted",
+            "--env", "CudaKernel-Bundled-v0", "--limit", str(limit), "-k", "2", "--parallel", "2", "--no-progress",
+            "--out", str(out)]
+
+
+def started_slow_bench(out: Path, limit: int, **popen: Any) -> subprocess.Popen[Any]:
+    """A :func:`slow_bench_command` child, returned once two episodes are journaled (still running: asserted)."""
+    proc = subprocess.Popen(slow_bench_command(out, limit), cwd=TESTS.parent, env=child_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
+    journal = out / "episodes.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if journal.exists() and journal.read_bytes().count(b"\n") >= 2:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, f"the run ended before two episodes were in: {proc.communicate()}"
+    return proc
+

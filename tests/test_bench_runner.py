@@ -6,12 +6,10 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
-from bench_journals import SubmitAgent
+from bench_journals import SubmitAgent, child_env, slow_bench_command, started_slow_bench
 
 from cudagym.bench.journal import EPISODES, read_entries, read_manifest
 from cudagym.cli import main
@@ -93,18 +91,9 @@ def test_resume_drops_a_line_cut_short_and_plays_only_what_is_missing(tmp_path):
 
 def test_a_run_killed_with_sigkill_resumes_with_no_lost_or_duplicated_episode(tmp_path):
     out = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "cudagym.cli", "bench", "--judge", "bench_journals:slow_judge",
-               "--agent", "scripted", "--env", "CudaKernel-Bundled-v0", "--limit", "5", "-k", "2",
-               "--parallel", "2", "--no-progress", "--out", str(out)]
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    env, command = child_env(), slow_bench_command(out, 5)
+    proc = started_slow_bench(out, 5)
     journal = out / EPISODES
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if journal.exists() and journal.read_bytes().count(b"\n") >= 2:
-            break
-        time.sleep(0.02)
-    assert proc.poll() is None, f"the run ended before it could be killed: {proc.communicate()}"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL

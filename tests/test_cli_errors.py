@@ -8,15 +8,13 @@ conflicting option, a user callable that fails, a Ctrl-C.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from bench_journals import oracle_entries, write_run
+from bench_journals import child_env, oracle_entries, slow_bench_command, started_slow_bench, write_run
 
 from cudagym import cli
 from cudagym.bench.journal import EPISODES, MANIFEST, read_entries
@@ -61,11 +59,6 @@ def a_file(tmp_path: Path) -> Path:
 def bench(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     """``cudagym bench`` on the fake judge, without the progress bar."""
     return run_cli(capsys, "bench", "--judge", FAKE_JUDGE, "--no-progress", *argv)
-
-
-def subprocess_env() -> dict[str, str]:
-    """The environment of a ``python -m cudagym.cli`` child that imports the tests' stand-ins."""
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
 
 
 # ---------------------------------------------------------------------------------------------- the last nets
@@ -160,7 +153,7 @@ def test_judge_serve_journal_that_cannot_be_created(capsys, a_file):
 
 def test_judge_serve_stopped_with_ctrl_c_exits_0_without_an_error(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "cudagym.cli", "judge", "serve", "--devices", "none",
-                             "--cache-dir", str(tmp_path / "cache")], cwd=ROOT, env=subprocess_env(),
+                             "--cache-dir", str(tmp_path / "cache")], cwd=ROOT, env=child_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         first = proc.stdout.readline() if proc.stdout else ""
@@ -260,18 +253,8 @@ def test_bench_without_a_gpu_says_nothing_was_checked(capsys, tmp_path):
 
 def test_bench_interrupted_with_ctrl_c_keeps_finished_episodes_and_says_how_to_resume(tmp_path):
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "cudagym.cli", "bench", "--judge", "bench_journals:slow_judge", "--agent",
-               "scripted", "--env", "CudaKernel-Bundled-v0", "--limit", "4", "-k", "2", "--parallel", "2",
-               "--no-progress", "--out", str(out)]
-    proc = subprocess.Popen(command, cwd=ROOT, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    journal = out / EPISODES
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if journal.exists() and journal.read_bytes().count(b"\n") >= 2:
-            break
-        time.sleep(0.02)
-    assert proc.poll() is None, f"the run ended before it could be interrupted: {proc.communicate()}"
+    command = slow_bench_command(out, 4)
+    proc = started_slow_bench(out, 4, text=True)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Traceback" not in err, err
@@ -279,7 +262,7 @@ def test_bench_interrupted_with_ctrl_c_keeps_finished_episodes_and_says_how_to_r
     assert 2 <= len(kept) < 8
     assert f"{len(kept)} finished episode(s) are kept" in err and f"cudagym bench --resume --out {out}" in err
     resumed = subprocess.run([*command[:3], "bench", "--resume", "--no-progress", "--out", str(out)], cwd=ROOT,
-                             env=subprocess_env(), capture_output=True, text=True, timeout=300)
+                             env=child_env(), capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     assert len(read_entries(out)) == 8
 
