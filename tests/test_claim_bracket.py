@@ -325,7 +325,7 @@ def test_claims_forged_in_three_calls_of_four_count_what_the_clock_showed() -> N
     brackets = [real + base + 0.2 * (i % 7) for i in range(40)]
     assert judge_bracketed_claims(claims, brackets, CALIBRATION)[1] == ""  # the percentile rule alone passes it
     counted = [on_time_charge(c, b, base) for c, b in zip(claims, brackets, strict=True)]
-    assert median(counted) >= 0.9 * real
+    assert median(counted) >= real  # all the clock showed: the allowance is for noise, not a forger's to keep
 
 
 def test_a_slower_staging_here_than_in_the_calibration_charges_an_honest_call_nothing() -> None:

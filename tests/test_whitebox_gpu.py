@@ -128,8 +128,9 @@ class _Window(_ctypes.Structure):
                 ("hitProp", _ctypes.c_int), ("missProp", _ctypes.c_int)]
 class _Value(_ctypes.Union):
     _fields_ = [("window", _Window), ("pad", _ctypes.c_char * 64)]
-_props = _torch.cuda.get_device_properties(0)
-_carve = int(getattr(_props, "L2_cache_size", 50 << 20) * 3 // 4)
+_max = _ctypes.c_int(0)  # CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE: more is refused (H200: 3/4 of L2 was)
+_cuda.cuDeviceGetAttribute(_ctypes.byref(_max), 108, 0)
+_carve = _max.value
 _status = []
 def _persist(self, x):
     _status.append(_cuda.cuCtxSetLimit(0x06, _ctypes.c_size_t(_carve)))  # CU_LIMIT_PERSISTING_L2_CACHE_SIZE

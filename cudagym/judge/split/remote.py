@@ -77,14 +77,16 @@ def on_time_charge(claim_us: float, bracket_us: float, base_us: float, staged_us
     What the clock shows of a call is its bracket less an empty call's (``base_us``), or the same after the go
     where the judge's staging is known (the smaller of the two: a large input set's copy may run slower here than
     in the calibration). An honest call's claim is within a few microseconds of that; a call that did its work
-    outside its own timer (in its delivery, or beside it) shows it, and counts what it shows less the allowance.
+    outside its own timer (in its delivery, or beside it) shows it, and counts all it shows.
     Claims judged call by call, not by a percentile over all of them: a runner that forged three claims in four
     kept the bracket rule's 20th percentile on an honest call while the median claim was a forged one.
     """
     shown = bracket_us - base_us
     if staged_us is not None and after_go_base_us is not None:
         shown = min(shown, bracket_us - staged_us - after_go_base_us)
-    return max(claim_us, shown - (ON_TIME_SLACK * claim_us + ON_TIME_SLACK_US))
+    # a claim short by more than the clock's noise is no measurement: the call counts all the clock shows (less the
+    # allowance, a forger kept it: on the H200 claims forged in three calls of four were timed at 0.90x the honest)
+    return shown if shown - claim_us > ON_TIME_SLACK * claim_us + ON_TIME_SLACK_US else claim_us
 
 
 @dataclass(frozen=True)
