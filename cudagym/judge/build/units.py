@@ -8,8 +8,12 @@ compiler output (so a cached unit still reports its warnings and ptxas resources
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+import errno
 import os
+import shutil
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -153,19 +157,57 @@ def cache_key(unit: CompileUnit, limits: BuildLimits) -> str:
 def _store(unit: CompileUnit, key: str, run: ToolRun, out: Path, stage: Path, cache: BuildCache,
            limits: BuildLimits) -> UnitResult:
     if run.outcome is RunOutcome.EXITED and run.returncode != 0:
-        out.unlink(missing_ok=True)
+        _discard(out)
         write_atomic(stage / OUTPUT_LOG, run.output.encode("utf-8", errors="replace"))
         write_atomic(stage / FAILED_MARK, str(run.returncode).encode())
         cache.commit(unit.kind, key, stage)
-    if not run.ok or not out.is_file():
+    if not run.ok:
         return UnitResult(unit, run.outcome, run.returncode, run.output, None, False, wall_time_s=run.wall_time_s)
-    if not unit.trusted and out.stat().st_size > limits.max_artifact_bytes:
+    found = _output_status(out)
+    if found is None:  # exited 0 without writing its output
+        return UnitResult(unit, run.outcome, run.returncode, run.output, None, False, wall_time_s=run.wall_time_s)
+    if isinstance(found, str):  # refused, not cached: the candidate's compile error, with the reason in its log
+        output = f"{run.output}\n[cudagym judge: the output {unit.artifact} {found}; refused]\n"
+        return UnitResult(unit, RunOutcome.EXITED, -1, output, None, False, wall_time_s=run.wall_time_s)
+    if not unit.trusted and found.st_size > limits.max_artifact_bytes:
         return UnitResult(unit, RunOutcome.OUTPUT_LIMIT, run.returncode, run.output, None, False, too_large=True,
                           wall_time_s=run.wall_time_s)
     write_atomic(stage / OUTPUT_LOG, run.output.encode("utf-8", errors="replace"))
     entry = cache.commit(unit.kind, key, stage)
     return UnitResult(unit, RunOutcome.EXITED, 0, run.output, entry / unit.artifact, False,
                       wall_time_s=run.wall_time_s)
+
+
+def _output_status(out: Path) -> os.stat_result | str | None:
+    """The status of a compiler's output file; why it is refused when it is not a regular file; None if absent.
+
+    The compiler ran confined, but what it leaves at ``out`` is the candidate's doing (its sources and flags): a
+    symbolic link there would be followed by the judge's own process, which sees the host (its size checked, a host
+    file taken for the unit's output), so ``out`` is opened without following a link (``O_NOFOLLOW``; ``O_NONBLOCK``
+    so a fifo cannot hold the open) and judged by ``fstat`` of what was opened, as the cache's export does.
+    """
+    try:
+        fd = os.open(out, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "is a symbolic link, not a regular file"
+        return f"could not be opened ({exc.strerror})"
+    try:
+        info = os.fstat(fd)
+    finally:
+        os.close(fd)
+    return info if stat.S_ISREG(info.st_mode) else "is not a regular file"
+
+
+def _discard(out: Path) -> None:
+    """Remove whatever a failed compiler left at ``out`` (a file, a link, a folder), never following a link."""
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISDIR(out.lstat().st_mode):
+            shutil.rmtree(out)
+        else:
+            out.unlink()
 
 
 def _from_entry(unit: CompileUnit, entry: Path) -> UnitResult:
