@@ -15,6 +15,9 @@ there; :meth:`Journal.pending` lists jobs that were started but never got a resu
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import logging
 import os
@@ -47,14 +50,17 @@ class JournalEntry:
 class Journal:
     """Append-only record of jobs and results in one JSONL file, shared safely between threads and processes.
 
+    Reading (:meth:`result`, :meth:`entry`, :meth:`conflict`, :meth:`entries`, :meth:`done_ids`,
+    :meth:`pending`, iterating) creates nothing on disk, so a journal in a read-only folder can be read; the file,
+    its folder and its ``.lock`` file are made by the first write.
+
     Args:
-        path: The ``.jsonl`` file (created with its folder if missing).
+        path: The ``.jsonl`` file (created with its folder at the first write if missing).
         fsync: Flush each line to disk before returning (survives a machine crash, costs a few ms).
     """
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.fsync = fsync
         self._lock = threading.Lock()
         self._file_lock = FileLock(str(self.path) + ".lock")
@@ -74,7 +80,7 @@ class Journal:
         Returns:
             True when written; False when this job id already had a result (the first one is kept).
         """
-        with self._lock, self._file_lock:
+        with self._exclusive():
             self._refresh()
             entry = self._entries.get(job_id)
             if entry is not None and entry.result is not None:
@@ -108,7 +114,7 @@ class Journal:
 
     def entry(self, job_id: str) -> JournalEntry | None:
         """What the journal knows about ``job_id``."""
-        with self._lock, self._file_lock:
+        with self._shared():
             self._refresh()
             return self._entries.get(job_id)
 
@@ -122,7 +128,7 @@ class Journal:
 
     def entries(self) -> list[JournalEntry]:
         """Every job, in the order first seen."""
-        with self._lock, self._file_lock:
+        with self._shared():
             self._refresh()
             return list(self._entries.values())
 
@@ -133,9 +139,37 @@ class Journal:
         return len(self.entries())
 
     def _append(self, record: dict[str, Any]) -> None:
-        with self._lock, self._file_lock:
+        with self._exclusive():
             self._refresh()
             self._write(record)
+
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """Hold the journal for a write: this object's threads, then every process (its lock file, made here)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock, self._file_lock:
+            yield
+
+    @contextlib.contextmanager
+    def _shared(self) -> Iterator[None]:
+        """Hold the journal for a read, creating nothing on disk.
+
+        Writers append under the lock file held exclusively (:class:`~filelock.FileLock` is ``flock(LOCK_EX)``
+        on it). A reader takes ``flock(LOCK_SH)`` on that same file, opened read-only, so it waits out a writer's
+        append and readers do not wait for each other; but only if the file exists, since creating it is what
+        left a ``.lock`` behind every reader and failed in a read-only folder. Where it is absent (no writer has
+        ever locked here, or one is creating it this instant) or cannot be locked (a link, a foreign file we may
+        not open, a filesystem without ``flock``), the read goes unlocked, which is safe on its own: each record
+        is one newline-ended line appended with a single ``write``, and :meth:`_refresh` takes whole lines only,
+        so an append caught midway is a line without its newline yet, read on the next refresh.
+        """
+        with self._lock:
+            fd = _lock_shared(Path(str(self.path) + ".lock"))
+            try:
+                yield
+            finally:
+                if fd is not None:
+                    os.close(fd)  # closing the descriptor drops its flock
 
     def _write(self, record: dict[str, Any]) -> None:
         record["time"] = time.time()
@@ -191,3 +225,23 @@ class Journal:
             entry = JournalEntry(entry.job_id, entry.task_id, entry.solution_hash, entry.mode,
                                  entry.protocol_id, result)
         self._entries[job_id] = entry
+
+
+def _lock_shared(lock_file: Path) -> int | None:
+    """A descriptor holding ``flock(LOCK_SH)`` on ``lock_file`` if it exists and can be locked, else ``None``.
+
+    Opened read-only (``flock`` needs no write access), never created, a link not followed, a fifo not waited on.
+    """
+    try:
+        fd = os.open(lock_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno != errno.ENOENT:
+            log.debug("journal lock %s not usable for reading (%s); reading unlocked", lock_file, exc)
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    except OSError as exc:
+        os.close(fd)
+        log.debug("journal lock %s cannot be shared (%s); reading unlocked", lock_file, exc)
+        return None
+    return fd
