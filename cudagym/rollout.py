@@ -115,7 +115,8 @@ class EpisodeRecord:
         truncated: True when the env cut it off (turns or tokens).
         prompt: The reset observation.
         prompt_tokens: Env tokens of the prompt.
-        episode_end: ``submit``, ``max_turns``, ``token_budget``, ``max_steps`` or ``agent_error``.
+        episode_end: ``submit``, ``max_turns``, ``token_budget``, ``max_steps``, ``agent_error`` or ``env_error``
+            (a sub-env of the vector env raised: :mod:`cudagym.vector`).
         agent_error: Why the agent stopped (:class:`AgentError`), empty otherwise.
         wall_time_s: Seconds from the first action to the last step.
         agent: A name for the agent (its class name unless given).

@@ -11,12 +11,18 @@ env's own time). Gymnasium 1.x semantics: ``NEXT_STEP`` autoreset (a
 sub-env that ended is reset by the next step, whose action for it is ignored), infos batched with
 ``_key`` masks.
 
+A sub-env whose step (or autoreset) raises does not take the batch down with it: the other sub-envs' actions
+ran, so their results come back as usual, and the failed one's episode is cut off (``truncated``, reward 0, not
+evaluated) with an observation saying what failed and ``info["error"] == "env_error"``,
+``info["episode_end"] == "env_error"`` and the exception as ``info["env_error"]``; the next step resets it.
+
 For sub-envs in separate processes use ``vectorization_mode="async"`` with ``vector_kwargs={"shared_memory":
 False}``; inside :func:`cudagym.judge.remote.serve_judge` those processes share the parent's judge too.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +35,9 @@ from gymnasium.wrappers import TimeLimit
 
 from cudagym.errors import ConfigError
 from cudagym.tools import judge_waits_on_this_thread
+
+logger = logging.getLogger(__name__)
+ENV_ERROR = "env_error"  # info["error"] and info["episode_end"] of a sub-env whose step raised
 
 
 class CudaKernelVectorEnv(VectorEnv[Any, Any, Any]):
@@ -120,11 +129,16 @@ class CudaKernelVectorEnv(VectorEnv[Any, Any, Any]):
 
     def _step_one(self, i: int, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         env = self.envs[i]
-        if self._autoreset[i]:
-            obs, info = env.reset()
-            return obs, 0.0, False, False, info
-        obs, reward, terminated, truncated, info = env.step(action)
-        return obs, float(reward), bool(terminated), bool(truncated), info
+        try:
+            if self._autoreset[i]:
+                obs, info = env.reset()
+                return obs, 0.0, False, False, info
+            obs, reward, terminated, truncated, info = env.step(action)
+            return obs, float(reward), bool(terminated), bool(truncated), info
+        except Exception as exc:  # not the action's fault (step never raises for it): the env's, or its host's
+            resetting = bool(self._autoreset[i])
+            logger.exception("sub-env %d raised in %s; its episode is cut off", i, "reset" if resetting else "step")
+            return _failed_step(env, exc, resetting)
 
     def _batch_infos(self, infos: Sequence[dict[str, Any]]) -> dict[str, Any]:
         """The sub-envs' infos batched as folding gymnasium's ``_add_info`` over them would, a key at a time.
@@ -178,6 +192,22 @@ class CudaKernelVectorEnv(VectorEnv[Any, Any, Any]):
         for env in self.envs:
             env.close()
         self._threads.shutdown(wait=True)
+
+
+def _failed_step(env: Any, exc: Exception, resetting: bool) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    """The step result of a sub-env whose step or reset raised: its episode cut off, not evaluated, reward 0.
+
+    The sub-env's state is unknown after the exception (the action may have half run), so its episode ends here
+    (truncation: the agent did not end it) and the next step resets it.
+    """
+    error = f"{type(exc).__name__}: {exc}"
+    where = "starting a new episode" if resetting else "running this step"
+    observation = (f"Error: the environment failed while {where} ({error}); this is not the action's fault.\n\n"
+                   f"The episode was cut off ({ENV_ERROR}). Episode over. Reward 0: not evaluated.")
+    task = getattr(env.unwrapped, "task", None)
+    info: dict[str, Any] = {"task_id": task.id if task is not None else "", "tool": "", "ok": False,
+                            "error": ENV_ERROR, "evaluated": False, "episode_end": ENV_ERROR, ENV_ERROR: error}
+    return observation, 0.0, False, True, info
 
 
 class _Arrivals:
