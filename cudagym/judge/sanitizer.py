@@ -8,12 +8,13 @@ tool and all at once, a fresh *sanitized runner*:
     bwrap ... compute-sanitizer --tool memcheck --error-exitcode 86 --log-file <its folder>/report.txt ...
         python -m cudagym.judge.sanitizer --job <its folder>/job.pickle ...
 
-confined like the job's runner (its own folder the only writable one, the GPU, no network; the sanitizer
-lives in the CUDA toolkit, which every view shows read-only). It draws the correctness inputs from the
-protocol's seeds (plus the scaled sets), runs ``ModelNew`` on each and exits: no timed round (the tools slow
-kernels 10-100x), no comparison (the trusted side made it already). PyTorch's caching allocator is off there
-(``PYTORCH_NO_CUDA_MEMORY_CACHING=1``): each tensor is its own ``cudaMalloc``, so the tools know its exact
-size and first write, where the cache would show them 2 MiB segments that earlier tensors filled.
+confined like the job's runner (its own folder the only writable one, the GPU, no network, no System V IPC
+once the tool has attached; the sanitizer lives in the CUDA toolkit, which every view shows read-only). It
+draws the correctness inputs from the protocol's seeds (plus the scaled sets), runs ``ModelNew`` on each and
+exits: no timed round (the tools slow kernels 10-100x), no comparison (the trusted side made it already).
+PyTorch's caching allocator is off there (``PYTORCH_NO_CUDA_MEMORY_CACHING=1``): each tensor is its own
+``cudaMalloc``, so the tools know its exact size and first write, where the cache would show them 2 MiB
+segments that earlier tensors filled.
 
 What decides, and why the candidate cannot forge it from inside: the sanitizer's **exit status**, which the
 lane reads from the process it started (the front end is the candidate's parent; killing it is a failure,
@@ -561,11 +562,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.cuda.synchronize(device)
     else:
         torch.set_num_threads(1)  # the CPU test path
+    _forbid_sysv_ipc()
     job: Job = pickle.loads(Path(args.job).read_bytes())
     calls = checked_calls(job, device)
     sys.stdout.flush()
     os.write(1, f"\n{DONE_MARKER} {calls} input sets\n".encode())
     return 0
+
+
+def _forbid_sysv_ipc() -> None:
+    """No System V IPC for the candidate, as in the job's runner: a segment no process maps is memory no limit counts.
+
+    Installed here, in the Python child, once the tool has attached (the CUDA warm-up above) and before anything
+    of the candidate's loads (the job is read after it); the filter holds for the candidate and every process it
+    starts. Not around compute-sanitizer's front end: no candidate code runs there, and the tool's own start
+    (the front end, and its injection library's attach in this process) runs unfiltered, as on any host.
+    compute-sanitizer 13 on an H200 made no System V object and found its errors with the filter on the front
+    end, or here before or after the warm-up; older versions were not tried, and this placement does not depend on
+    what they do before the candidate loads.
+    """
+    from cudagym.judge.sandbox import forbid_sysv_ipc
+
+    confined, note = forbid_sysv_ipc()
+    if not confined:
+        print(f"cudagym sanitizer: System V IPC left open: {note}", file=sys.stderr, flush=True)
 
 
 def checked_calls(job: Job, device: Any) -> int:
