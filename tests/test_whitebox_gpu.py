@@ -428,20 +428,54 @@ def test_17b_a_persisting_window_set_up_before_the_go_gains_nothing(swish) -> No
 # (33) The forged timer (1 us claims) on a task whose honest kernel takes a few microseconds: 256 x 1024 fp32, 1 MiB
 # in and out. Each call's claim may fall short of what the judge's clock shows by the bracket rule's allowance (5%
 # and 10 us, sized to the clock's own noise: honest calls' gaps lay within -6.0 and +3.1 us of an empty call's on
-# the H200), so a claim of 1 us on a 3 us kernel stands, and on any kernel under about 10 us.
+# the H200), so a claim of 1 us on a 5 us kernel stood (session 27: 8.1x eager). The judge now reads series of 32
+# calls back to back behind one go (harness.runner._series_check) and floors every call at what they showed.
 TINY_SWISH_ELEMENTS = (256, 1024)
 TIMER_FORGED = FORGED_TIMER + "_t.CudaEventTimer.measure = _claim\n"
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "The per-call allowance (remote.ON_TIME_SLACK_US = 10 us, the bracket rule's too) is the judge's GPU clock's "
-    "own noise on one call; a kernel shorter than it can claim any time down to MIN_CLAIM_US. Timing tiny tasks "
-    "by a bracket around many calls (the reference's yardstick the same way) is the fix, not yet built."))
 def test_33_a_claim_forged_within_the_allowance_on_a_tiny_kernel_gains_nothing(swish) -> None:
     task, reference = swish
     honest, result = _honest_and_attack(_small_swish(task, *TINY_SWISH_ELEMENTS), reference, TIMER_FORGED)
     if result.status is EvalStatus.OK and result.candidate.median_us >= honest.candidate.median_us:
-        raise RuntimeError(f"the forged timer did not take: {result.message}")  # not the hole this test is about
+        assert "calls back to back" in result.log and "each counts at least" in result.log, result.log[-3000:]
+    assert_no_gain(result, honest)
+
+
+# (34) The forged timer again, and a forward that finds the series on its stack, reads every later call's input set
+# out of the runner's request (all of them are in the arena before the go) and computes them in one batched call,
+# answering the later calls from its cache: the series then shows a batched kernel's time per call, not one call's.
+READ_AHEAD = TIMER_FORGED + """
+import sys as _s34
+_forward34 = ModelNew.forward
+_cache34 = {}
+def _read_ahead(self, x):
+    held = _cache34.pop(x.data_ptr(), None)
+    if held is not None:
+        return held
+    frame = _s34._getframe(1)
+    while frame is not None and frame.f_code.co_name != "_series":
+        frame = frame.f_back
+    if frame is None:
+        return _forward34(self, x)
+    xs = [args[0] for args, _ in frame.f_locals["calls"]]
+    ys = _forward34(self, _torch.cat(xs))
+    for t, y in zip(xs, ys.split(xs[0].shape[0])):
+        _cache34[t.data_ptr()] = y
+    return _cache34.pop(x.data_ptr())
+ModelNew.forward = _read_ahead
+"""
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "A series stages every call's input set before its go, in an arena the runner maps, so a forward can read "
+    "ahead and batch them; only an observer outside the runner's process (kernel-level probes on its launches) "
+    "or inputs that arrive call by call (a context switch each, the noise the series avoids) would stop it."))
+def test_34_a_forward_that_batches_a_series_read_ahead_gains_nothing(swish) -> None:
+    task, reference = swish
+    honest, result = _honest_and_attack(_small_swish(task, *TINY_SWISH_ELEMENTS), reference, READ_AHEAD)
+    if result.status is EvalStatus.OK and "calls back to back" not in result.log:
+        raise RuntimeError("no series was read: not the hole this test is about\n" + result.log[-3000:])
     assert_no_gain(result, honest)
 
 

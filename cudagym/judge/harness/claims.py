@@ -17,6 +17,11 @@ from cudagym.judge.harness.stats import median, quantile
 from cudagym.judge.split import RUNNER_PHASES, TRUSTED_PHASES
 from cudagym.judge.split.remote import ON_TIME_SLACK, ON_TIME_SLACK_US, RunnerLink
 
+# The series check (series_floor): where a call's allowance (its fixed part) is at least this share of the
+# candidate's median time, one call's clock cannot confirm its claim, and a series of calls back to back is read.
+SERIES_SHARE = 0.05
+SERIES_NOTE = "timing claims: calls back to back"
+
 UNVERIFIABLE_TIMING = "unverifiable_timing"
 CLAIM_SLACK = 0.5  # the median claim may fall this fraction short of the judge's clock less the calibration ...
 CLAIM_SLACK_US = 30.0  # ... and this many microseconds more (``protocol.extra["claim_slack_us"]`` overrides it)
@@ -333,3 +338,37 @@ def judge_bracketed_claims(claims: list[float], brackets: list[float], calibrati
                       f"{base - min(short):.1f} us before an empty call's cost (allowed {early:.1f} us): the "
                       "runner signalled done ahead of its call's work")
     return note, ""
+
+
+def series_floor(counted_us: list[float], per_call_us: list[float], calls: int, on_gpu: bool) -> tuple[float, str]:
+    """The least time each of the candidate's timed calls counts after series of calls back to back, and a note.
+
+    On one call the judge's clock is only as fine as its noise (:data:`~cudagym.judge.split.remote.ON_TIME_SLACK_US`
+    on the GPU: a call's claim may fall that far short of it), so a claim on a kernel shorter than that could be
+    anything down to :data:`~cudagym.judge.split.remote.MIN_CLAIM_US` (the H200 judged a forged 1.0 us claim on a
+    4.96 us kernel at 8.1x eager). A series of ``calls`` calls behind one go has that noise once: the work per call
+    it showed (``per_call_us``, one reading per series, their median taken) can be told apart from a claim to
+    the allowance's share and the noise over ``calls``. Where the median counted time (``counted_us``) falls short
+    of it by more, every call counts at least the series' reading (0: no floor). A claim the series confirms is
+    left as it is: the series reads warmer than a timed call (the weights and the kernels' code stay in the L2
+    between its calls), never colder.
+    """
+    if not counted_us or not per_call_us or calls < 2:
+        return 0.0, ""
+    counted, reading = median(counted_us), median(per_call_us)
+    slack, slack_us = (ON_TIME_SLACK, ON_TIME_SLACK_US) if on_gpu else (CPU_CLAIM_SLACK, CPU_CLAIM_SLACK_US)
+    allowed = slack * counted + slack_us / calls
+    said = (f"{SERIES_NOTE}: {len(per_call_us)} series of {calls}, the judge's clock showed {reading:.2f} us per call "
+            f"(median; {', '.join(f'{x:.2f}' for x in per_call_us)}) against the timed calls' median "
+            f"{counted:.2f} us (allowed shortfall {allowed:.2f} us)")
+    if reading - counted > allowed:
+        return reading, said + f": the timed calls' claims fell short of it, each counts at least {reading:.2f} us"
+    return 0.0, said
+
+
+def series_wanted(counted_us: list[float], on_gpu: bool) -> bool:
+    """Whether one call's allowance is too coarse for the candidate's median time (:data:`SERIES_SHARE`)."""
+    if not counted_us:
+        return False
+    slack_us = ON_TIME_SLACK_US if on_gpu else CPU_CLAIM_SLACK_US
+    return slack_us >= SERIES_SHARE * median(counted_us)

@@ -27,7 +27,7 @@ import torch
 from cudagym.errors import ConfigError
 from cudagym.judge.guards.base import select_guards, sided
 from cudagym.judge.harness import COMPILE_FAILED_PREFIX, CONTEXT_POISONED_MARKER, CUDA_ERROR_PREFIX
-from cudagym.judge.harness.claims import verify_claims
+from cudagym.judge.harness.claims import series_floor, series_wanted, verify_claims
 from cudagym.judge.harness.context import PROFILE_REPEATS, EvalContext
 from cudagym.judge.harness.correctness import compare_outputs
 from cudagym.judge.harness.failures import (
@@ -284,6 +284,7 @@ def _load_remote(ctx: EvalContext) -> None:
     marks.append(time.perf_counter())
     if ctx.job.mode is not EvalMode.VERIFY:  # before any candidate code is in the runner: an empty call's cost
         model.calibrate(inputs, between=_calibration_between(ctx, inputs))
+        model.calibrate_series(inputs)  # and an empty series' (_series_check)
     del inputs
     marks.append(time.perf_counter())
     if ctx.job.mode is not EvalMode.VERIFY and ctx.protocol.runner_reference_runs:
@@ -357,6 +358,7 @@ def _time_reference_in_runner(ctx: EvalContext, model: Any, recalibrate: bool = 
                  f"loop, {reference_batch(protocol)} a request ({how}), the rest one a request")
     if recalibrate:
         model.calibrate(inputs, rounds=RECALIBRATION_ROUNDS, between=_calibration_between(ctx, inputs))
+        model.calibrate_series(inputs, rounds=SERIES_RECALIBRATION_ROUNDS)
 
 
 def reference_batch(protocol: Protocol) -> int:
@@ -591,6 +593,7 @@ def _timing(ctx: EvalContext) -> None:
         retake_limit=protocol.max_runs if sized and protocol.retake_leaked_baselines else 0,
     )
     ctx.timing = loop.run()
+    _series_check(ctx)
     if sized:
         covers = "".join(f", {name} {us:.0f} us" for name, us in ctx.timing.cover_us.items())
         ctx.note(f"{COVER_NOTE}: candidate {protocol.launch_cover_us:g} us{covers}")
@@ -619,6 +622,53 @@ def _timing(ctx: EvalContext) -> None:
     if paired is not None:  # a diagnostic beside the reward's ratio of medians: drift between rounds cancels here
         ctx.paired = paired
         ctx.note(f"{PAIRED_NOTE} (median of {paired[1]} per-round ratios): {paired[0]:.4f}x")
+
+
+SERIES_ROUNDS = 3  # series of the candidate's calls back to back, when its claims are too short for one call's clock
+SERIES_SPOT = 4  # outside SUBMIT, the calls of each series whose outputs are compared (drawn after the series)
+SERIES_RECALIBRATION_ROUNDS = 3
+
+
+def _series_check(ctx: EvalContext) -> None:
+    """Series of the candidate's calls back to back where one call's clock is too coarse for its claims.
+
+    Each call of a series has an input set of its own (fresh seeds, unpublished), so no cache can answer it;
+    its outputs are compared with the reference's (every call in SUBMIT, :data:`SERIES_SPOT` drawn after the
+    series elsewhere), so a series that skipped work is INCORRECT. What the series showed per call floors each
+    timed call's count (:func:`~cudagym.judge.harness.claims.series_floor`).
+    """
+    link, model, timing = ctx.remote, ctx.cand_model, ctx.timing
+    if link is None or timing is None or link.series_calls < 2 or "candidate" not in timing.samples:
+        return
+    samples = timing.samples["candidate"]
+    on_gpu = bool(getattr(model, "bracketed", False))
+    if not series_wanted(samples.time_us, on_gpu):
+        return
+    remote: Any = model
+    calls = link.series_calls
+    base = TIMING_SEED_OFFSET + secrets.randbelow(2**30)
+    readings: list[float] = []
+    late = 0
+    for number in range(SERIES_ROUNDS):
+        sets = [ctx.make_inputs(base + number * calls + k) for k in range(calls)]
+        reading = remote.series(sets)  # the runner's failures arrive as the candidate's (CandidateFailure)
+        drawn = range(calls) if ctx.job.mode is EvalMode.SUBMIT else \
+            sorted(secrets.SystemRandom().sample(range(calls), min(SERIES_SPOT, calls)))
+        for k in drawn:
+            reference = ctx.run_reference(clone_tree(sets[k]) if ctx.reference_writes_inputs else sets[k])
+            check = compare_outputs(reference, reading.outputs[k], ctx.tolerance, index=k)
+            ctx.poison_results(reference)
+            if not check.passed:
+                ctx.spot_failures.append(f"series {number}, call {k} of {calls} back to back: {check.message}")
+                return
+        readings.append(reading.per_call_us)
+        late += reading.late
+    floor, note = series_floor(samples.time_us, readings, calls, on_gpu)
+    if late:
+        note += f"; {late} series not queued in full before its go (the runner's host time is in its reading)"
+    ctx.note(note)
+    if floor > 0:
+        samples.time_us[:] = [max(t, floor) for t in samples.time_us]
 
 
 def _note_baseline_kernels(ctx: EvalContext, baselines: list[Contender]) -> None:

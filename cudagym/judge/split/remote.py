@@ -32,6 +32,9 @@ from cudagym.judge.split.channel import MAX_MESSAGE_BYTES, Channel, RunnerLost
 from cudagym.judge.split.signals import SIGNAL_BYTES
 
 MIN_REPLY_S = 5.0  # the least time a request gets, whatever the job's budget says
+SERIES_CALLS = 32  # calls in one series (RemoteModel.series), where the arenas' cap allows that many ...
+SERIES_ARENA_BYTES = 512 << 20  # ... input and output sets in all
+SERIES_CALIBRATION_ROUNDS = 5
 CALIBRATION_ROUNDS = 15
 RECALIBRATION_ROUNDS = 8  # the second round, after the runner's reference timing: a median of its own, at half cost
 # A runner that has not queued its whole call within the protocol's wait (Protocol.arm_wait_ms) waits on its host
@@ -87,6 +90,34 @@ def on_time_charge(claim_us: float, bracket_us: float, base_us: float, staged_us
     # a claim short by more than the clock's noise is no measurement: the call counts all the clock shows (less the
     # allowance, a forger kept it: on the H200 claims forged in three calls of four were timed at 0.90x the honest)
     return shown if shown - claim_us > ON_TIME_SLACK * claim_us + ON_TIME_SLACK_US else claim_us
+
+
+def series_work_us(clock_us: float, base_us: float, staged_us: float = 0.0,
+                   after_go_base_us: float | None = None) -> float:
+    """The work a series of calls shows on the judge's clock (µs, never below 0).
+
+    The clock less an empty series' (``base_us``), or the same after the go where the judge's staging is known,
+    the smaller of the two, as :func:`on_time_charge` reads one call.
+    """
+    shown = clock_us - base_us
+    if after_go_base_us is not None:
+        shown = min(shown, clock_us - staged_us - after_go_base_us)
+    return max(shown, 0.0)
+
+
+@dataclass(frozen=True)
+class SeriesReading:
+    """One series of the candidate's calls (:meth:`RemoteModel.series`).
+
+    Attributes:
+        outputs: Each call's outputs (or a :class:`StructureMismatch`), in the order of the sets.
+        per_call_us: The work the judge's clock showed in the series, per call.
+        late: Whether the runner had not queued the whole series before the go (its host time is then in it).
+    """
+
+    outputs: list[Any]
+    per_call_us: float
+    late: bool
 
 
 @dataclass(frozen=True)
@@ -293,6 +324,13 @@ class RunnerLink:
         self.late_closing_us: dict[str, list[list[float]]] = {}
         # each on-time timed call the judge's clock showed longer than its claim and the allowance: (claim, counted)
         self.on_time_charged_us: list[tuple[float, float]] = []
+        # series of empty forwards timed before the candidate loaded (RemoteModel.calibrate_series): how many calls
+        # a series holds (0: none), each series' clock less its claims, the judge's staging of each (GPU path), and
+        # each calibration round's median (the cheaper round stands)
+        self.series_calls = 0
+        self.series_gap_us: list[float] = []
+        self.series_staged_us: list[float] = []
+        self.series_rounds_us: list[float] = []
         self._round = 0
         self._events: tuple[Any, ...] | None = None
         self._side: Any = None
@@ -349,13 +387,15 @@ class RunnerLink:
             self.checked_timed[-1] = True
 
     def bracketed(self, message: dict[str, Any], stage: Callable[[], None], out_slots: list[Slot],
-                  expect: str, keep: bool = True) -> tuple[dict[str, Any], float, list[torch.Tensor]]:
+                  expect: str, keep: bool = True,
+                  arm_wait_s: float | None = None) -> tuple[dict[str, Any], float, list[torch.Tensor]]:
         """One timed request that the trusted process brackets on the GPU (:mod:`cudagym.judge.split.signals`).
 
         ``stage`` queues the call's inputs into the arena (and poisons the outputs); the L2 flush follows
         it. Returns the reply, the bracket in microseconds, and the outputs as they were in the arena when
         the bracket closed (copied out in stream order right after it: what the judge compares), or none
         where ``keep`` is false (a calibration's: nothing compares them, and a copy is a whole output set).
+        ``arm_wait_s``: how long the runner may take to queue the request (default :attr:`arm_wait_s`).
         """
         from cudagym.judge.split.signals import ARMED, DONE, GO, wait_value, write_value
 
@@ -382,7 +422,7 @@ class RunnerLink:
         try:
             self.channel.send({**message, "round": n})
             t1 = time.perf_counter()
-            if not self._queued_in_time(str(message.get("kind", "")), start, t1):
+            if not self._queued_in_time(str(message.get("kind", "")), start, t1, arm_wait_s):
                 self.last_late = True
                 write_value(self._side.cuda_stream, base + ARMED, n)  # go without it
             reply = self._reply(message, expect)
@@ -429,7 +469,7 @@ class RunnerLink:
         """How long a call waits to be queued once a call of its kind was late (:data:`ARM_WAIT_S` at most)."""
         return min(self.arm_wait_s, ARM_WAIT_S)
 
-    def _queued_in_time(self, kind: str, start: Any, sent: float) -> bool:
+    def _queued_in_time(self, kind: str, start: Any, sent: float, wait_s: float | None = None) -> bool:
         """Whether the runner queued the whole call (``start`` passed ARMED), or replied, within the wait.
 
         The go itself waits on the GPU, never on this loop; the loop only decides when to give it without the
@@ -437,7 +477,8 @@ class RunnerLink:
         """
         counts = self.unqueued.setdefault(kind, [0, 0])
         counts[1] += 1
-        deadline = sent + (self.late_wait_s if counts[0] else self.arm_wait_s)
+        first = self.arm_wait_s if wait_s is None else wait_s
+        deadline = sent + (min(first, self.late_wait_s) if counts[0] else first)
         while not start.query():
             left = deadline - time.perf_counter()
             if left <= 0:  # it waits on its host (a sync inside forward), or queues slowly
@@ -718,6 +759,129 @@ class RemoteModel:
             kept[:] = gaps
             if self.bracketed:
                 self.link.staged_us["calibrate"][:] = staged
+
+    def series_size(self, args: list[Any]) -> int:
+        """How many calls a series holds for input sets like ``args`` (below 2: none is taken).
+
+        :data:`SERIES_CALLS`, or fewer where that many input and output sets would pass :data:`SERIES_ARENA_BYTES`.
+        """
+        set_bytes = layout([a for a in args if isinstance(a, torch.Tensor)])[1] + self.out_bytes
+        return min(SERIES_CALLS, SERIES_ARENA_BYTES // max(set_bytes, 1))
+
+    def _series_request(self, kind: str, sets: list[list[Any]], expect: str,
+                        keep: bool) -> tuple[dict[str, Any], float, float, list[torch.Tensor]]:
+        """One series request: the reply, the trusted clock around it, the judge's staging in it, the outputs.
+
+        The staging is 0 on the host path; the outputs are every call's as the clock closed (flat, set after set;
+        none where ``keep`` is false).
+        """
+        flat = [t for args in sets for t in args if isinstance(t, torch.Tensor)]
+        slots, nbytes = layout(flat)
+        out_slots = [slot for k in range(len(sets)) for slot in self._series_slots(k)]
+        self.link.ensure_arenas(nbytes, len(sets) * self.out_bytes)
+        items, at = [], 0
+        for k, args in enumerate(sets):
+            spec: list[dict[str, Any]] = []
+            for a in args:
+                if isinstance(a, torch.Tensor):
+                    spec.append({"slot": slots[at].to_json()})
+                    at += 1
+                elif a is None or isinstance(a, (bool, int, float, str)):
+                    spec.append({"value": a})
+                else:
+                    raise TypeError(f"the task's inputs include a {type(a).__name__}, which cannot be sent to the "
+                                    "runner")
+            items.append({"args": spec, "outputs": [o.to_json() for o in self._series_slots(k)]})
+
+        def stage() -> None:
+            place(self.link.arenas["inputs"].tensor, slots, flat)
+            self.link.arenas["outputs"].tensor.fill_(0xFF)  # nothing of an earlier call stays readable as an answer
+
+        message = {"kind": kind, "sets": items, "container": self.container}
+        if self.bracketed:
+            wait = min(len(sets) * self.link.arm_wait_s, ARM_WAIT_MAX_S)  # each call as long to queue as one alone
+            reply, clock_us, outs = self.link.bracketed(message, stage, out_slots, expect, keep, wait)
+            return reply, clock_us, self.link.last_staged_us, outs
+        stage()
+        arena = self.link.arenas["inputs"].tensor
+        if arena.is_cuda:
+            torch.cuda.synchronize(arena.device)
+        copied: list[torch.Tensor] = []
+
+        def copy_out() -> None:  # the runner lives on: what it writes after replying is not the series'
+            if keep:
+                copied.extend(v.clone() for v in views(self.link.arenas["outputs"].tensor, out_slots))
+
+        t0 = time.perf_counter()
+        reply = self.link.request(message, expect=expect, max_bytes=TIMED_REPLY_BYTES, arrived=copy_out)
+        return reply, (time.perf_counter() - t0) * 1e6, 0.0, copied
+
+    def calibrate_series(self, args: list[Any], rounds: int = SERIES_CALIBRATION_ROUNDS) -> None:
+        """Series of empty forwards in the runner, before it loads the candidate: what a series costs beside its calls.
+
+        See :meth:`series`; nothing is taken where :meth:`series_size` is below 2. The runner's code alone
+        answers them, so their claims are true. Called again before the candidate loads, the round whose series
+        cost less (median) stands, as with :meth:`calibrate`.
+        """
+        count = self.link.series_calls or self.series_size(args)
+        if count < 2:
+            return
+        gaps: list[float] = []
+        staged: list[float] = []
+        for _ in range(rounds):
+            reply, clock, stage_us, _ = self._series_request("calibrate_series", [args] * count, "series_calibrated",
+                                                             keep=False)
+            if reply.get("problem"):  # no candidate is loaded: the judge's bug (see calibrate)
+                raise RunnerLost(f"the runner's empty series could not deliver its outputs "
+                                 f"({_text(reply['problem'], 300)})")
+            claims = _numbers(reply.get("times_us"), count)
+            if min(claims) >= 0 and sum(claims) <= clock:
+                gaps.append(clock - sum(claims))
+                staged.append(stage_us)
+        if not gaps:
+            return
+        self.link.series_calls = count
+        self.link.series_rounds_us.append(median(gaps))
+        if not self.link.series_gap_us or median(gaps) < median(self.link.series_gap_us):
+            self.link.series_gap_us[:] = gaps
+            self.link.series_staged_us[:] = staged
+
+    def series(self, sets: list[list[Any]]) -> SeriesReading:
+        """The candidate called once on each input set, back to back in one request; what the judge's clock read.
+
+        Needs :meth:`calibrate_series` first, with as many sets as it calibrated (``link.series_calls``).
+        """
+        count = self.link.series_calls
+        if count < 2 or len(sets) != count:
+            raise ValueError(f"a series of {len(sets)} call(s) was not calibrated (calibrated: {count})")
+        reply, clock, stage_us, outs = self._series_request("series", sets, "series_timed", keep=True)
+        self.link.flag_changes.extend(_strings(reply.get("flag_changes"), 10, 300))
+        problem = reply.get("problem", "")
+        if not isinstance(problem, str):
+            raise RunnerLost("the runner sent a malformed reply (problem)")
+        n = len(self.out_slots)
+        outputs: list[Any] = []
+        for k in range(count):
+            if problem:
+                outputs.append(StructureMismatch(problem[:2000]))
+            elif outs:
+                outputs.append(rebuilt(outs[k * n:(k + 1) * n], self.container))
+            else:  # the host path with a reply that arrived malformed: read the arena as it is now
+                outputs.append(rebuilt([v.clone() for v in views(self.link.arenas["outputs"].tensor,
+                                                                   self._series_slots(k))], self.container))
+        return SeriesReading(outputs, series_work_us(clock, median(self.link.series_gap_us), stage_us,
+                                                     self._series_after_go_base()) / count,
+                             self.bracketed and self.link.last_late)
+
+    def _series_slots(self, k: int) -> list[Slot]:
+        return [Slot(s.offset + k * self.out_bytes, s.shape, s.dtype) for s in self.out_slots]
+
+    def _series_after_go_base(self) -> float | None:
+        """An empty series' clock beyond its claims after its go (median), where the staging was measured."""
+        staged = self.link.series_staged_us
+        if not self.bracketed or not staged or len(staged) != len(self.link.series_gap_us):
+            return None
+        return median([g - s for g, s in zip(self.link.series_gap_us, staged, strict=True)])
 
     def time_reference(self, args: list[Any], runs: int, warmup: int, budget_s: float,
                        enough: Callable[[list[float]], bool] | None = None, batch: int = 0,

@@ -7,7 +7,9 @@ speedups' yardstick, timed in the process that will time the candidate) while it
 loads the solution, and
 then only answers requests: run ``ModelNew`` on the inputs the trusted side put in the input arena and
 copy what it returned into the output arena (``forward``), the same with the timer around it (``timed``),
-a kernel profile (``profile``), and the guard hooks that inspect this process (``hook``). It never sees a
+calls back to back on input sets of their own (``series``; an empty one as calibration, ``calibrate_series``,
+before the candidate loads), a kernel profile (``profile``), and the guard hooks that inspect this process
+(``hook``). It never sees a
 reference output or a baseline, and what it says can only count against the candidate: the trusted process
 compares the bytes itself and checks the claimed times against its own clock.
 
@@ -37,6 +39,7 @@ LOAD_STAGES = ("setup", "source checks", "reference", "candidate module", "model
 START_STAGE = "start to ready"  # the runner's own start: from its process's birth to ready (imports, CUDA up)
 REFERENCE_WARM_MAX = 100  # the most warm-up calls of the reference one request may ask for
 PROFILE_ROWS = 2000  # rows of a profile reply (one per kernel name and stream); the smallest beyond are summed
+SERIES_MAX_CALLS = 64  # the most calls one series request may ask for
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,6 +122,8 @@ class _Server:
                     reply = self._attach(start, fds)
                 elif kind == "calibrate":
                     reply = self._calibrate(job, start)
+                elif kind == "calibrate_series":
+                    reply = self._calibrate_series(job, start)
                 elif kind == "reference_warm":
                     reply = self._reference_warm(job, start)
                 elif kind == "reference":
@@ -248,6 +253,10 @@ class _Server:
             return self._forward(request)
         if kind == "timed":
             return self._timed(request)
+        if kind == "series":
+            ctx = self.ctx
+            self._timing_tools(ctx.protocol)
+            return self._series(ctx.cand_model, request, ctx.flags, lambda fn: ctx.call_candidate(fn, "timing"))
         if kind == "profile":
             return self._profile(request)
         if kind == "hook":
@@ -328,24 +337,44 @@ class _Server:
 
     def _calibrate(self, job: Any, request: dict[str, Any]) -> dict[str, Any]:
         """One timed call of an empty forward (zeros of the outputs' shapes), by the candidate's own code path."""
-        import torch
-
         from cudagym.judge.harness.integrity import protocol_flags
-        from cudagym.judge.split.arena import Slot
 
         self._timing_tools(job.protocol)
-        expected = [Slot.from_json(s) for s in request["outputs"]]
-        dtypes = [getattr(torch, s.dtype) for s in expected]
-        container = request.get("container", "tensor")
+        flags = protocol_flags(job.protocol.matmul_tf32, job.protocol.cudnn_tf32)
+        empty = self._empty_forward(request["outputs"], request.get("container", "tensor"))
+        return {**self._timed_call(empty, request, flags, lambda fn: fn()), "kind": "calibrated"}
 
-        def empty(*_: Any) -> Any:  # in the reference's structure (a nested tree too), so its copy-out is timed
+    def _calibrate_series(self, job: Any, request: dict[str, Any]) -> dict[str, Any]:
+        """A series of empty forwards, by the candidate's series path (:meth:`_series`)."""
+        from cudagym.judge.harness.integrity import protocol_flags
+
+        self._timing_tools(job.protocol)
+        flags = protocol_flags(job.protocol.matmul_tf32, job.protocol.cudnn_tf32)
+        sets = request.get("sets")
+        if not isinstance(sets, list) or not sets or not isinstance(sets[0], dict):
+            raise ValueError("malformed series request")
+        empty = self._empty_forward(sets[0]["outputs"], request.get("container", "tensor"))
+        return {**self._series(empty, request, flags, lambda fn: fn()), "kind": "series_calibrated"}
+
+    def _empty_forward(self, outputs: Any, container: Any) -> Any:
+        """A forward that returns zeros in the reference's output structure (a nested tree too).
+
+        Its outputs' copy-out is the candidate's.
+        """
+        import torch
+
+        from cudagym.judge.split.arena import Slot
+
+        expected = [Slot.from_json(s) for s in outputs]
+        dtypes = [getattr(torch, s.dtype) for s in expected]
+
+        def empty(*_: Any) -> Any:
             from cudagym.judge.split.remote import rebuilt
 
             return rebuilt([torch.zeros(s.shape, dtype=d, device=self.device)
                             for s, d in zip(expected, dtypes, strict=True)], container)
 
-        flags = protocol_flags(job.protocol.matmul_tf32, job.protocol.cudnn_tf32)
-        return {**self._timed_call(empty, request, flags, lambda fn: fn()), "kind": "calibrated"}
+        return empty
 
     def _reference_for_timing(self, job: Any) -> tuple[Any, Any]:
         """The task's reference model (built once) and the protocol's precision flags, applied; the timer ready.
@@ -462,6 +491,63 @@ class _Server:
                 # and the runner's own account (cudagym.judge.split.RUNNER_PHASES):
                 "phases_us": [_finite(x) for x in (prepare, measure - wait, wait, deliver)]}
 
+    def _series(self, model: Any, request: dict[str, Any], flags: Any, call: Any) -> dict[str, Any]:
+        """Calls back to back in one request, each on its own input set and into its own output slots.
+
+        On the GPU, bracketed like a timed call: the whole series is queued behind one go and delivered with one
+        done, so the trusted side's clock around it holds every call's work with one go's and one done's noise
+        for all of them. Each call's own time (events around it; the host clock on the CPU) is reported: the
+        trusted side takes it on its word only for a series of empty forwards, before any candidate code loads.
+        Torch's switches are restored after, as after a timed call.
+        """
+        from cudagym.judge.harness.integrity import PRISTINE, TorchFlags
+
+        sets = request.get("sets")
+        if not isinstance(sets, list) or not 1 <= len(sets) <= SERIES_MAX_CALLS:
+            raise ValueError(f"a series takes 1 to {SERIES_MAX_CALLS} calls")
+        container = request.get("container", "tensor")
+        calls = [(self._args(item), {"outputs": item["outputs"], "container": container}) for item in sets]
+        on_gpu = self.device.type == "cuda"
+        reset_persisting_l2(on_gpu)
+        bracket = self._bracket(request)
+        if bracket is None:
+            self.flusher.flush()  # bracketed, the trusted side flushes inside its bracket
+        stream = PRISTINE.current_stream(self.device) if on_gpu else None
+        PRISTINE.sync(self.device)
+        if bracket is not None:
+            bracket.open(stream)
+        marks: list[tuple[Any, Any]] = []
+        problem = ""
+        for args, slots in calls:
+            if on_gpu:
+                began, ended = PRISTINE.event(enable_timing=True), PRISTINE.event(enable_timing=True)
+                PRISTINE.event_record(began, stream)
+            else:
+                began = PRISTINE.perf_counter()
+            outputs = call(lambda: model(*args))  # noqa: B023  (called at once, in this iteration)
+            if on_gpu:
+                PRISTINE.event_record(ended, stream)
+                import torch
+
+                with torch.cuda.stream(stream):  # the call's stream, whatever the candidate made current
+                    problem = self._queue_outputs(slots, outputs) or problem
+            else:
+                ended = PRISTINE.perf_counter()
+                problem = self._queue_outputs(slots, outputs) or problem
+            marks.append((began, ended))
+            del outputs
+        if bracket is not None:
+            bracket.finish(stream)
+        PRISTINE.sync(self.device)
+        times = [PRISTINE.event_elapsed_time(a, b) * 1000.0 if on_gpu else (b - a) * 1e6 for a, b in marks]
+        changes = []
+        now = TorchFlags.capture()
+        if now != flags:
+            changes = flags.differences(now)
+            flags.apply()
+        return {"kind": "series_timed", "problem": problem[:2000], "times_us": [_finite(t) for t in times],
+                "flag_changes": changes}
+
     def _bracket(self, request: dict[str, Any]) -> _RunnerBracket | None:
         """The runner's half of a call the trusted side brackets on the GPU (when it asks, with a round)."""
         if "round" not in request or self.device.type != "cuda" or "signals" not in self.arenas:
@@ -521,17 +607,22 @@ class _RunnerBracket:
         """Outputs into the arena, then done on the call's stream; armed at once on the side stream."""
         import torch
 
-        from cudagym.judge.split.signals import ARMED, DONE, write_value
-
         marks = [time.perf_counter()]
         with torch.cuda.stream(stream):  # the call's stream, whatever the candidate made current
             self.problem = self.server._queue_outputs(self.request, outputs)
         marks.append(time.perf_counter())
+        self.parts_us = [(marks[1] - marks[0]) * 1e6, *self.finish(stream)]
+
+    def finish(self, stream: Any) -> list[float]:
+        """Done on the call's stream, after all it queued; armed at once on the side stream (host µs of each)."""
+        from cudagym.judge.split.signals import ARMED, DONE, write_value
+
+        marks = [time.perf_counter()]
         write_value(stream.cuda_stream, self.base + DONE, self.round)
         marks.append(time.perf_counter())
         write_value(self.server.side.cuda_stream, self.base + ARMED, self.round)
         marks.append(time.perf_counter())
-        self.parts_us = [(b - a) * 1e6 for a, b in zip(marks, marks[1:], strict=False)]
+        return [(b - a) * 1e6 for a, b in zip(marks, marks[1:], strict=False)]
 
 
 def process_age_s() -> float:
