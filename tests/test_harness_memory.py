@@ -20,10 +20,12 @@ from cudagym.judge.harness import memory
 from cudagym.judge.harness.correctness import Tolerance, compare_outputs, nonfinite_count
 from cudagym.judge.harness.inputs import bitwise_equal
 from cudagym.judge.harness.memory import PhaseClock, chunked_equal, flat_chunks, moments, rms_difference
+from cudagym.judge.harness.runner import ARENAS_NOTE
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import KnownBaselines
 from cudagym.judge.protocol import CUDAGYM_V0
 from cudagym.judge.records import EvalStatus
+from cudagym.judge.split.remote import SERIES_CALLS
 
 TOL = Tolerance(1e-4, 1e-4)
 
@@ -529,9 +531,11 @@ def test_in_the_split_the_trusted_side_holds_one_input_set_and_the_arenas_the_ca
     assert max(r[1] for r in trusted) == 1 and max(r[2] for r in trusted) <= 1, trusted
     # the runner: the candidate reads its inputs from the arena; it holds at most its own last outputs
     assert max(r[1] for r in runner) == 0 and max(r[2] for r in runner) <= 1, runner
-    # ... and the arenas are one input set and one output set
+    # ... and the arenas are one input set and one output set, but while an empty series of calls back to back is
+    # calibrated before the candidate loads (remote.SERIES_CALLS sets; given back before it loads)
     one_input, one_output = layout([torch.empty(37, 53)])[1], layout([torch.empty(37, 54)])[1]
-    assert result.cost.arena_bytes == one_input + one_output
+    assert result.cost.arena_bytes == SERIES_CALLS * (one_input + one_output)
+    assert f"{ARENAS_NOTE}: {one_input + one_output} bytes" in result.log, result.log[-3000:]
     assert result.cost.peak_device_memory_bytes == result.cost.runner_peak_device_memory_bytes == 0  # no device
 
 

@@ -291,6 +291,7 @@ def _load_remote(ctx: EvalContext) -> None:
         _time_reference_in_runner(ctx, model, recalibrate=True)
     marks.append(time.perf_counter())
     ctx.others_at_candidate_load = ctx.meter.others_bytes(ctx.remote.arena_bytes())
+    ctx.note(f"{ARENAS_NOTE}: {ctx.remote.arena_bytes()} bytes")
     stages = ctx.remote.start({"device": str(ctx.device), "output_dtype": str(ctx.output_dtype).removeprefix(
         "torch."), "reference_aliases": ctx.reference_aliases})
     marks.append(time.perf_counter())
@@ -436,6 +437,7 @@ def _against_runner_reference(ctx: EvalContext) -> None:
 
 
 # the split's load phase, part by part (benchmarks/bench_vec.py reads it back)
+ARENAS_NOTE = "arenas shared with the runner as the candidate loaded"  # one input and one output set, the signals
 LOAD_NOTE = ("load: reference built and primed {:.2f} s, runner ready {:.2f} s, calibration {:.2f} s, the reference "
              "timed in the runner {:.2f} s, candidate loaded in the runner {:.2f} s")
 
@@ -647,6 +649,23 @@ def _series_check(ctx: EvalContext) -> None:
     remote: Any = model
     calls = link.series_calls
     base = TIMING_SEED_OFFSET + secrets.randbelow(2**30)
+    readings, late = _read_series(ctx, remote, calls, base)  # a failure there ends the job: no arena to give back
+    remote.end_series(ctx.make_inputs(base))
+    if len(readings) < SERIES_ROUNDS:
+        return  # a series' outputs were wrong: the spot failure decides
+    floor, note = series_floor(samples.time_us, readings, calls, on_gpu)
+    if late:
+        note += f"; {late} series not queued in full before its go (the runner's host time is in its reading)"
+    ctx.note(note)
+    if floor > 0:
+        samples.time_us[:] = [max(t, floor) for t in samples.time_us]
+
+
+def _read_series(ctx: EvalContext, remote: Any, calls: int, base: int) -> tuple[list[float], int]:
+    """The series of :func:`_series_check`: each one's reading per call, and how many were late.
+
+    Fewer readings than :data:`SERIES_ROUNDS` where a series' outputs were wrong (a spot failure says so).
+    """
     readings: list[float] = []
     late = 0
     for number in range(SERIES_ROUNDS):
@@ -660,15 +679,10 @@ def _series_check(ctx: EvalContext) -> None:
             ctx.poison_results(reference)
             if not check.passed:
                 ctx.spot_failures.append(f"series {number}, call {k} of {calls} back to back: {check.message}")
-                return
+                return readings, late
         readings.append(reading.per_call_us)
         late += reading.late
-    floor, note = series_floor(samples.time_us, readings, calls, on_gpu)
-    if late:
-        note += f"; {late} series not queued in full before its go (the runner's host time is in its reading)"
-    ctx.note(note)
-    if floor > 0:
-        samples.time_us[:] = [max(t, floor) for t in samples.time_us]
+    return readings, late
 
 
 def _note_baseline_kernels(ctx: EvalContext, baselines: list[Contender]) -> None:

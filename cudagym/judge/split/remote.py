@@ -517,6 +517,17 @@ class RunnerLink:
         have = self.arenas
         if have and have["inputs"].size >= input_bytes and have["outputs"].size >= output_bytes:
             return
+        self.fit_arenas(input_bytes, output_bytes)
+
+    def fit_arenas(self, input_bytes: int, output_bytes: int) -> None:
+        """Arenas of exactly this size, shared with the runner (replaced unless they already are).
+
+        After a series (:meth:`RemoteModel.series`) the arenas go back to one set's size, so its sets are held
+        only while it runs.
+        """
+        have = self.arenas
+        if have and have["inputs"].size == input_bytes and have["outputs"].size == output_bytes:
+            return
         for arena in have.values():
             arena.close()
         self.arenas = {}  # the old ones are closed: never both at once
@@ -838,6 +849,7 @@ class RemoteModel:
             if min(claims) >= 0 and sum(claims) <= clock:
                 gaps.append(clock - sum(claims))
                 staged.append(stage_us)
+        self.end_series(args)
         if not gaps:
             return
         self.link.series_calls = count
@@ -872,6 +884,10 @@ class RemoteModel:
         return SeriesReading(outputs, series_work_us(clock, median(self.link.series_gap_us), stage_us,
                                                      self._series_after_go_base()) / count,
                              self.bracketed and self.link.last_late)
+
+    def end_series(self, args: list[Any]) -> None:
+        """The arenas back to one input set like ``args`` and one output set (a series held many)."""
+        self.link.fit_arenas(layout([a for a in args if isinstance(a, torch.Tensor)])[1], self.out_bytes)
 
     def _series_slots(self, k: int) -> list[Slot]:
         return [Slot(s.offset + k * self.out_bytes, s.shape, s.dtype) for s in self.out_slots]
