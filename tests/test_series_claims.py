@@ -14,6 +14,7 @@ import textwrap
 
 import pytest
 from split_pools import cpu_split_pool
+from test_split import TASK
 
 from cudagym.judge.harness.claims import SERIES_NOTE
 from cudagym.judge.interface import EvalMode
@@ -23,25 +24,6 @@ from cudagym.judge.records import BuildResult, BuildStatus, EvalResult, EvalStat
 from cudagym.judge.worker import WorkerPool
 from cudagym.solution import Solution
 from cudagym.task import make_task
-
-TASK = '''
-import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def __init__(self, n):
-        super().__init__()
-        self.lin = nn.Linear(n, n)
-
-    def forward(self, x):
-        return torch.relu(self.lin(x))
-
-def get_inputs():
-    return [torch.randn(8, 32)]
-
-def get_init_inputs():
-    return [32]
-'''
 
 # work of 400 us a call: below the CPU path's one-call allowance (25% of the clock + 1 ms)
 HONEST_SLOW = '''

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -611,16 +611,7 @@ class RemoteModel:
             place(self.link.arenas["inputs"].tensor, slots, tensors)
             self.link.arenas["outputs"].tensor.fill_(0xFF)  # nothing of the last call stays readable as an answer
 
-        spec: list[dict[str, Any]] = []
-        k = 0
-        for a in args:
-            if isinstance(a, torch.Tensor):
-                spec.append({"slot": slots[k].to_json()})
-                k += 1
-            elif a is None or isinstance(a, (bool, int, float, str)):
-                spec.append({"value": a})
-            else:
-                raise TypeError(f"the task's inputs include a {type(a).__name__}, which cannot be sent to the runner")
+        spec = _args_spec(args, slots)
         is_tensor = [isinstance(a, torch.Tensor) for a in args]
         self._last = ([None if t else a for a, t in zip(args, is_tensor, strict=True)], is_tensor, slots)
         return spec, stage
@@ -792,17 +783,10 @@ class RemoteModel:
         self.link.ensure_arenas(nbytes, len(sets) * self.out_bytes)
         items, at = [], 0
         for k, args in enumerate(sets):
-            spec: list[dict[str, Any]] = []
-            for a in args:
-                if isinstance(a, torch.Tensor):
-                    spec.append({"slot": slots[at].to_json()})
-                    at += 1
-                elif a is None or isinstance(a, (bool, int, float, str)):
-                    spec.append({"value": a})
-                else:
-                    raise TypeError(f"the task's inputs include a {type(a).__name__}, which cannot be sent to the "
-                                    "runner")
-            items.append({"args": spec, "outputs": [o.to_json() for o in self._series_slots(k)]})
+            count = sum(isinstance(a, torch.Tensor) for a in args)
+            items.append({"args": _args_spec(args, slots[at:at + count]),
+                          "outputs": [o.to_json() for o in self._series_slots(k)]})
+            at += count
 
         def stage() -> None:
             place(self.link.arenas["inputs"].tensor, slots, flat)
@@ -1023,6 +1007,24 @@ TIMED_REPLY_BYTES = 256 << 10  # a timed call's reply: a few numbers and notes (
 MAX_TIME_US = 1e12  # about 11.6 days: no call of a job lasts that long, so a time beyond it measures nothing
 MIN_CLAIM_US = 1.0  # no timed call (a kernel launched, its outputs written) takes less: 5e-324 us was an inf speedup
 MAX_NUMBER = 1e16  # any time in us or byte count the runner reports is below this; sums of them stay finite
+
+
+def _args_spec(args: Sequence[Any], slots: list[Slot]) -> list[dict[str, Any]]:
+    """How ``args`` travel to the runner: each tensor as its slot (in order), each plain value as itself.
+
+    Raises:
+        TypeError: An argument that is neither.
+    """
+    spec: list[dict[str, Any]] = []
+    tensors = iter(slots)
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            spec.append({"slot": next(tensors).to_json()})
+        elif a is None or isinstance(a, (bool, int, float, str)):
+            spec.append({"value": a})
+        else:
+            raise TypeError(f"the task's inputs include a {type(a).__name__}, which cannot be sent to the runner")
+    return spec
 
 
 def _number(value: Any) -> float:
