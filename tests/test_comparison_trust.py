@@ -145,19 +145,16 @@ def test_an_output_with_no_dense_values_is_the_candidates_clear_failure(pool: Wo
 # ~70x fp32's there, under the magnitude rule's limit of 64x + 64 ulps (~110x), and well within atol=rtol=1e-4.
 MATMUL = task_source("return a @ b", "[torch.rand(64, 1024), torch.rand(1024, 64)]", "a, b")
 
-# The float64 probes after the correctness runs see the first correctness input again, then its signs flipped:
-# both have the absolute values of an input already seen, and get fp32; every other input gets fp16.
+# The float64 probes after the correctness runs draw an input set of their own (an unpublished seed), but they are
+# still the calls after the correctness runs: the first four calls (two correctness inputs, two probes) get fp32,
+# every later one fp16.
 RECOGNISES_THE_PROBES = '''
-_seen = set()
-
-def _fingerprint(*tensors):
-    return tuple(hash(t.abs().numpy().tobytes()) for t in tensors)
+_calls = [0]
 '''
 FP16_BUT_PROBES = '''
-key = _fingerprint(a, b)
-if key in _seen:
+_calls[0] += 1
+if _calls[0] <= 4:
     return a @ b
-_seen.add(key)
 return a.half().float() @ b.half().float()
 '''
 

@@ -2,8 +2,11 @@
 
 With the default fp32 protocol, TF32 tensor cores or fp16/bf16 arithmetic can pass a tolerance and win
 2-7x for free (CUDA Agent issue #16). Both checks compare against a float64 reference computed on the same
-device, on the first correctness input as the task's ``get_inputs`` draws it (always run), then as a bonus
-on the same input with the signs of its floating tensors flipped at random.
+device, on an input set of their own as the task's ``get_inputs`` draws it (always run), then as a bonus on
+the same set with the signs of its floating tensors flipped at random. The set's seed is drawn per job and
+never published, and is never a correctness seed: a correctness input given again is one the candidate has
+seen, whose precise answer it can keep while it computes every other input in fp16 (and in VERIFY mode no
+timed round follows to look at another). The sign flip is seeded from it too.
 
 Error magnitude (both probes)::
 
@@ -29,12 +32,11 @@ bf16 inputs, fp32 accumulate    527             7920
 fast-math ``exp`` (elementwise) 4.5             n/a
 ==============================  ==============  ==============
 
-Rounding signature (the drawn input, and the timed round the float64 rule runs on: the drawn input is a
-correctness input given again, which a candidate can recognise and answer in fp32): the float64 reference
-is rerun with operands rounded to bf16, TF32 (round-to-nearest, which fp16 equals in its range) and TF32
-(truncated, what tensor cores do to raw fp32 bits; both TF32 roundings are left out in a ``tf32``
-protocol), first all floating inputs and parameters together. With ``d = candidate - ref64`` and
-``D = ref64(rounded) - ref64`` the regression slope
+Rounding signature (the probes' drawn input, and the timed round the float64 rule runs on, which the
+candidate cannot tell from the other timed rounds): the float64 reference is rerun with operands rounded to
+bf16, TF32 (round-to-nearest, which fp16 equals in its range) and TF32 (truncated, what tensor cores do to
+raw fp32 bits; both TF32 roundings are left out in a ``tf32`` protocol), first all floating inputs and
+parameters together. With ``d = candidate - ref64`` and ``D = ref64(rounded) - ref64`` the regression slope
 ``beta = <d, D> / <D, D>`` is ~1 when the candidate rounded those operands and ~0 for an honest
 candidate, whatever its summation order: its error does not depend on the discarded low bits. A violation
 needs ``beta >= BETA_MIN``, a slope at least Z_MIN standard errors from 0, at least MIN_ELEMENTS outputs, and
@@ -55,7 +57,8 @@ The guard also flags changes to torch's precision switches (``allow_tf32``, ``fl
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+import secrets
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -109,10 +112,12 @@ class Precision(Guard):
         except Exception as exc:
             ctx.note(f"precision: no float64 copy of the reference ({type(exc).__name__}: {exc}); probe skipped")
             return
-        base = ctx.make_inputs(ctx.protocol.seed)
+        # An input set of the probes' own: a correctness input given again would get an answer the candidate kept.
+        seed = _probe_seed(ctx.protocol.input_seeds())
+        base = ctx.make_inputs(seed)
         message = self._probe(ctx, ref64_model, base, "as drawn", signature=True)
         if not message:
-            generator = torch.Generator(device=ctx.device).manual_seed(ctx.protocol.seed)
+            generator = torch.Generator(device=ctx.device).manual_seed(seed)
             message = self._probe(ctx, ref64_model, _flip_signs(base, generator), "with signs flipped")
         if message:
             ctx.flag(self.name, message)
@@ -151,9 +156,9 @@ class Precision(Guard):
                 return
             if bool(keep.all()):
                 compared.append((i, cand, r32, r64))
-        # The rounding signature too: the probes after the correctness runs see a correctness input again (and its
-        # signs flipped), which a candidate can recognise and answer in fp32 while it rounds every other input to
-        # fp16, whose error on KernelBench's all-positive matmuls stays under the magnitude rule's limit.
+        # The rounding signature too: fp16's error on KernelBench's all-positive matmuls stays under the magnitude
+        # rule's limit, and the probes after the correctness runs, on an input set the candidate has not seen, are
+        # still calls it can count and answer in fp32 while it rounds every timed one.
         if compared:
             message = _signature_probe(ref64_model, list(inputs), compared, _roundings(ctx), f"on inputs {label}")
             if message:
@@ -199,6 +204,14 @@ class Precision(Guard):
         if signature and compared:
             return _signature_probe(ref64_model, inputs, compared, _roundings(ctx), f"on inputs {label}")
         return ""
+
+
+def _probe_seed(correctness_seeds: Iterable[int]) -> int:
+    """The probes' seed: drawn per job, never published, never one of ``correctness_seeds``."""
+    taken = set(correctness_seeds)
+    while (seed := secrets.randbelow(2**31 - 1)) in taken:
+        pass
+    return seed
 
 
 def _roundings(ctx: EvalContext) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
