@@ -16,6 +16,16 @@ ran, so their results come back as usual, and the failed one's episode is cut of
 evaluated) with an observation saying what failed and ``info["error"] == "env_error"``,
 ``info["episode_end"] == "env_error"`` and the exception as ``info["env_error"]``; the next step resets it.
 
+A sub-env whose ``reset()`` raises does not either: the others' observations and infos come back, and the failed
+one's observation says what failed (nothing was evaluated, not the agent's fault), with ``info["error"] ==
+"env_error"`` and the exception as ``info["env_error"]``. A reset has no ``truncated`` to end what it returned,
+and under ``NEXT_STEP`` a step that resets a sub-env is dropped by its caller only when the step before ended
+the episode; so that observation starts an episode of its own that the next step cuts off as above (its action
+not run), and the step after that resets the sub-env. A caller's bookkeeping (``run_vector_episodes`` included)
+then records one short ``env_error`` episode, never the error text as the start of the next task's episode. A
+:class:`~cudagym.errors.CudaGymError` (``ConfigError``, ``UnknownTaskError``, ...) from a reset still raises: every
+sub-env gets the same ``options``, so it is the caller's to fix.
+
 For sub-envs in separate processes use ``vectorization_mode="async"`` with ``vector_kwargs={"shared_memory":
 False}``; inside :func:`cudagym.judge.remote.serve_judge` those processes share the parent's judge too.
 """
@@ -33,11 +43,11 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 from gymnasium.wrappers import TimeLimit
 
-from cudagym.errors import ConfigError
+from cudagym.errors import ConfigError, CudaGymError
 from cudagym.tools import judge_waits_on_this_thread
 
 logger = logging.getLogger(__name__)
-ENV_ERROR = "env_error"  # info["error"] and info["episode_end"] of a sub-env whose step raised
+ENV_ERROR = "env_error"  # info["error"] and info["episode_end"] of a sub-env whose step or reset raised
 
 
 class CudaKernelVectorEnv(VectorEnv[Any, Any, Any]):
@@ -70,11 +80,15 @@ class CudaKernelVectorEnv(VectorEnv[Any, Any, Any]):
         self.render_mode = first.unwrapped.render_mode
         self._threads = ThreadPoolExecutor(num_envs, thread_name_prefix="cudagym-subenv")
         self._autoreset = np.zeros(num_envs, dtype=np.bool_)
+        self._reset_errors: dict[int, str] = {}  # sub-envs whose reset raised (the error): the next step ends them
         self.closed = False
 
     def reset(self, *, seed: int | Sequence[int | None] | None = None,
               options: dict[str, Any] | None = None) -> tuple[tuple[str, ...], dict[str, Any]]:
         """Reset every sub-env (seeds ``seed + i``, or one per sub-env); ``options`` go to each sub-env's reset.
+
+        A sub-env whose reset raises something other than a ``CudaGymError`` gets an observation saying so, and
+        the others' resets come back (see the module docstring).
 
         Raises:
             ConfigError: ``options`` holds ``reset_mask`` (every sub-env is reset here, and one that ended is reset
@@ -84,10 +98,24 @@ class CudaKernelVectorEnv(VectorEnv[Any, Any, Any]):
             raise ConfigError("expected reset options without 'reset_mask': this vector env resets every sub-env, "
                               "and autoresets one that ended at its next step (NEXT_STEP); call reset() without it")
         seeds = _seeds(seed, self.num_envs)
-        results = list(self._threads.map(lambda i: self.envs[i].reset(seed=seeds[i], options=options),
-                                         range(self.num_envs)))
+        results = list(self._threads.map(lambda i: self._reset_one(i, seeds[i], options), range(self.num_envs)))
         self._autoreset[:] = False
-        return tuple(obs for obs, _ in results), self._batch_infos([info for _, info in results])
+        self._reset_errors = {i: error for i, (_, _, error) in enumerate(results) if error}
+        return tuple(obs for obs, _, _ in results), self._batch_infos([info for _, info, _ in results])
+
+    def _reset_one(self, i: int, seed: int | None,
+                   options: dict[str, Any] | None) -> tuple[str, dict[str, Any], str]:
+        """Sub-env ``i``'s reset: its observation, its info and ``""``, or those of a failed reset and the error."""
+        env = self.envs[i]
+        try:
+            obs, info = env.reset(seed=seed, options=options)
+            return obs, info, ""
+        except CudaGymError:
+            raise  # the caller's options or setup (the same for every sub-env): misuse, raised as documented
+        except Exception as exc:  # the env's, or its host's (reset never raises for an agent's doing)
+            logger.exception("sub-env %d raised in reset; the next step ends the episode it could not start", i)
+            error = _error_text(exc)
+            return *_failed_reset(env, error), error
 
     def step(self, actions: Sequence[str]) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray,
                                                     dict[str, Any]]:
@@ -95,6 +123,7 @@ class CudaKernelVectorEnv(VectorEnv[Any, Any, Any]):
         if len(actions) != self.num_envs:
             raise ConfigError(f"expected {self.num_envs} actions, got {len(actions)}")
         results = self._step_all(actions)
+        self._reset_errors = {}  # each of those sub-envs was cut off by this step: the next one resets it
         rewards = np.array([r[1] for r in results], dtype=np.float64)
         terminated = np.array([r[2] for r in results], dtype=np.bool_)
         truncated = np.array([r[3] for r in results], dtype=np.bool_)
@@ -125,10 +154,12 @@ class CudaKernelVectorEnv(VectorEnv[Any, Any, Any]):
 
     def _waits_on_judge(self, i: int, action: str) -> bool:
         env: Any = self.envs[i].unwrapped  # a CudaKernelEnv
-        return not self._autoreset[i] and bool(env.waits_on_judge(action))
+        return not (self._autoreset[i] or i in self._reset_errors) and bool(env.waits_on_judge(action))
 
     def _step_one(self, i: int, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         env = self.envs[i]
+        if i in self._reset_errors:  # its reset raised: the episode it returned ends here, its action not run
+            return _failed_step(env, self._reset_errors[i], resetting=True)
         try:
             if self._autoreset[i]:
                 obs, info = env.reset()
@@ -138,7 +169,7 @@ class CudaKernelVectorEnv(VectorEnv[Any, Any, Any]):
         except Exception as exc:  # not the action's fault (step never raises for it): the env's, or its host's
             resetting = bool(self._autoreset[i])
             logger.exception("sub-env %d raised in %s; its episode is cut off", i, "reset" if resetting else "step")
-            return _failed_step(env, exc, resetting)
+            return _failed_step(env, _error_text(exc), resetting)
 
     def _batch_infos(self, infos: Sequence[dict[str, Any]]) -> dict[str, Any]:
         """The sub-envs' infos batched as folding gymnasium's ``_add_info`` over them would, a key at a time.
@@ -194,20 +225,40 @@ class CudaKernelVectorEnv(VectorEnv[Any, Any, Any]):
         self._threads.shutdown(wait=True)
 
 
-def _failed_step(env: Any, exc: Exception, resetting: bool) -> tuple[str, float, bool, bool, dict[str, Any]]:
+def _failed_step(env: Any, error: str, resetting: bool) -> tuple[str, float, bool, bool, dict[str, Any]]:
     """The step result of a sub-env whose step or reset raised: its episode cut off, not evaluated, reward 0.
 
     The sub-env's state is unknown after the exception (the action may have half run), so its episode ends here
     (truncation: the agent did not end it) and the next step resets it.
     """
-    error = f"{type(exc).__name__}: {exc}"
     where = "starting a new episode" if resetting else "running this step"
     observation = (f"Error: the environment failed while {where} ({error}); this is not the action's fault.\n\n"
                    f"The episode was cut off ({ENV_ERROR}). Episode over. Reward 0: not evaluated.")
-    task = getattr(env.unwrapped, "task", None)
-    info: dict[str, Any] = {"task_id": task.id if task is not None else "", "tool": "", "ok": False,
-                            "error": ENV_ERROR, "evaluated": False, "episode_end": ENV_ERROR, ENV_ERROR: error}
+    info = {**_failed_info(env), "episode_end": ENV_ERROR, ENV_ERROR: error}
     return observation, 0.0, False, True, info
+
+
+def _failed_reset(env: Any, error: str) -> tuple[str, dict[str, Any]]:
+    """The reset result of a sub-env whose reset raised: no task to work on, nothing evaluated.
+
+    A reset cannot end what it returns, so this observation opens an episode that the next step cuts off without
+    running its action (:func:`_failed_step`); the step after that resets the sub-env.
+    """
+    observation = (f"Error: the environment failed while starting a new episode ({error}); this is not the "
+                   "agent's fault, and nothing was evaluated.\n\nNo task was started: the next step ends this "
+                   f"episode ({ENV_ERROR}) without running its action, and the step after it starts a new one.")
+    return observation, {**_failed_info(env), ENV_ERROR: error}
+
+
+def _failed_info(env: Any) -> dict[str, Any]:
+    """The info keys a failed step and a failed reset share."""
+    task = getattr(env.unwrapped, "task", None)
+    return {"task_id": task.id if task is not None else "", "tool": "", "ok": False, "error": ENV_ERROR,
+            "evaluated": False}
+
+
+def _error_text(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 class _Arrivals:
