@@ -55,8 +55,10 @@ def fast(self, call, cover_us=None):
 setattr(timing.HostTimer, "measure", fast)
 ''' + HONEST_SLOW
 
-# The forged claims, and zeros in place of the work whenever the runner is serving a series (found on the stack).
-SKIPS_IN_SERIES = FORGED_SHORT.replace('''        time.sleep(0.0004)
+# Honest claims, and zeros in place of the work whenever the runner is serving a series (found on the stack). Its
+# claims are left honest so that only the series' comparison can catch it (a forged claim may also be
+# unverifiable_timing on a busy host, which takes precedence).
+SKIPS_IN_SERIES = HONEST_SLOW.replace('''        time.sleep(0.0004)
 ''', '''        import sys
         frame = sys._getframe(1)
         while frame is not None:
