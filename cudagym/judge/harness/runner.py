@@ -671,18 +671,43 @@ def _read_series(ctx: EvalContext, remote: Any, calls: int, base: int) -> tuple[
     for number in range(SERIES_ROUNDS):
         sets = [ctx.make_inputs(base + number * calls + k) for k in range(calls)]
         reading = remote.series(sets)  # the runner's failures arrive as the candidate's (CandidateFailure)
-        drawn = range(calls) if ctx.job.mode is EvalMode.SUBMIT else \
-            sorted(secrets.SystemRandom().sample(range(calls), min(SERIES_SPOT, calls)))
-        for k in drawn:
-            reference = ctx.run_reference(clone_tree(sets[k]) if ctx.reference_writes_inputs else sets[k])
-            check = compare_outputs(reference, reading.outputs[k], ctx.tolerance, index=k)
-            ctx.poison_results(reference)
-            if not check.passed:
-                ctx.spot_failures.append(f"series {number}, call {k} of {calls} back to back: {check.message}")
-                return readings, late
+        failure = _checked_series(ctx, remote, sets, reading.outputs, f"series {number}")
+        if failure:
+            ctx.spot_failures.append(failure)
+            return readings, late
         readings.append(reading.per_call_us)
         late += reading.late
     return readings, late
+
+
+def _checked_series(ctx: EvalContext, remote: Any, sets: list[list[Any]], outputs: list[Any], name: str) -> str:
+    """One series' calls held to the timed rounds' rules; ``""``, or what the first that broke one did (``name``'s).
+
+    The candidate can tell a series' calls from the timed ones (the request differs), so each rule a timed round
+    is held to holds here too: every call's copy of its inputs is read-only (as :meth:`SpotCheck.call` checks;
+    a forward that wrote over them in a series only went unseen), the outputs of every call in SUBMIT and of
+    :data:`SERIES_SPOT` drawn after the series elsewhere are compared with the reference's, and one of those drawn
+    calls is held to the float64 precision rule (as one timed round is, :meth:`SpotCheck._precision`): a forward
+    that rounded its operands to TF32 or fp16 in series only passed the tolerance on long dot products, and the
+    series' reading, which floors forged claims, was then that arithmetic's time.
+    """
+    calls = len(sets)
+    if not ctx.reference_writes_inputs:
+        for k in range(calls):
+            if not trees_bitwise_equal(remote.series_inputs_seen(k), sets[k]):
+                return f"{name}, call {k} of {calls} back to back: the candidate changed its inputs"
+    drawn = list(range(calls)) if ctx.job.mode is EvalMode.SUBMIT else \
+        sorted(secrets.SystemRandom().sample(range(calls), min(SERIES_SPOT, calls)))
+    precise = secrets.choice(drawn)
+    for k in drawn:
+        reference = ctx.run_reference(clone_tree(sets[k]) if ctx.reference_writes_inputs else sets[k])
+        check = compare_outputs(reference, outputs[k], ctx.tolerance, index=k)
+        if check.passed and k == precise:
+            _precision_rule(ctx, sets[k], outputs[k], reference, f"of {name}, call {k} of {calls} back to back")
+        ctx.poison_results(reference)
+        if not check.passed:
+            return f"{name}, call {k} of {calls} back to back: {check.message}"
+    return ""
 
 
 def _note_baseline_kernels(ctx: EvalContext, baselines: list[Contender]) -> None:
@@ -844,14 +869,19 @@ class SpotCheck:
 
     def _precision(self, index: int, reference: Any) -> None:
         """Once per evaluation, in a round drawn at random: the float64 error rule on the timed outputs."""
-        from cudagym.judge.guards.precision import Precision
-
         self.precision_done = True
-        for guard in self.ctx.guards:
-            inner = getattr(guard, "inner", guard)
-            if isinstance(inner, Precision):
-                assert self.inputs is not None
-                inner.check_timed(self.ctx, self.inputs, self.outputs, reference, f"of timed round {index}")
+        assert self.inputs is not None
+        _precision_rule(self.ctx, self.inputs, self.outputs, reference, f"of timed round {index}")
+
+
+def _precision_rule(ctx: EvalContext, inputs: list[Any], outputs: Any, reference: Any, label: str) -> None:
+    """The precision guard's float64 error rule on one call's outputs, where the protocol runs that guard."""
+    from cudagym.judge.guards.precision import Precision
+
+    for guard in ctx.guards:
+        inner = getattr(guard, "inner", guard)
+        if isinstance(inner, Precision):
+            inner.check_timed(ctx, inputs, outputs, reference, label)
 
 
 def _post_timing_check(ctx: EvalContext) -> None:

@@ -583,6 +583,7 @@ class RemoteModel:
         self.out_like = [(t.shape, t.dtype) for t in tensors_in(outputs_like)]
         # the last call's plain arguments (None where a tensor went into a slot) and its slots: no tensor is kept
         self._last: tuple[list[Any], list[bool], list[Slot]] | None = None
+        self._series_last: list[tuple[list[Any], list[bool], list[Slot]]] = []  # the same, per call of a series
 
     def parameters(self) -> list[torch.Tensor]:
         """None here: the weights live in the runner."""
@@ -662,9 +663,19 @@ class RemoteModel:
         Valid until the next call (which overwrites the arena); the harness compares them with its pristine
         set at once. A runner that rewrites them later can only make its candidate look worse.
         """
-        if self._last is None:
+        return self._seen(self._last)
+
+    def series_inputs_seen(self, k: int) -> list[Any]:
+        """The candidate's copy of call ``k``'s arguments in the latest series, after it: views of the input arena.
+
+        As :meth:`inputs_seen`: valid until the next request that stages inputs.
+        """
+        return self._seen(self._series_last[k])
+
+    def _seen(self, last: tuple[list[Any], list[bool], list[Slot]] | None) -> list[Any]:
+        if last is None:
             return []
-        values, is_tensor, slots = self._last
+        values, is_tensor, slots = last
         placed = iter(views(self.link.arenas["inputs"].tensor, slots))
         return [next(placed) if t else v for v, t in zip(values, is_tensor, strict=True)]
 
@@ -782,11 +793,13 @@ class RemoteModel:
         out_slots = [slot for k in range(len(sets)) for slot in self._series_slots(k)]
         self.link.ensure_arenas(nbytes, len(sets) * self.out_bytes)
         items, at = [], 0
+        self._series_last = []
         for k, args in enumerate(sets):
-            count = sum(isinstance(a, torch.Tensor) for a in args)
-            items.append({"args": _args_spec(args, slots[at:at + count]),
-                          "outputs": [o.to_json() for o in self._series_slots(k)]})
-            at += count
+            is_tensor = [isinstance(a, torch.Tensor) for a in args]
+            own = slots[at:at + sum(is_tensor)]
+            items.append({"args": _args_spec(args, own), "outputs": [o.to_json() for o in self._series_slots(k)]})
+            self._series_last.append(([None if t else a for a, t in zip(args, is_tensor, strict=True)], is_tensor, own))
+            at += len(own)
 
         def stage() -> None:
             place(self.link.arenas["inputs"].tensor, slots, flat)
