@@ -506,10 +506,7 @@ class ModelNew(nn.Module):
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="not the series: the profiled forwards (context.kernel_profile) keep the first "
-                   "call's outputs where the forward writes its inputs, but an output that is its input is written "
-                   "again by the two calls after it (4x what the one reference call gave), so the honest candidate "
-                   "is judged incorrect")
+# (The profiled forwards kept the first call's outputs, which the two calls after it wrote again: 4x the reference's.)
 def test_an_honest_candidate_that_writes_and_returns_its_input_is_ok(pool: WorkerPool) -> None:
     result = judge(pool, WRITES_AND_RETURNS, "writes_returns", task=WRITES_AND_RETURNS_TASK)
     assert result.status is EvalStatus.OK, why(result)
