@@ -19,6 +19,7 @@ not evaluated. Intermediate steps score 0; the env decides when to score (see :m
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -91,11 +92,21 @@ class Score:
     status: str = ""
 
 
+# A gain this close to the threshold (relative) is the threshold: 0.95 us against 1.0 us is exactly 5% faster,
+# though (1.0 - 0.95) / 1.0 rounds to 0.05000000000000004 in binary floating point. No timer resolves 1e-9.
+_THRESHOLD_REL_TOL = 1e-9
+
+
 def is_faster(candidate_us: float, baseline_us: float, threshold: float) -> bool:
-    """``b(t, t0)``: the candidate is more than ``threshold`` (a fraction) faster than the baseline."""
+    """``b(t, t0)``: the candidate is more than ``threshold`` (a fraction) faster than the baseline.
+
+    Exactly ``threshold`` faster is not more: a gain within a relative 1e-9 of the threshold counts as equal
+    to it, so a decimal-exact 5% (0.95 vs 1.0, 1.9 vs 2.0) is not faster whatever the float rounding.
+    """
     if candidate_us <= 0 or baseline_us <= 0:
         return False
-    return (baseline_us - candidate_us) / baseline_us > threshold
+    gain = (baseline_us - candidate_us) / baseline_us
+    return gain > threshold and not math.isclose(gain, threshold, rel_tol=_THRESHOLD_REL_TOL, abs_tol=1e-15)
 
 
 def tier_of(

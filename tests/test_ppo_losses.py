@@ -154,7 +154,7 @@ def test_clip_higher_and_dual_clip_each_branch():
     close(pg.loss, (-1.28 - 1.1 + 0.8 + 3.0 + 4.0) / 5)
     assert pg.clipfrac == pytest.approx(2 / 5, abs=1e-6)  # a and c
     assert pg.ratio_max == pytest.approx(5.0, rel=1e-6)
-    assert pg.approx_kl == pytest.approx(sum(1 / r - 1 + math.log(r) for r in PG_RATIO) / 5, abs=1e-6)
+    assert pg.approx_kl == pytest.approx(sum(r - 1 - math.log(r) for r in PG_RATIO) / 5, abs=1e-6)  # k3, r=new/old
 
 
 def test_without_dual_clip_a_negative_advantage_is_unbounded():

@@ -43,6 +43,10 @@ class Episode:
         messages: The chat (``role``, ``content``), as in a trajectory journal.
         terminated: The env terminated it (e.g. ``submit``).
         truncated: The env or the token limit cut it off.
+        cut: The collector ended it before the env did (the token limit, or the rollout's step limit): its
+            return is unknown, so the update bootstraps from the critic's value after its last action token
+            (``losses.end_values``). An episode the env ended (submit, or its own turn or token limit, after
+            which cudagym judges the files) is not cut: its reward is the outcome.
         info: The env's last ``info`` (JSON-serialisable values only).
         record: The episode as :func:`cudagym.rollout.run_episode` recorded it (every turn's tool, verdict,
             timings); ``None`` for an episode built by hand.
@@ -55,6 +59,7 @@ class Episode:
     messages: list[dict[str, str]] = field(default_factory=list)
     terminated: bool = False
     truncated: bool = False
+    cut: bool = False
     info: dict[str, Any] = field(default_factory=dict)
     record: EpisodeRecord | None = None
 
@@ -86,7 +91,8 @@ class CollectConfig:
 
     Attributes:
         max_new_tokens: Longest assistant turn, in tokens.
-        max_tokens: Longest episode (all ids); an episode that would exceed it is truncated.
+        max_tokens: Longest episode (all ids); an episode whose next turn (the observation, the assistant
+            header, ``max_new_tokens`` and the turn's end ids) would exceed it is cut off before that turn.
         temperature: Sampling temperature (the trainer scores at the same temperature).
         system_prompt: An optional system turn before the reset observation.
     """
@@ -200,7 +206,7 @@ class PolicyAgent:
     The first observation becomes the ``user`` turn (after the optional ``system`` turn), later ones ``tool``
     turns; each action is an ``assistant`` turn whose ids are masked in (``Episode.add``). When the next turn
     would not fit in ``max_tokens`` it raises :class:`~cudagym.rollout.AgentError`, which ends the episode
-    there (truncated, the reward so far kept).
+    there (``cut``: the update bootstraps its return from the critic).
     """
 
     def __init__(self, policy: LLMPolicy, cfg: CollectConfig, lockstep: LockStep, index: int) -> None:
@@ -222,9 +228,11 @@ class PolicyAgent:
         else:
             role = "tool"
         turn = chat.turn(role, str(observation))
-        needed = len(episode.tokens) + len(turn) + len(chat.header("assistant")) + self.cfg.max_new_tokens
+        # the sampled ids (the stop id among them when sampled) and the end ids that close the turn after them
+        reply = self.cfg.max_new_tokens + len(chat.end)
+        needed = len(episode.tokens) + len(turn) + len(chat.header("assistant")) + reply
         if needed > self.cfg.max_tokens:
-            if role == "tool":  # the next turn would not fit: cut off here, keeping the reward so far
+            if role == "tool":  # the next turn would not fit: cut off here (Episode.cut)
                 raise AgentError(f"token budget: the next turn would pass max_tokens={self.cfg.max_tokens}")
             raise ValueError(f"expected the prompt and one turn to fit in max_tokens={self.cfg.max_tokens}, "
                              f"got a prompt of {len(turn)} tokens; raise CollectConfig.max_tokens")
@@ -243,7 +251,8 @@ class PolicyAgent:
         episode = self._episode
         episode.reward = sum(t.reward for t in record.turns)
         episode.terminated = record.terminated
-        episode.truncated = record.truncated or record.episode_end == "agent_error"
+        episode.cut = record.episode_end in ("agent_error", "max_steps")  # ended here, not by the env
+        episode.truncated = record.truncated or episode.cut
         episode.info = _jsonable(dict(record.turns[-1].info) if record.turns else {})
         episode.record = record
         return episode

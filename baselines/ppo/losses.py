@@ -105,6 +105,19 @@ def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> t
     return torch.exp(log_ratio) - log_ratio - 1.0
 
 
+def last_action_index(action_mask: torch.Tensor) -> torch.Tensor:
+    """``[B]`` index of each row's last action token.
+
+    Raises:
+        ValueError: A row has no action token (its outcome would be lost).
+    """
+    mask = action_mask.float()
+    if bool((mask.sum(dim=1) == 0).any()):
+        raise ValueError("expected every episode to hold at least one action token, got a row with none")
+    positions = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)
+    return (positions * mask).argmax(dim=1)
+
+
 def token_rewards(
     outcome: torch.Tensor, action_mask: torch.Tensor, kl: torch.Tensor | None = None, kl_coef: float = 0.0
 ) -> torch.Tensor:
@@ -114,10 +127,7 @@ def token_rewards(
         ValueError: A row has no action token (its outcome would be lost).
     """
     mask = action_mask.float()
-    if bool((mask.sum(dim=1) == 0).any()):
-        raise ValueError("expected every episode to hold at least one action token, got a row with none")
-    positions = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)
-    last = (positions * mask).argmax(dim=1)  # index of the last action token
+    last = last_action_index(mask)
     rewards = torch.zeros_like(mask)
     rewards[torch.arange(mask.shape[0], device=mask.device), last] = outcome.to(rewards.dtype)
     if kl is not None and kl_coef:
@@ -134,20 +144,50 @@ def token_rewards(
 #    compiler log discounts the turn before it by lambda^L) and the critic's target at the last action token
 #    before an observation is V = 0 rather than the next turn's value. Skipping keeps the credit a function
 #    of the agent's own decisions, which is what CUDA Agent's gamma = 1 intends.
+#
+#    An episode ends one of two ways. The env ended it (submit, or its own max_turns / token_budget, after
+#    which cudagym judges the files as they are): its outcome is known, and past its last action token the
+#    value is 0. Or the collector cut it off before the env ended it (``Episode.cut``: the token limit of
+#    ``CollectConfig.max_tokens``, or the rollout's step limit): its outcome is unknown (the reward so far,
+#    0 in cudagym, is not a verdict), so the last action token bootstraps from the critic's value of the
+#    state after it (``end_values``), as a time-limit truncation is handled. Scoring a cut as a terminal 0
+#    would rank running out of tokens above a wrong kernel's -1.
+
+
+def end_values(values: torch.Tensor, action_mask: torch.Tensor, cut: torch.Tensor) -> torch.Tensor:
+    """``[B]``: for each cut row, the critic's value at the position after its last action token; 0 elsewhere.
+
+    ``values[b, t]`` is the value of the prefix before token ``t``, so the value at ``last + 1`` is the value
+    of the state after the last action. ``values`` needs that column for every cut row.
+
+    Raises:
+        ValueError: A cut row's last action token is the last column of ``values``.
+    """
+    last = last_action_index(action_mask)
+    cut = cut.bool()
+    if bool((cut & (last + 1 >= values.shape[1])).any()):
+        raise ValueError("expected a value after each cut row's last action token; extend the batch by a column")
+    after = values.gather(1, (last + 1).clamp(max=values.shape[1] - 1).unsqueeze(1)).squeeze(1)
+    return torch.where(cut, after.detach(), torch.zeros_like(after))
 
 
 def masked_gae(
-    rewards: torch.Tensor, values: torch.Tensor, action_mask: torch.Tensor, gamma: float, lam: float
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    action_mask: torch.Tensor,
+    gamma: float,
+    lam: float,
+    last_values: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Advantages and returns (``A + V``) on action tokens; 0 elsewhere.
 
-    For action token ``t`` with next action token ``t'`` (none past the last: value 0):
+    For action token ``t`` with next action token ``t'`` (none past the last: ``last_values``, 0 when None):
     ``delta_t = r_t + gamma * V_t' - V_t`` and ``A_t = delta_t + gamma * lam * A_t'``.
     """
     mask = action_mask.to(values.dtype)
     values = values.detach() * mask
     batch, length = values.shape
-    next_value = values.new_zeros(batch)
+    next_value = values.new_zeros(batch) if last_values is None else last_values.detach().to(values.dtype)
     next_adv = values.new_zeros(batch)
     advantages = torch.zeros_like(values)
     for t in reversed(range(length)):
@@ -250,7 +290,8 @@ def policy_loss(
     loss = masked_mean(loss_tok * correction.weights, keep)
     with torch.no_grad():
         clipfrac = float(masked_mean((clipped > unclipped).to(logp.dtype), keep))
-        approx_kl = float(masked_mean(torch.exp(-log_ratio) - 1.0 + log_ratio, keep))  # k3 of old vs new
+        # k3 estimate of KL(old || new) from tokens drawn from old: r - 1 - log r, r = new / old (unbiased)
+        approx_kl = float(masked_mean(torch.exp(log_ratio) - 1.0 - log_ratio, keep))
         ratio_max = float((ratio * keep).max()) if bool(keep.any()) else 1.0
     return PolicyLoss(loss, clipfrac, approx_kl, ratio_max)
 

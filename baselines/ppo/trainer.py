@@ -1,9 +1,10 @@
 """One PPO update over a batch of episodes: the algorithm alone (collection is ``collect``, logging ``loop``).
 
 ``PPOTrainer.update`` reads in the order it runs: pad the episodes into tensors; score them once with the
-weights that are about to change (old log-probs, old values, the reference's log-probs); rewards, GAE and
-whitening; the sampler-trainer correction; then, per epoch and minibatch, the losses, backward, gradient
-clipping and the optimiser steps. The math is in :mod:`cudagym.baselines.ppo.losses`.
+weights that are about to change (old log-probs, old values and the bootstrap values of episodes the
+collector cut off, the reference's log-probs); rewards, GAE and whitening; the sampler-trainer correction;
+then, per epoch and minibatch, the losses, backward, gradient clipping and the optimiser steps. The math
+is in :mod:`cudagym.baselines.ppo.losses`.
 """
 
 from __future__ import annotations
@@ -20,18 +21,22 @@ from cudagym.baselines.ppo.policy import LLMPolicy, pad_batch
 
 @dataclass(frozen=True)
 class Batch:
-    """Episodes as right-padded ``[B, T]`` tensors (``outcome`` is ``[B]``)."""
+    """Episodes as right-padded ``[B, T]`` tensors (``outcome`` and ``cut`` are ``[B]``).
+
+    ``cut`` is 1 for an episode the collector cut off, whose return is bootstrapped.
+    """
 
     tokens: torch.Tensor
     attention_mask: torch.Tensor
     action_mask: torch.Tensor
     sampler_logp: torch.Tensor
     outcome: torch.Tensor
+    cut: torch.Tensor
 
     def rows(self, index: torch.Tensor) -> Batch:
         """The sub-batch of rows ``index``."""
         return Batch(*(t[index] for t in (self.tokens, self.attention_mask, self.action_mask, self.sampler_logp,
-                                          self.outcome)))
+                                          self.outcome, self.cut)))
 
 
 def make_batch(episodes: Sequence[Episode], pad_id: int, device: torch.device) -> Batch:
@@ -43,7 +48,26 @@ def make_batch(episodes: Sequence[Episode], pad_id: int, device: torch.device) -
     for i, e in enumerate(episodes):
         logp[i, : len(e.sampler_logprobs)] = torch.tensor(e.sampler_logprobs[:width], dtype=torch.float32)
     outcome = torch.tensor([e.reward for e in episodes], dtype=torch.float32)
-    return Batch(tokens.to(device), attn.to(device), mask.float().to(device), logp.to(device), outcome.to(device))
+    cut = torch.tensor([float(e.cut) for e in episodes], dtype=torch.float32)
+    return Batch(tokens.to(device), attn.to(device), mask.float().to(device), logp.to(device), outcome.to(device),
+                 cut.to(device))
+
+
+def critic_values(policy: LLMPolicy, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """The critic's ``[B, T]`` values of the batch and ``[B]`` bootstrap values of its cut rows (0 elsewhere).
+
+    A cut row's bootstrap is the value after its last action token (``losses.end_values``); when that token is
+    the batch's last column, the values are computed over one more padding column (the causal critic's value
+    there is that of the whole row). The ``[B, T]`` values keep their gradient; the bootstrap values do not.
+    """
+    tokens, attn, width = batch.tokens, batch.attention_mask, batch.tokens.shape[1]
+    last = L.last_action_index(batch.action_mask)
+    if bool((batch.cut.bool() & (last + 1 >= width)).any()):
+        tokens = torch.nn.functional.pad(tokens, (0, 1), value=policy.chat.stop_id)
+        attn = torch.nn.functional.pad(attn, (0, 1), value=0)
+    values = policy.values(tokens, attn)
+    mask = torch.nn.functional.pad(batch.action_mask, (0, values.shape[1] - width))
+    return values[:, :width], L.end_values(values, mask, batch.cut)
 
 
 @dataclass(frozen=True)
@@ -101,7 +125,8 @@ class PPOTrainer:
         """Score the batch once, then rewards, GAE, whitening and the sampler correction (blocks 1-4)."""
         cfg, mask = self.cfg, batch.action_mask
         old = self.policy.score(batch.tokens, batch.attention_mask, mask, temperature=self.temperature).logprobs
-        old_values = self.policy.values(batch.tokens, batch.attention_mask) * mask
+        values, bootstrap = critic_values(self.policy, batch)
+        old_values = values * mask
         ref_logp = None
         kl = None
         if cfg.kl_coef and self.ref_policy is not None:
@@ -110,7 +135,7 @@ class PPOTrainer:
             kl = L.kl_estimate(old, ref_logp, cfg.kl_estimator) * mask
         in_reward = kl if cfg.kl_in == "reward" else None
         rewards = L.token_rewards(batch.outcome, mask, in_reward, cfg.kl_coef)
-        advantages, returns = L.masked_gae(rewards, old_values, mask, cfg.gamma, cfg.lam)
+        advantages, returns = L.masked_gae(rewards, old_values, mask, cfg.gamma, cfg.lam, last_values=bootstrap)
         if cfg.whiten_advantages:
             advantages = L.whiten(advantages, mask)
         if cfg.old_logprobs == "sampler":

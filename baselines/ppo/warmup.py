@@ -10,7 +10,10 @@ returns of the frozen actor's rollouts.
   those with an invalid tool call (``cudagym.toolcalls.parse_action``) or a loop (the same action
   ``max_repeats`` times in a row), and minimises the negative log-likelihood of the assistant tokens.
 - **Critic pretraining** regresses the critic's values on action tokens to the returns (outcome on the last
-  action token, gamma 1, lambda 1: the Monte-Carlo return), with the actor untouched.
+  action token, gamma 1, lambda 1: the Monte-Carlo return; an episode the collector cut off bootstraps from
+  the critic's own value after its last action token), with the actor untouched. CUDA Agent regresses to
+  GAE targets with lambda 0.95 instead (``V + A``); with a critic that starts knowing nothing, the
+  Monte-Carlo return is the target that does not lean on it.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import torch
 from cudagym.baselines.ppo import losses as L  # noqa: N812
 from cudagym.baselines.ppo.collect import Episode
 from cudagym.baselines.ppo.policy import LLMPolicy, pad_batch
-from cudagym.baselines.ppo.trainer import make_batch
+from cudagym.baselines.ppo.trainer import critic_values, make_batch
 
 from cudagym.errors import ConfigError
 from cudagym.toolcalls import ActionError, parse_action
@@ -171,8 +174,8 @@ def pretrain_critic(
         batch = make_batch([episodes[i] for i in index.tolist()], policy.chat.stop_id, policy.device)
         mask = batch.action_mask
         rewards = L.token_rewards(batch.outcome, mask)
-        values = policy.values(batch.tokens, batch.attention_mask)
-        _, returns = L.masked_gae(rewards, torch.zeros_like(values), mask, gamma, 1.0)
+        values, bootstrap = critic_values(policy, batch)  # a cut episode's return: its own current estimate
+        _, returns = L.masked_gae(rewards, torch.zeros_like(values), mask, gamma, 1.0, last_values=bootstrap)
         loss = L.value_loss(values, values.detach(), returns, mask, 0.0)
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
 
+from cudagym import env_options
 from cudagym.env import CudaKernelEnv
 from cudagym.errors import ConfigError
 
@@ -48,15 +49,21 @@ class KernelSessions:
         Args:
             make_env: Builds a :class:`~cudagym.env.CudaKernelEnv` (give them all one judge).
             max_sessions: Most sessions open at once.
+
+        Raises:
+            ConfigError: ``max_sessions`` is not a positive int.
         """
         self._make_env = make_env
-        self.max_sessions = max_sessions
+        self.max_sessions = env_options.positive_int("max_sessions", max_sessions)
         self._open: dict[str, _Session] = {}
         self._idle: list[CudaKernelEnv] = []
         self._lock = threading.Lock()
 
     def open(self, request_id: str, *, task: str | None = None, seed: int | None = None) -> tuple[str, list[Any]]:
         """Start an episode for ``request_id``; returns the prompt and the tool schemas.
+
+        A reset that raises (an unknown task, a bad seed) opens no session: the id stays free and the env goes
+        back to the idle ones.
 
         Raises:
             ConfigError: The id already has an open session, or ``max_sessions`` are open.
@@ -68,7 +75,13 @@ class KernelSessions:
                 raise ConfigError(f"expected at most {self.max_sessions} open sessions; finish some first")
             env = self._idle.pop() if self._idle else self._make_env()
             self._open[request_id] = _Session(env)
-        prompt, _ = env.reset(seed=seed, options={"task": task} if task else None)
+        try:
+            prompt, _ = env.reset(seed=seed, options={"task": task} if task else None)
+        except BaseException:
+            with self._lock:
+                del self._open[request_id]
+                self._idle.append(env)
+            raise
         return prompt, env.tool_schemas
 
     def step(self, request_id: str, action: str) -> tuple[str, bool]:
@@ -160,11 +173,12 @@ async def play_session(
         max_turns: Most replies.
     """
     prompt, schemas = sessions.open(request_id, task=task, seed=seed)
-    messages = _with_prompt(messages, prompt)
-    ids = await loop.ct_build_initial_tokens(messages, tools=schemas)
-    prompt_len, turns, timing = len(ids), 0, {"generate": 0.0, "tools": 0.0}
+    turns, timing = 0, {"generate": 0.0, "tools": 0.0}
     mask: list[int] = []
-    try:
+    try:  # from here on the session is open: it is finished however this ends
+        messages = _with_prompt(messages, prompt)
+        ids = await loop.ct_build_initial_tokens(messages, tools=schemas)
+        prompt_len = len(ids)
         while turns < max_turns and len(mask) < response_length:
             started = time.perf_counter()
             output = await loop.server_manager.generate(request_id=request_id, prompt_ids=ids,
@@ -177,12 +191,17 @@ async def play_session(
             started = time.perf_counter()
             observation, done = sessions.step(request_id, reply)
             timing["tools"] += time.perf_counter() - started
-            if done or len(mask) >= response_length:
+            # The response ends on the model's tokens, as verl's ToolAgentLoop ends it: verl puts reward_score
+            # on the last response token, and its GAE drops a reward that lands on a token of mask 0.
+            if done or len(mask) >= response_length or turns >= max_turns:
                 break
             before = [*messages, {"role": "assistant", "content": reply}]
             messages = [*before, {"role": "tool", "content": observation}]
-            merged, mask, _ = await loop.ct_merge_context_msg(before, messages, ids, mask, None, tools=schemas)
-            ids = merged.token_ids
+            merged, merged_mask, _ = await loop.ct_merge_context_msg(before, messages, ids, mask, None,
+                                                                     tools=schemas)
+            if len(merged_mask) >= response_length:  # a tool reply that fills the response is left out
+                break
+            ids, mask = merged.token_ids, merged_mask
     finally:
         started = time.perf_counter()
         reward = sessions.finish(request_id)
