@@ -14,11 +14,11 @@ from gymnasium.vector import AutoresetMode
 
 from cudagym import env_options
 from cudagym.errors import ConfigError, UnknownTaskError
-from cudagym.judge.backends import JUDGES, options_key
+from cudagym.judge.backends import JUDGES, check_option_names, options_key
 from cudagym.judge.interface import EvalMode, Judge
 from cudagym.judge.protocol import Protocol, get_protocol
 from cudagym.judge.records import EvalResult, Hardware, to_dict
-from cudagym.observation import render_eval, render_score, truncate
+from cudagym.observation import MIN_RESULT_CHARS, render_eval, render_score, truncate
 from cudagym.prompt import EpisodeLimits, build_prompt
 from cudagym.reward import RewardConfig, Score, better, reward_config, score
 from cudagym.solution import Solution, SolutionFormat, get_format
@@ -153,15 +153,16 @@ class CudaKernelEnv(gym.Env[str, str]):
     | max_turns | int | 200 | tool calls before truncation |
     | token_budget | int | 131072 | tokens before truncation |
     | max_action_chars | int | 1048576 | longest action accepted |
-    | max_result_chars | int | 32000 | longest tool result before it is cut with a marker |
+    | max_result_chars | int | 32000 | longest tool result before it is cut with a marker (at least 92) |
     | evaluate_on_truncation | bool | True | judge the files when the episode is truncated |
     | workspace_limits | WorkspaceLimits or dict or None | None | file size and count caps (a dict: some fields) |
     | workspace_dir | str or None | None | an existing folder where workspaces are made (the temp dir when None) |
     | render_mode | str or None | None | None or "ansi" (the last observation) |
 
-    Every argument is checked when the env is made (``suite_options`` and ``level`` when the tasks first load):
-    a wrong type, a count or size below 1, an unknown key or name is a ``cudagym.errors.ConfigError`` that names
-    the argument, what it expects and what it got.
+    Every argument is checked when the env is made (``suite_options`` and ``level`` when the tasks first load,
+    ``judge_options``' values when the judge is made at the first reset; their keys at once): a wrong type, a count
+    or size below 1 (``max_result_chars`` below 92), an unknown key or name is a ``cudagym.errors.ConfigError``
+    that names the argument, what it expects and what it got.
 
     ## Version History
 
@@ -208,6 +209,9 @@ class CudaKernelEnv(gym.Env[str, str]):
         for name, value in (("max_turns", max_turns), ("token_budget", token_budget),
                             ("max_action_chars", max_action_chars), ("max_result_chars", max_result_chars)):
             env_options.positive_int(name, value)
+        if max_result_chars < MIN_RESULT_CHARS:  # a shorter cut could not show its marker
+            raise ConfigError(f"expected max_result_chars >= {MIN_RESULT_CHARS} (room for the truncation marker and "
+                              f"some of the result), got {max_result_chars}")
         self._suite = env_options.suite_name(suite)
         self._level = level
         self._task_ids = env_options.task_ids(tasks)
@@ -226,6 +230,8 @@ class CudaKernelEnv(gym.Env[str, str]):
                               "configured: pass one or the other")
         self._judge_options = env_options.plain_dict("judge_options", judge_options)
         options_key(self._judge_options)  # plain data, or a clear error now rather than in a sub-process
+        if isinstance(judge, str):
+            check_option_names(judge, self._judge_options)  # a misspelt key now, not at the first reset
         self._judge_spec = judge
         self._judge: Judge | None = judge if isinstance(judge, Judge) else None
         reward_spec = dict(reward) if isinstance(reward, Mapping) else reward

@@ -28,6 +28,10 @@ from cudagym.toolcalls import EXPECTED_FORM, ActionError, signature
 from cudagym.workspace import FileEntry
 
 TRUNCATION_MARKER = "[... {n} characters truncated ...]"
+_MARKER_ROOM = len(TRUNCATION_MARKER) + 12  # the marker, its count's digits and the two line breaks around it
+# The shortest max_result_chars an env takes: a cut result keeps its marker and as many characters of its own
+# (below the marker's room, truncate() could only cut the text short with no sign that it did).
+MIN_RESULT_CHARS = 2 * _MARKER_ROOM
 MAX_DIAGNOSTICS = 30
 MAX_LOG_CHARS = 3000
 MAX_REASON_CHARS = 300  # of why torch.compile was not timed, in the timing table
@@ -59,10 +63,9 @@ def truncate(text: str, max_chars: int) -> str:
     """``text`` cut to at most ``max_chars`` characters, keeping the head and the tail around a marker."""
     if len(text) <= max_chars:
         return text
-    marker_room = len(TRUNCATION_MARKER) + 12
-    if max_chars <= marker_room:
+    if max_chars <= _MARKER_ROOM:
         return text[:max_chars]
-    keep = max_chars - marker_room
+    keep = max_chars - _MARKER_ROOM
     head, tail = keep * 2 // 3, keep - keep * 2 // 3
     cut = len(text) - head - tail
     return f"{text[:head]}\n{TRUNCATION_MARKER.format(n=cut)}\n{text[len(text) - tail:]}"

@@ -33,16 +33,19 @@ False}``; inside :func:`cudagym.judge.remote.serve_judge` those processes share 
 from __future__ import annotations
 
 import logging
+import numbers
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+from gymnasium.error import ClosedEnvironmentError
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 from gymnasium.wrappers import TimeLimit
 
+from cudagym.env_options import positive_int
 from cudagym.errors import ConfigError, CudaGymError
 from cudagym.tools import judge_waits_on_this_thread
 
@@ -67,6 +70,8 @@ class CudaKernelVectorEnv(VectorEnv[Any, Any, Any]):
 
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
             raise ConfigError(f"expected num_envs to be a positive int, got {num_envs!r}")
+        if max_episode_steps is not None:  # 0 would read as "no TimeLimit", as gym.make refuses it
+            positive_int("max_episode_steps", max_episode_steps)
         self.num_envs = num_envs
         self.envs = []
         for _ in range(num_envs):
@@ -97,6 +102,7 @@ class CudaKernelVectorEnv(VectorEnv[Any, Any, Any]):
         if isinstance(options, dict) and "reset_mask" in options:
             raise ConfigError("expected reset options without 'reset_mask': this vector env resets every sub-env, "
                               "and autoresets one that ended at its next step (NEXT_STEP); call reset() without it")
+        self._require_open("reset")
         seeds = _seeds(seed, self.num_envs)
         results = list(self._threads.map(lambda i: self._reset_one(i, seeds[i], options), range(self.num_envs)))
         self._autoreset[:] = False
@@ -119,7 +125,17 @@ class CudaKernelVectorEnv(VectorEnv[Any, Any, Any]):
 
     def step(self, actions: Sequence[str]) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray,
                                                     dict[str, Any]]:
-        """Step every sub-env at once (a sub-env that ended last step is reset instead)."""
+        """Step every sub-env at once (a sub-env that ended last step is reset instead).
+
+        Raises:
+            ConfigError: ``actions`` is not a list, tuple or array of one action per sub-env (a lone str included).
+            ClosedEnvironmentError: The vector env was closed.
+        """
+        self._require_open("step")
+        if (isinstance(actions, (str, bytes)) or not isinstance(actions, (Sequence, np.ndarray))
+                or getattr(actions, "ndim", 1) != 1):
+            raise ConfigError(f"expected a list of {self.num_envs} actions (one str per sub-env), got "
+                              f"{type(actions).__name__} {_short(actions)}")
         if len(actions) != self.num_envs:
             raise ConfigError(f"expected {self.num_envs} actions, got {len(actions)}")
         results = self._step_all(actions)
@@ -214,6 +230,11 @@ class CudaKernelVectorEnv(VectorEnv[Any, Any, Any]):
             array[i] = value
         return array
 
+    def _require_open(self, call: str) -> None:
+        if self.closed:
+            raise ClosedEnvironmentError(f"expected an open vector env, but {call}() was called after close(); "
+                                         "make a new one with gym.make_vec")
+
     def render(self) -> Any:
         """Each sub-env's last observation (``render_mode="ansi"``), as a tuple."""
         return tuple(env.render() for env in self.envs)
@@ -287,9 +308,17 @@ class _Arrivals:
 def _seeds(seed: int | Sequence[int | None] | None, n: int) -> list[int | None]:
     if seed is None:
         return [None] * n
-    if isinstance(seed, int):
-        return [seed + i for i in range(n)]
+    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):  # numpy's ints too
+        return [int(seed) + i for i in range(n)]
+    if isinstance(seed, (str, bytes)) or not isinstance(seed, (Sequence, np.ndarray)):
+        raise ConfigError(f"expected seed to be an int, None, or a list of {n} (one per sub-env), got "
+                          f"{type(seed).__name__} {_short(seed)}")
     seeds = list(seed)
     if len(seeds) != n:
         raise ConfigError(f"expected {n} seeds, got {len(seeds)}")
     return seeds
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."

@@ -28,6 +28,7 @@ import uuid
 from typing import Any
 
 from cudagym.env import CudaKernelEnv
+from cudagym.errors import ConfigError
 
 try:
     from openenv.core.client_types import StepResult
@@ -56,8 +57,16 @@ class KernelAction(Action):
         return self
 
     def to_action(self) -> str:
-        """The action string the gymnasium env takes."""
-        return self.text or json.dumps({"name": self.name, "arguments": self.arguments})
+        """The action string the gymnasium env takes.
+
+        Raises:
+            ConfigError: ``arguments`` holds a value that is not JSON data (one made in Python, not off the wire).
+        """
+        try:
+            return self.text or json.dumps({"name": self.name, "arguments": self.arguments})
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"expected the arguments of {self.name} to be JSON data (str, int, bool, ...), got "
+                              f"{exc}") from exc
 
 
 class KernelObservation(Observation):
@@ -101,7 +110,17 @@ class CudaKernelEnvironment(Environment[KernelAction, KernelObservation, KernelS
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, task: str | None = None,
               **kwargs: Any) -> KernelObservation:
-        """Start an episode on ``task`` (or one drawn from ``seed``); the observation is the prompt."""
+        """Start an episode on ``task`` (or one drawn from ``seed``); the observation is the prompt.
+
+        Raises:
+            ConfigError: A keyword other than ``seed``, ``episode_id`` and ``task`` (a misspelt ``task`` would
+                otherwise draw a random task; the server sends the client's error back to it).
+        """
+        if kwargs:
+            raise ConfigError(f"unknown reset argument(s) {', '.join(sorted(map(repr, kwargs)))}; expected only "
+                              "seed (int), episode_id (str) and task (a task id, or None to draw one from the seed)")
+        # No episode until the env has started this one: a reset that raises leaves step() saying so.
+        self._state = KernelState(episode_id=None, step_count=0)
         text, info = self._env.reset(seed=seed, options={"task": task} if task else None)
         self._state = KernelState(episode_id=episode_id or uuid.uuid4().hex, step_count=0,
                                   task_id=str(info["task_id"]))

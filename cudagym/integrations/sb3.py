@@ -51,6 +51,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from cudagym import env_options
 from cudagym.env import CudaKernelEnv
 from cudagym.errors import ConfigError
 from cudagym.integrations.kernel_families import get_family
@@ -68,6 +69,8 @@ _KNOBS = len(FEATURES) - MAX_KNOBS  # where the configuration's slots start
 _HIGH = np.array([3, 1, 1, 1, 10, 10, 10, 100, 100, 255, 256, 40, 1] + [1] * MAX_KNOBS, dtype=np.float32)
 _LOW = np.array([-1] + [0] * (len(FEATURES) - 1), dtype=np.float32)
 DEFAULT_TOKENIZER = "cudagym:code-bpe-16k"  # shipped: no download; tokens do not matter to this env
+# CudaKernelEnv arguments LaunchTuningEnv gives the inner env itself (env_kwargs may not set them)
+_SET_HERE = frozenset({"suite", "tasks", "solution_format", "judge", "max_turns"})
 
 
 class LaunchTuningEnv(gym.Env[np.ndarray, Any]):
@@ -97,17 +100,23 @@ class LaunchTuningEnv(gym.Env[np.ndarray, Any]):
             env_kwargs: More :class:`CudaKernelEnv` arguments (e.g. ``protocol``, ``suite_options``).
 
         Raises:
-            ConfigError: No family for ``task``, a budget below 1, or an unknown action space or tool.
+            ConfigError: No family for ``task``, a budget that is not a positive int, an unknown action space or
+                tool, or ``env_kwargs`` that are not a dict or set what this env sets itself.
         """
         self.family = get_family(task)
         self.space = self.family.space
-        if budget < 1:
-            raise ConfigError(f"expected budget >= 1, got {budget}")
+        env_options.positive_int("budget", budget)
         if action_space not in ("multidiscrete", "discrete") or tool not in ("profile", "verify"):
             raise ConfigError(f"expected action_space multidiscrete|discrete and tool profile|verify, got "
                               f"{action_space!r}, {tool!r}")
+        extra = env_options.plain_dict("env_kwargs", env_kwargs)
+        taken = sorted(_SET_HERE & set(extra))
+        if taken:
+            raise ConfigError(f"expected env_kwargs without {', '.join(taken)}: LaunchTuningEnv sets "
+                              f"{', '.join(sorted(_SET_HERE))} itself (pass the task as task=, the judge as judge=, "
+                              "the evaluations per episode as budget=)")
         self.task_id, self.budget, self.tool = task, budget, tool
-        kwargs = {"token_counter": DEFAULT_TOKENIZER, "token_budget": 1 << 40, **dict(env_kwargs or {})}
+        kwargs = {"token_counter": DEFAULT_TOKENIZER, "token_budget": 1 << 40, **extra}
         # two writes and one evaluation per step, and room to spare
         self.inner = CudaKernelEnv("bundled", tasks=[task], solution_format="raw", judge=judge,
                                    max_turns=3 * budget + 8, **kwargs)

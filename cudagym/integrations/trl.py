@@ -24,9 +24,12 @@ Example:
 from __future__ import annotations
 
 import json
+import numbers
+from collections.abc import Mapping
 from typing import Any
 
 from cudagym.env import CudaKernelEnv
+from cudagym.errors import ConfigError
 
 
 class CudaKernelTools:
@@ -54,11 +57,16 @@ class CudaKernelTools:
         Args:
             **row: The dataset row: ``task`` or ``task_id`` names the task, ``seed`` draws one; other
                 fields (``prompt``, ...) are ignored.
+
+        Raises:
+            ConfigError: ``task`` and ``task_id`` name different tasks, or ``seed`` is not a whole number >= 0.
+            UnknownTaskError: The row's task is not one of the env's.
         """
-        task = row.get("task") or row.get("task_id")
-        seed = row.get("seed")
-        observation, info = self._env.reset(seed=int(seed) if seed is not None else None,
-                                            options={"task": task} if task else None)
+        task, seed = _row_task(row), _row_seed(row.get("seed"))
+        # Until the env has started the row's episode there is none: a reset that raises leaves the tools
+        # saying so (and get_reward 0), not stepping an env whose last episode it ended.
+        self._done, self._reward, self._task_id, self._last_info = True, 0.0, "", {}
+        observation, info = self._env.reset(seed=seed, options={"task": task} if task is not None else None)
         self._done, self._reward = False, 0.0
         self._task_id = str(info.get("task_id", ""))
         self._last_info = dict(info)
@@ -138,7 +146,11 @@ class CudaKernelTools:
             return "No episode is running: the trainer calls reset() with a dataset row first."
         if self._done:
             return f"The episode is over (reward {self._reward:g}); {name} did not run."
-        action = json.dumps({"name": name, "arguments": {k: v for k, v in arguments.items() if v is not None}})
+        given = {k: v for k, v in arguments.items() if v is not None}
+        try:
+            action = json.dumps({"name": name, "arguments": given})
+        except (TypeError, ValueError) as exc:  # not JSON data: the env could not be told what was meant
+            return f"Error: {name}: expected JSON values (str, int, bool) as arguments, got {exc}; {name} did not run."
         observation, reward, terminated, truncated, info = self._env.step(action)
         self._last_info = dict(info)
         if terminated or truncated:
@@ -155,3 +167,38 @@ class CudaKernelTools:
 
     def __exit__(self, *exc: object) -> None:
         self._close()
+
+
+def _row_task(row: Mapping[str, Any]) -> str | None:
+    """The task a dataset row names in ``task`` or ``task_id`` (None for neither, or both empty).
+
+    Raises:
+        ConfigError: The two name different tasks, or one is not a str.
+    """
+    named = {key: row[key] for key in ("task", "task_id") if row.get(key) not in (None, "")}
+    for key, value in named.items():
+        if not isinstance(value, str):
+            raise ConfigError(f"expected the row's {key} to be a task id (str), got {type(value).__name__} {value!r}")
+    if len(set(named.values())) > 1:
+        raise ConfigError(f"expected the row's task and task_id to name one task, got {named['task']!r} and "
+                          f"{named['task_id']!r}; give one of them")
+    return next(iter(named.values()), None)
+
+
+def _row_seed(seed: object) -> int | None:
+    """The row's ``seed`` as an int (an int of any kind, numpy's included, or a str of digits), or None.
+
+    Raises:
+        ConfigError: Anything else: a bool, a fraction, a negative number, other text.
+    """
+    if seed is None:
+        return None
+    value: int | None = None
+    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
+        value = int(seed)
+    elif isinstance(seed, str) and seed.strip().isdigit():
+        value = int(seed)
+    if value is None or value < 0:
+        raise ConfigError(f"expected the row's seed to be a whole number >= 0 (or None to draw freely), got "
+                          f"{type(seed).__name__} {seed!r}")
+    return value

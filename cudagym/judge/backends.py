@@ -10,6 +10,9 @@ that finds a host's judge server in its environment (``CUDAGYM_JUDGE_ADDRESS``, 
 
 from __future__ import annotations
 
+import difflib
+import importlib
+import inspect
 import json
 import os
 import threading
@@ -36,6 +39,35 @@ def options_key(options: Mapping[str, Any]) -> str:
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"expected judge_options to be plain data (numbers, strings, lists, dicts), got "
                           f"{dict(options)!r} ({exc}); pass a Judge instance as judge= for anything else") from exc
+
+
+# Where each backend's pipeline factory is, whose keyword arguments (and ``journal``) are its judge_options;
+# imported only to read its signature.
+_PIPELINE_FACTORIES: dict[str, tuple[str, str]] = {
+    "local": ("cudagym.judge.local", "local_pipeline"),
+    "ray": ("cudagym.judge.ray_judge", "ray_pipeline"),
+}
+
+
+def check_option_names(name: str, options: Mapping[str, Any]) -> None:
+    """Refuse a judge_options key the backend ``name`` does not take, before any judge is made.
+
+    The values are checked where the judge is made (the first reset), but a misspelt key is known now.
+
+    Raises:
+        ConfigError: A key the backend has no option of, with the closest one when there is one.
+    """
+    where = _PIPELINE_FACTORIES.get(name)
+    if where is None:
+        return
+    factory = getattr(importlib.import_module(where[0]), where[1])
+    accepted = sorted({"journal", *inspect.signature(factory).parameters})
+    unknown = sorted(str(k) for k in options if k not in accepted)
+    if unknown:
+        hints = [f"did you mean {close[0]!r} for {k!r}?" for k in unknown
+                 if (close := difflib.get_close_matches(k, accepted, n=1, cutoff=0.75))]
+        raise ConfigError(f"judge {name!r}: unknown judge_options {', '.join(map(repr, unknown))}; expected keys "
+                          f"among {', '.join(accepted)}" + (f"; {' '.join(hints)}" if hints else ""))
 
 
 def shared_judge(name: str, protocol: Protocol, options: Mapping[str, Any],
