@@ -33,6 +33,38 @@ def model_cache_dir() -> Path:
 
 
 
+# The folders under the cache root that a judge writes into (build entries, their locks and staging, baselines).
+CACHE_WRITTEN = ("build", "build/locks", "build/tmp", "baselines")
+
+
+def writable_cache_dir(root: str | os.PathLike[str]) -> Path:
+    """The cache folder ``root`` a judge will write, created when missing, checked before any job.
+
+    The folder and those of :data:`CACHE_WRITTEN` that exist must be writable: a cache left read-only (a read-only
+    mount, folders another user made) fails every build and baseline write later, each as an infrastructure error.
+
+    Raises:
+        ConfigError: A folder cannot be created or written; the message names it and :data:`CACHE_DIR_ENV`.
+    """
+    where = Path(root).expanduser()
+    hint = f"the cudagym cache folder; set {CACHE_DIR_ENV} to a writable folder"
+    _make_dir(where, hint)
+    for sub in CACHE_WRITTEN:
+        folder = where / sub
+        if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
+            raise ConfigError(f"cannot write into the folder {folder} ({hint}): "
+                              f"{'read-only file system' if _read_only_fs(folder) else 'permission denied'}")
+    return where
+
+
+def _read_only_fs(folder: Path) -> bool:
+    """Whether ``folder`` lies on a filesystem mounted read-only."""
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 # Paths given on the command line, checked before any work so a bad one fails at once, with its option named.
 
 def writable_dir(path: str | os.PathLike[str], option: str) -> Path:
@@ -72,4 +104,5 @@ def _make_dir(where: Path, what: str) -> None:
         why = f"{blocker} is a file, not a folder" if blocker is not None else exc.strerror or str(exc)
         raise ConfigError(f"cannot create the folder {where} ({what}): {why}") from exc
     if not os.access(where, os.W_OK | os.X_OK):
-        raise ConfigError(f"cannot write into the folder {where} ({what}): permission denied")
+        why = "read-only file system" if _read_only_fs(where) else "permission denied"
+        raise ConfigError(f"cannot write into the folder {where} ({what}): {why}")

@@ -9,17 +9,24 @@ kill is dropped (and cut off the file) when the run is resumed or read. Lines::
 
 The manifest holds the run's plan (the ``plan`` arguments, which must match on ``--resume``), the
 cudagym version, the git commit when run from a checkout, and when it was started.
+
+One process at a time plays a run: :func:`lock_run` holds the folder while a run or a resume goes on, so a second
+``cudagym bench`` on the same ``--out`` is refused rather than mixing its episodes (and its plan) into the first's.
+An append that fails (a full disk) leaves no part of its line, so later appends stay readable.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import logging
 import os
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,8 +79,13 @@ class Entry:
             raise ConfigError(f"expected a journal line (JSON), got text that is not JSON: {exc}") from exc
         if not isinstance(data, dict) or not {"key", "summary", "record"} <= set(data):
             raise ConfigError("expected a journal entry with 'key', 'summary' and 'record'")
-        return cls(key=str(data["key"]), summary=EpisodeSummary.from_dict(data["summary"]),
-                   record=EpisodeRecord.from_dict(data["record"]), seed=int(data.get("seed", 0)))
+        key, seed = data["key"], data.get("seed", 0)
+        if not isinstance(key, str) or not key:
+            raise ConfigError(f"expected the entry's 'key' to be '<task id>#<sample>', got {key!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ConfigError(f"expected the entry's 'seed' to be an int, got {type(seed).__name__} {seed!r}")
+        return cls(key=key, summary=EpisodeSummary.from_dict(data["summary"]),
+                   record=EpisodeRecord.from_dict(data["record"]), seed=seed)
 
 
 def episode_key(task_id: str, sample: int) -> str:
@@ -92,12 +104,69 @@ class RunJournal:
         self._lock = threading.Lock()
 
     def append(self, entry: Entry) -> None:
-        """Write ``entry`` as one line, then flush and fsync (it survives a kill of this process)."""
-        line = entry.to_line() + "\n"
-        with self._lock, open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(line)
-            fh.flush()
-            os.fsync(fh.fileno())
+        """Write ``entry`` as one line, then fsync it (it survives a kill of this process).
+
+        Raises:
+            OSError: The line could not be written (a full disk, a read-only file), naming the journal; the file
+                is cut back to where it was, so no part of the line stays to spoil the lines appended after it.
+        """
+        data = (entry.to_line() + "\n").encode("utf-8")
+        with self._lock:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                start = os.fstat(fd).st_size
+                try:
+                    _write_all(fd, data)
+                    os.fsync(fd)
+                except OSError as exc:
+                    _cut_back(fd, start, self.path)
+                    raise OSError(exc.errno, f"{exc.strerror or exc} (episode {entry.key} not journaled)",
+                                  str(self.path)) from exc
+            finally:
+                os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """``write`` until every byte of ``data`` is in (a short write is followed by the error that stopped it)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view = view[written:]
+
+
+def _cut_back(fd: int, size: int, path: Path) -> None:
+    """Truncate the journal back to ``size`` bytes after a failed append (logged when even that fails)."""
+    try:
+        os.ftruncate(fd, size)
+    except OSError as exc:
+        log.error("%s: a failed append could not be cut off (%s); the part written stays as a damaged line", path, exc)
+
+
+@contextlib.contextmanager
+def lock_run(run_dir: str | Path) -> Iterator[None]:
+    """Hold the run folder (an exclusive ``flock`` on the folder itself) while a run or a resume plays it.
+
+    Nothing is left on disk. Where the folder's filesystem cannot ``flock`` (some network filesystems), the run goes
+    on unlocked, with a warning.
+
+    Raises:
+        ConfigError: Another process holds the folder (a ``cudagym bench`` on the same ``--out`` is running).
+    """
+    fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                log.warning("%s: cannot lock the run folder (%s); make sure no other run uses it", run_dir, exc)
+            else:
+                raise ConfigError(f"{run_dir} is in use by another `cudagym bench` (a run or a resume of it is "
+                                  "playing now); wait for it to end, or give another --out") from None
+        yield
+    finally:
+        os.close(fd)  # drops the lock
 
 
 def write_manifest(run_dir: str | Path, plan: Mapping[str, Any], extra: Mapping[str, Any]) -> Path:
@@ -107,8 +176,11 @@ def write_manifest(run_dir: str | Path, plan: Mapping[str, Any], extra: Mapping[
     data = {"format": FORMAT_VERSION, "cudagym": __version__, "commit": git_commit(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "plan": dict(plan), **extra}
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)  # atomic: a kill never leaves half a manifest
+    try:
+        tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+        os.replace(tmp, path)  # atomic: a kill never leaves half a manifest
+    finally:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no half-written manifest.tmp behind
     return path
 
 

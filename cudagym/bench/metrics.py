@@ -118,9 +118,28 @@ class EpisodeSummary:
             ConfigError: A field is missing or unknown.
         """
         try:
-            return cls(**{**data, "final": Outcome(**data["final"]), "best": Outcome(**data["best"])})
+            summary = cls(**{**data, "final": Outcome(**data["final"]), "best": Outcome(**data["best"])})
         except (KeyError, TypeError) as exc:
             raise ConfigError(f"expected an episode summary (EpisodeSummary.to_dict()), got an error: {exc}") from exc
+        for where, record in (("", summary), ("final.", summary.final), ("best.", summary.best)):
+            _check_types(record, where)
+        return summary
+
+
+# What each field of a summary and an outcome must hold: a hand-edited or damaged journal line is refused with the
+# field named, before a metric compares a text with a number deep inside the report.
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,)}
+
+
+def _check_types(record: EpisodeSummary | Outcome, where: str) -> None:
+    """Raise a ConfigError naming the first scalar field of ``record`` whose value has another type."""
+    for name, declared in record.__annotations__.items():
+        types = _FIELD_TYPES.get(str(declared))
+        value = getattr(record, name)
+        if types is None or (not isinstance(value, bool) and isinstance(value, types)):
+            continue
+        raise ConfigError(f"expected the summary's {where}{name} to be {declared}, got {type(value).__name__} "
+                          f"{value!r}; the journal line was edited or damaged")
 
 
 def outcome_of(verdict: Mapping[str, Any]) -> Outcome:

@@ -4,7 +4,9 @@ Episodes are played by :func:`cudagym.rollout.run_episode` on a thread pool (one
 on the same judge, so they share its build threads and GPU workers); each is journaled the moment it ends
 (:mod:`cudagym.bench.journal`). A live progress bar (tqdm, on stderr) shows episodes done, the tiers so far
 and the ETA. ``--resume`` continues a killed run: the journal's finished episodes are skipped, a line cut
-short by the kill is dropped, and the rest is played, so no result is lost or duplicated.
+short by the kill is dropped, and the rest is played, so no result is lost or duplicated. A resume keeps the
+protocol the run started with (the manifest's ``protocol_id``) and is refused on another GPU; one process at a
+time plays a run folder (:func:`cudagym.bench.journal.lock_run`).
 
 Examples::
 
@@ -36,6 +38,7 @@ from cudagym.bench.journal import (
     Entry,
     RunJournal,
     episode_key,
+    lock_run,
     read_entries,
     read_manifest,
     write_manifest,
@@ -90,16 +93,19 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Play the run's remaining episodes; returns 0 when every planned episode is journaled."""
     out = out or sys.stdout
     given = {k: getattr(args, k) for k in PLAN_DEFAULTS}
-    plan = resolve_plan(args.out, given, resume=args.resume)
+    resolve_plan(args.out, given, resume=args.resume)  # usage errors at once, before the folder is made
     if args.parallel < 1:
         raise ConfigError(f"expected --parallel >= 1, got {args.parallel}")
     writable_dir(args.out, "--out")
-    bench = Bench(plan, Path(args.out), parallel=args.parallel, progress=not args.no_progress)
-    try:
-        done = bench.run(fresh=not args.resume)
-    except KeyboardInterrupt:
-        _say_how_to_resume(Path(args.out))
-        raise
+    with lock_run(args.out):  # one run at a time in a folder; its plan read again under the lock
+        plan = resolve_plan(args.out, given, resume=args.resume)
+        bench = Bench(plan, Path(args.out), parallel=args.parallel, progress=not args.no_progress,
+                      first_gpu=_first_gpu(args.out) if args.resume else None)
+        try:
+            done = bench.run(fresh=not args.resume)
+        except (KeyboardInterrupt, OSError) as exc:  # Ctrl-C, or a journal that cannot be written (a full disk)
+            _say_how_to_resume(Path(args.out), "interrupted" if isinstance(exc, KeyboardInterrupt) else "stopped")
+            raise
     counts = Counter(e.summary.final.tier for e in done)
     print(f"{len(done)} episode(s) in {args.out}/episodes.jsonl; final tiers: "
           + ", ".join(f"{t}: {counts.get(t, 0)}" for t in (3, 2, 1, 0, -1))
@@ -110,15 +116,25 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     return EXIT_OK
 
 
-def _say_how_to_resume(run_dir: Path) -> None:
-    """After Ctrl-C: how many episodes are safe in the journal, and how to go on."""
+def _say_how_to_resume(run_dir: Path, what: str) -> None:
+    """After Ctrl-C or a failed write: how many episodes are safe in the journal, and how to go on."""
     if not (run_dir / MANIFEST).is_file():
-        print(f"bench: interrupted before any episode was journaled; {run_dir} holds no run, start it again",
+        print(f"bench: {what} before any episode was journaled; {run_dir} holds no run, start it again",
               file=sys.stderr)
         return
-    kept = len(read_entries(run_dir))
-    print(f"bench: interrupted; {kept} finished episode(s) are kept in {run_dir / EPISODES}; continue with "
+    try:
+        kept = f"{len(read_entries(run_dir))} finished episode(s) are"
+    except (CudaGymError, OSError):
+        kept = "the finished episodes are"
+    print(f"bench: {what}; {kept} kept in {run_dir / EPISODES}; continue with "
           f"`cudagym bench --resume --out {run_dir}`", file=sys.stderr)
+
+
+def _first_gpu(run_dir: str) -> str | None:
+    """The GPU the run's manifest says its first part was judged on (None when it does not say)."""
+    hardware = read_manifest(run_dir).get("hardware")
+    gpu = hardware.get("gpu") if isinstance(hardware, dict) else None
+    return gpu if isinstance(gpu, str) and gpu else None
 
 
 def resolve_plan(run_dir: str, given: Mapping[str, Any], *, resume: bool) -> dict[str, Any]:
@@ -130,15 +146,19 @@ def resolve_plan(run_dir: str, given: Mapping[str, Any], *, resume: bool) -> dic
     """
     folder = Path(run_dir)
     if resume:
-        saved = read_manifest(folder)["plan"]
+        manifest = read_manifest(folder)
+        saved = manifest["plan"]
         clash = {k: (saved.get(k), v) for k, v in given.items() if v is not None and v != saved.get(k)}
         if clash:
             what = "; ".join(f"{k}: run has {a!r}, given {b!r}" for k, (a, b) in clash.items())
             raise ConfigError(f"--resume continues the plan in {folder}/manifest.json; it differs in {what}")
-        plan = {**PLAN_DEFAULTS, **saved}
+        plan = {**PLAN_DEFAULTS, **saved, "protocol": _protocol_ran(manifest, folder)}
     else:
-        if (folder / "manifest.json").exists():
+        if (folder / MANIFEST).exists():
             raise ConfigError(f"{folder} already holds a run; pass --resume to continue it, or a new --out")
+        if (folder / EPISODES).is_file() and (folder / EPISODES).stat().st_size:
+            raise ConfigError(f"{folder} holds an {EPISODES} but no {MANIFEST} (not a run this command can continue); "
+                              "a new run there would mix its episodes with those: give a new --out")
         plan = {**PLAN_DEFAULTS, **{k: v for k, v in given.items() if v is not None}}
     if not plan["agent"]:
         raise ConfigError(f"expected --agent ({', '.join(AGENTS)} or module:callable)")
@@ -154,6 +174,26 @@ def resolve_plan(run_dir: str, given: Mapping[str, Any], *, resume: bool) -> dic
         raise ConfigError(f"--tasks names {', '.join(repeated)} more than once; each task is played once per "
                           "sample (use -k for more samples)")
     return plan
+
+
+def _protocol_ran(manifest: Mapping[str, Any], folder: Path) -> Any:
+    """The protocol a resumed run goes on under: the one its first part ran (the manifest's ``protocol_id``).
+
+    The plan may name none (the default) or an alias such as ``cudagym``; either can mean a newer protocol after an
+    upgrade, and a run judged half under each would compare unlike verdicts.
+
+    Raises:
+        ConfigError: This install does not know that protocol.
+    """
+    ran = manifest.get("protocol_id")
+    if not isinstance(ran, str) or not ran:
+        return manifest["plan"].get("protocol")  # a manifest older than protocol_id: the plan as it is
+    try:
+        get_protocol(ran)
+    except ConfigError as exc:
+        raise ConfigError(f"{folder} was judged under protocol {ran!r}, which this install of cudagym does not know; "
+                          f"resume it with the cudagym it started with ({manifest.get('cudagym')})") from exc
+    return ran
 
 
 @dataclass(frozen=True)
@@ -179,6 +219,7 @@ class Bench:
     run_dir: Path
     parallel: int = 4
     progress: bool = True
+    first_gpu: str | None = None  # a resumed run: the GPU its first part was judged on
     gpu: str = ""  # the judge's GPU once run() started ("none" without one)
     _envs: list[Any] = field(default_factory=list)
     _free: list[Any] = field(default_factory=list)
@@ -192,6 +233,9 @@ class Bench:
         wrote_manifest = False
         try:
             self.gpu = judge.hardware().gpu
+            if self.first_gpu is not None and self.gpu != self.first_gpu:
+                raise ConfigError(f"{self.run_dir} was judged on GPU {self.first_gpu!r}, this judge has {self.gpu!r}; "
+                                  "its verdicts would not compare: resume it on the same GPU, or start a new --out")
             maker = agent_maker(self.plan["agent"], _chat_options(self.plan))
             jobs = self._jobs(judge)
             if fresh:

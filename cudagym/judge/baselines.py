@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import tempfile
@@ -128,9 +129,10 @@ class BaselineCache:
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
                 key = BaselineKey(**data["key"])
-            except (OSError, ValueError, KeyError, TypeError):
+                times = self._decode(data)
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 continue
-            found.append((key, str(data.get("task_id", "")), self._decode(data)))
+            found.append((key, str(data.get("task_id", "")), times))
         return found
 
     def _read(self, path: Path, key: BaselineKey) -> KnownBaselines:
@@ -156,8 +158,14 @@ class BaselineCache:
 
     @staticmethod
     def _decode(data: dict[str, Any]) -> KnownBaselines:
-        return KnownBaselines(eager=from_dict(TimingStats, data.get("eager", {})),
-                              compiled=from_dict(TimingStats, data.get("compiled", {})))
+        """The times of a cache file's object.
+
+        Raises:
+            ValueError: A time is not a finite number >= 0, ``runs`` not a count, or a timed baseline has no median
+                (a file edited by hand, damaged, or written by a cudagym that stored other fields).
+        """
+        return KnownBaselines(eager=_timing(data.get("eager", {}), "eager"),
+                              compiled=_timing(data.get("compiled", {}), "compiled"))
 
     @staticmethod
     def _write(path: Path, key: BaselineKey, value: KnownBaselines, task_id: str) -> None:
@@ -171,6 +179,20 @@ class BaselineCache:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+
+def _timing(data: Any, name: str) -> TimingStats:
+    """``data`` as TimingStats, every field checked (a bad one raises ValueError naming it)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{name} is {type(data).__name__}, not an object")
+    stats = from_dict(TimingStats, data)
+    for field_name, value in to_dict(stats).items():
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or not math.isfinite(value) or value < 0 or (field_name == "runs" and not isinstance(value, int)):
+            raise ValueError(f"{name}.{field_name} is {value!r}")
+    if stats.measured and stats.median_us <= 0:
+        raise ValueError(f"{name} was timed {stats.runs} times but has median_us {stats.median_us!r}")
+    return stats
 
 
 def _pick(old: TimingStats, new: TimingStats, replace: bool) -> TimingStats:

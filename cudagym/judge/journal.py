@@ -205,21 +205,29 @@ class Journal:
         self._offset += end
 
     def _apply(self, line: bytes) -> None:
+        """Take one line into the entries.
+
+        A line that is not a journal record (damaged, hand-edited, a field of another type) is skipped with a warning,
+        so one bad line never makes the whole journal unreadable.
+        """
         try:
             record = json.loads(line)
             job_id = record["job_id"]
             kind = record["kind"]
         except (ValueError, KeyError, TypeError):
+            record, job_id, kind = None, None, None
+        texts = ("task_id", "solution_hash", "mode", "protocol_id")
+        if (not isinstance(job_id, str) or not job_id or kind not in ("job", "result")
+                or any(not isinstance(record.get(name, ""), str) for name in texts)):
             log.warning("journal %s: skipping an unreadable line near byte %d", self.path, self._offset)
             return
-        entry = self._entries.get(job_id) or JournalEntry(
-            job_id, record.get("task_id", ""), record.get("solution_hash", ""),
-            record.get("mode", ""), record.get("protocol_id", ""),
-        )
+        entry = self._entries.get(job_id) or JournalEntry(job_id, *(record.get(name, "") for name in texts))
         if kind == "result" and entry.result is None:
             try:
+                if not isinstance(record.get("result"), dict):
+                    raise TypeError("the result is not an object")
                 result = from_dict(EvalResult, record["result"])
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, AttributeError):
                 log.warning("journal %s: skipping an unreadable result of job %s", self.path, job_id)
                 return
             entry = JournalEntry(entry.job_id, entry.task_id, entry.solution_hash, entry.mode,

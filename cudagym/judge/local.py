@@ -41,6 +41,7 @@ from cudagym.judge.protocol import Protocol
 from cudagym.judge.records import BuildResult, BuildStatus, EvalResult, EvalStatus, Hardware
 from cudagym.judge.sandbox import prepare_workdir, remove_tree
 from cudagym.judge.worker import PoolOptions, WorkerInfo, WorkerPool
+from cudagym.paths import writable_cache_dir
 from cudagym.solution import Solution
 from cudagym.task import Task
 
@@ -282,9 +283,11 @@ def local_pipeline(
     """The pipeline of a :class:`LocalJudge` (arguments as there); checks the sandbox first.
 
     Raises:
-        ConfigError: ``pool_options`` or ``job_fn`` of the wrong type (the other options are checked where used).
+        ConfigError: ``pool_options`` or ``job_fn`` of the wrong type (the other options are checked where used), or a
+            cache folder that cannot be written.
         SandboxUnavailableError: bubblewrap is missing or cannot run here, and ``CUDAGYM_SANDBOX`` is not ``off``.
     """
+    _normalize_devices(devices)  # a bad value is a ConfigError now, not when the first job probes the GPUs
     if pool_options is not None and not isinstance(pool_options, PoolOptions):
         raise ConfigError(f"expected pool_options to be a PoolOptions or None, got {type(pool_options).__name__} "
                           f"{pool_options!r}")
@@ -294,7 +297,7 @@ def local_pipeline(
     options = pool_options or PoolOptions()
     if job_fn is not None:
         options = dataclasses.replace(options, job_fn=job_fn)
-    root = cache_root_of(cache_dir)
+    root = writable_cache_dir(cache_root_of(cache_dir))  # a read-only cache fails here, not in every build
     builds = LocalBuilds(build_fn, root, build_workers)
     return Pipeline(builds, LocalGpus(devices, options, builds, gpus), BaselineCache(root / "baselines"),
                     max_queued_per_env=max_queued_per_env)
@@ -323,6 +326,7 @@ class LocalJudge(PipelineJudge):
         max_queued_per_env: Unfinished jobs one judge handle may have before ``submit`` waits.
 
     Raises:
+        ConfigError: The cache folder cannot be written (a read-only mount, folders another user owns).
         SandboxUnavailableError: bubblewrap is missing or cannot run here, and ``CUDAGYM_SANDBOX`` is not ``off``.
     """
 
