@@ -127,3 +127,31 @@ def test_a_forward_that_skips_its_work_in_a_series_is_incorrect(pool: WorkerPool
     result = judge(pool, SKIPS_IN_SERIES, f"skips_{mode.value}", mode=mode)
     assert result.status is EvalStatus.INCORRECT, result.message + result.log[-3000:]
     assert "back to back" in result.message, result.message
+
+
+# Reads the later calls' input sets ahead (the runner's series loop holds every call's arguments) and answers them
+# all at the first call, for one sleep instead of one a call, every claim forged to 1 us: the series showed ~13 us
+# a call before its calls were chained (white-box 34's CPU twin). Chained, a later call's set is not in the arena
+# before the call ahead of it is done, so what it read ahead was not its inputs.
+READS_AHEAD = FORGED_SHORT.replace('''        time.sleep(0.0004)
+''', '''        import sys
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code.co_name != "_series":
+            frame = frame.f_back
+        if frame is not None:
+            calls = frame.f_locals["calls"]
+            if getattr(self, "series", None) is not calls:  # a new series: answer all of it now
+                self.series, self.at = calls, 0
+                time.sleep(0.0004)
+                self.ahead = [torch.relu(torch.addmm(self.lin.bias, a[0], self.lin.weight.t())) for a, _ in calls]
+            self.at += 1
+            return self.ahead[self.at - 1].clone()
+        time.sleep(0.0004)
+''')
+
+
+@pytest.mark.parametrize("mode", [EvalMode.PROFILE, EvalMode.SUBMIT])
+def test_a_forward_that_reads_the_later_sets_ahead_is_incorrect(pool: WorkerPool, mode: EvalMode) -> None:
+    result = judge(pool, READS_AHEAD, f"ahead_{mode.value}", mode=mode)
+    assert result.status is EvalStatus.INCORRECT, (result.status, result.message, result.log[-3000:])
+    assert "back to back" in result.message, result.message

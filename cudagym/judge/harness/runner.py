@@ -650,10 +650,13 @@ def _series_check(ctx: EvalContext) -> None:
     calls = link.series_calls
     base = TIMING_SEED_OFFSET + secrets.randbelow(2**30)
     readings, late = _read_series(ctx, remote, calls, base)  # a failure there ends the job: no arena to give back
-    remote.end_series(ctx.make_inputs(base))
+    remote.end_series()
     if len(readings) < SERIES_ROUNDS:
         return  # a series' outputs were wrong: the spot failure decides
     floor, note = series_floor(samples.time_us, readings, calls, on_gpu)
+    rounds = link.series_rounds_us
+    note += (f"; a chained empty call held {median(link.series_gap_us):.2f} us beyond its own time (the cheapest of "
+             f"{len(rounds)} calibrations: " + ", ".join(f"{r:.2f}" for r in rounds) + ")")
     if late:
         note += f"; {late} series not queued in full before its go (the runner's host time is in its reading)"
     ctx.note(note)
@@ -670,6 +673,8 @@ def _read_series(ctx: EvalContext, remote: Any, calls: int, base: int) -> tuple[
     late = 0
     for number in range(SERIES_ROUNDS):
         sets = [ctx.make_inputs(base + number * calls + k) for k in range(calls)]
+        if number == 0:  # an empty series now too: where the host was busier at the first, the cheaper stands
+            remote.calibrate_series(sets[0], rounds=SERIES_RECALIBRATION_ROUNDS, loaded=True)
         reading = remote.series(sets)  # the runner's failures arrive as the candidate's (CandidateFailure)
         failure = _checked_series(ctx, remote, sets, reading.outputs, f"series {number}")
         if failure:

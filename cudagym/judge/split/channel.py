@@ -113,6 +113,18 @@ class Channel:
             return True  # let the receive say what is wrong
         return bool(ready)
 
+    def spin(self, spin_s: float) -> None:
+        """Look for a message without sleeping, yielding the core each time, for at most ``spin_s`` seconds.
+
+        For replies due within microseconds (a chained series' words): a receive that sleeps first pays the
+        scheduler's wake-up on each of them.
+        """
+        import os
+
+        end = time.perf_counter() + spin_s
+        while not self.readable(0.0) and time.perf_counter() < end:
+            os.sched_yield()
+
     def _receive_bytes(self, timeout_s: float | None, max_fds: int,
                        max_bytes: int = MAX_MESSAGE_BYTES) -> tuple[bytes, list[int]]:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s

@@ -29,7 +29,7 @@ from cudagym.judge.harness.timing import Measurement
 from cudagym.judge.split import RUNNER_PHASES
 from cudagym.judge.split.arena import Arena, Slot, layout, new_arena, place, views
 from cudagym.judge.split.channel import MAX_MESSAGE_BYTES, Channel, RunnerLost
-from cudagym.judge.split.signals import SIGNAL_BYTES
+from cudagym.judge.split.signals import CALL_DONE, CALL_GO, CALL_SPIN_S, SIGNAL_BYTES
 
 MIN_REPLY_S = 5.0  # the least time a request gets, whatever the job's budget says
 SERIES_CALLS = 32  # calls in one series (RemoteModel.series), where the arenas' cap allows that many ...
@@ -92,17 +92,14 @@ def on_time_charge(claim_us: float, bracket_us: float, base_us: float, staged_us
     return shown if shown - claim_us > ON_TIME_SLACK * claim_us + ON_TIME_SLACK_US else claim_us
 
 
-def series_work_us(clock_us: float, base_us: float, staged_us: float = 0.0,
-                   after_go_base_us: float | None = None) -> float:
-    """The work a series of calls shows on the judge's clock (µs, never below 0).
+def series_work_us(intervals_us: Sequence[float], base_us: float) -> float:
+    """The work per call a series of chained calls shows on the judge's clock (µs, never below 0).
 
-    The clock less an empty series' (``base_us``), or the same after the go where the judge's staging is known,
-    the smaller of the two, as :func:`on_time_charge` reads one call.
+    The median of the calls' intervals (each from the done of the call ahead to its own) less what an empty
+    series' call held beyond its own time (``base_us``). The median, not the mean: a call another process
+    pre-empted, or another context's time slice on the GPU, moves one interval, not the reading.
     """
-    shown = clock_us - base_us
-    if after_go_base_us is not None:
-        shown = min(shown, clock_us - staged_us - after_go_base_us)
-    return max(shown, 0.0)
+    return max(median(list(intervals_us)) - base_us, 0.0) if intervals_us else 0.0
 
 
 @dataclass(frozen=True)
@@ -325,14 +322,16 @@ class RunnerLink:
         # each on-time timed call the judge's clock showed longer than its claim and the allowance: (claim, counted)
         self.on_time_charged_us: list[tuple[float, float]] = []
         # series of empty forwards timed before the candidate loaded (RemoteModel.calibrate_series): how many calls
-        # a series holds (0: none), each series' clock less its claims, the judge's staging of each (GPU path), and
-        # each calibration round's median (the cheaper round stands)
+        # a series holds (0: none), each series' median call interval less that call's claim, and each calibration
+        # round's median (the cheaper round stands)
         self.series_calls = 0
         self.series_gap_us: list[float] = []
-        self.series_staged_us: list[float] = []
         self.series_rounds_us: list[float] = []
+        self.series_empty_claims_us: list[float] = []  # each calibration series' median empty call (its own time)
+        self.last_intervals_us: list[float] = []  # the latest chained request's calls: each one's interval
         self._round = 0
         self._events: tuple[Any, ...] | None = None
+        self._marks: list[Any] = []  # chained calls' done events (_call_mark)
         self._side: Any = None
         self.arena_peak_bytes = 0  # the most device (or host) memory the arenas held at once
         self.runner_peak_bytes = 0  # the runner's own peak device memory, as it reports it (its allocator's)
@@ -355,10 +354,48 @@ class RunnerLink:
         self.last_parts_us = [(t1 - t0) * 1e6, (time.perf_counter() - t1) * 1e6, 0.0]
         return reply
 
+    def chained_request(self, message: dict[str, Any], calls: int, between: Callable[[int], None],
+                        expect: str) -> dict[str, Any]:
+        """One request of ``calls`` calls that the runner makes one at a time (a series on the host path).
+
+        After the runner's word that call ``k`` is done, ``between(k)`` runs here (it copies the call's results
+        out and places the next call's inputs), and only then does call ``k + 1`` get its go. A final reply that
+        comes before every call said done (a failure, or a runner that skipped its words) ends the chain: the
+        calls left are copied out as the arena holds them. Raises as :meth:`request`.
+        """
+        self.last_intervals_us = []
+        try:
+            self.channel.send({**message, "chained": True})
+            mark = time.perf_counter()
+            for k in range(calls):
+                self.channel.spin(CALL_SPIN_S)
+                word, _ = self.channel.receive(max(MIN_REPLY_S, self.deadline - time.monotonic()),
+                                               max_bytes=TIMED_REPLY_BYTES)
+                if word.get("kind") != CALL_DONE:
+                    for rest in range(k, calls):
+                        between(rest)
+                    reply = self._checked_reply(word, message, expect)
+                    if not reply.get("problem"):  # its calls left had no inputs: none of their outputs is an answer
+                        reply["problem"] = f"the runner replied before call {k} of the {calls} back to back said done"
+                    return reply
+                now = time.perf_counter()
+                self.last_intervals_us.append((now - mark) * 1e6)
+                between(k)
+                mark = time.perf_counter()  # this process's copies are not the next call's
+                if k + 1 < calls:
+                    self.channel.send({"kind": CALL_GO, "call": k + 1})
+        except OSError as exc:
+            raise RunnerLost(f"the runner's channel failed: {exc}") from None
+        return self._reply(message, expect, TIMED_REPLY_BYTES)
+
     def _reply(self, message: dict[str, Any], expect: str, max_bytes: int = MAX_MESSAGE_BYTES,
                arrived: Callable[[], None] | None = None) -> dict[str, Any]:
         reply, _ = self.channel.receive(max(MIN_REPLY_S, self.deadline - time.monotonic()), max_bytes=max_bytes,
                                         arrived=arrived)
+        return self._checked_reply(reply, message, expect)
+
+    def _checked_reply(self, reply: dict[str, Any], message: dict[str, Any], expect: str) -> dict[str, Any]:
+        """The runner's reply to ``message``, its violations recorded; raises for a failure or a wrong kind."""
         self.runner_peak_bytes = max(self.runner_peak_bytes, _count(reply.get("peak_bytes")))
         try:
             for guard, text in reply.get("violations", [])[:50]:
@@ -377,6 +414,11 @@ class RunnerLink:
             raise RunnerLost(f"the runner sent a malformed reply ({type(exc).__name__}: {exc})") from None
         return reply
 
+    @property
+    def series_empty_us(self) -> float:
+        """An empty call's own time in the series calibrated before the candidate loaded (median; 0: none)."""
+        return median(self.series_empty_claims_us) if self.series_empty_claims_us else 0.0
+
     def arena_bytes(self) -> int:
         """Device (or host) memory the arenas hold now."""
         return sum(a.size for a in self.arenas.values())
@@ -387,8 +429,8 @@ class RunnerLink:
             self.checked_timed[-1] = True
 
     def bracketed(self, message: dict[str, Any], stage: Callable[[], None], out_slots: list[Slot],
-                  expect: str, keep: bool = True,
-                  arm_wait_s: float | None = None) -> tuple[dict[str, Any], float, list[torch.Tensor]]:
+                  expect: str, keep: bool = True, arm_wait_s: float | None = None, calls: int = 1,
+                  between: Callable[[int], None] | None = None) -> tuple[dict[str, Any], float, list[torch.Tensor]]:
         """One timed request that the trusted process brackets on the GPU (:mod:`cudagym.judge.split.signals`).
 
         ``stage`` queues the call's inputs into the arena (and poisons the outputs); the L2 flush follows
@@ -396,6 +438,10 @@ class RunnerLink:
         the bracket closed (copied out in stream order right after it: what the judge compares), or none
         where ``keep`` is false (a calibration's: nothing compares them, and a copy is a whole output set).
         ``arm_wait_s``: how long the runner may take to queue the request (default :attr:`arm_wait_s`).
+
+        ``calls`` above 1 chains that many calls in the bracket (a series): ``between(k)`` is queued after call
+        ``k`` signalled done and before call ``k + 1`` gets its go (it copies call ``k``'s results out and places
+        call ``k + 1``'s inputs), and after the last call once the bracket closed.
         """
         from cudagym.judge.split.signals import ARMED, DONE, GO, wait_value, write_value
 
@@ -403,24 +449,30 @@ class RunnerLink:
         if self._events is None:
             self._events = tuple(torch.cuda.Event(enable_timing=True) for _ in range(3))
             self._side = torch.cuda.Stream(self.device)
-        self._round += 1
+        first = self._round + 1
+        self._round += calls
         n, base = self._round, self.arenas["signals"].tensor.data_ptr()
         start, staged, end = self._events
         stream = torch.cuda.current_stream(self.device)
-        wait_value(stream.cuda_stream, base + ARMED, n)  # until the runner has queued the whole call
+        wait_value(stream.cuda_stream, base + ARMED, n)  # until the runner has queued the whole request
         start.record(stream)
         stage()
         if self.flusher is not None:
             self.flusher.flush()
-        staged.record(stream)  # the judge's own part ends: what follows is the runner's call and delivery
-        write_value(stream.cuda_stream, base + GO, n)
-        wait_value(stream.cuda_stream, base + DONE, n)
-        end.record(stream)
+        staged.record(stream)  # the judge's own part ends: what follows is the runner's calls and delivery
+        marks = [staged]
+        for k in range(calls):
+            write_value(stream.cuda_stream, base + GO, first + k)
+            wait_value(stream.cuda_stream, base + DONE, first + k)
+            marks.append(end if k == calls - 1 else self._call_mark(k))
+            marks[-1].record(stream)
+            if between is not None:
+                between(k)
         outputs = [v.clone() for v in views(self.arenas["outputs"].tensor, out_slots)] if keep else []
         t1 = t0
         self.last_late = False
         try:
-            self.channel.send({**message, "round": n})
+            self.channel.send({**message, "round": first})
             t1 = time.perf_counter()
             if not self._queued_in_time(str(message.get("kind", "")), start, t1, arm_wait_s):
                 self.last_late = True
@@ -435,8 +487,15 @@ class RunnerLink:
             end.synchronize()
         self.last_staged_us = start.elapsed_time(staged) * 1000.0
         bracket_us = start.elapsed_time(end) * 1000.0
+        self.last_intervals_us = [a.elapsed_time(b) * 1000.0 for a, b in zip(marks, marks[1:], strict=False)]
         self.last_parts_us = [(t1 - t0) * 1e6, (t2 - t1) * 1e6, (time.perf_counter() - t2) * 1e6]
         return reply, bracket_us, outputs
+
+    def _call_mark(self, k: int) -> Any:
+        """The timing event recorded as call ``k`` of a chained bracket signalled done (one per call, kept)."""
+        while len(self._marks) <= k:
+            self._marks.append(torch.cuda.Event(enable_timing=True))
+        return self._marks[k]
 
     @property
     def late_base_us(self) -> float:
@@ -583,7 +642,8 @@ class RemoteModel:
         self.out_like = [(t.shape, t.dtype) for t in tensors_in(outputs_like)]
         # the last call's plain arguments (None where a tensor went into a slot) and its slots: no tensor is kept
         self._last: tuple[list[Any], list[bool], list[Slot]] | None = None
-        self._series_last: list[tuple[list[Any], list[bool], list[Slot]]] = []  # the same, per call of a series
+        self._series_seen: list[list[Any]] = []  # each call's copy of its inputs in the latest series, as it ended
+        self._series_set_bytes = 0  # one input set's bytes in the latest series (the arenas go back to that)
 
     def parameters(self) -> list[torch.Tensor]:
         """None here: the weights live in the runner."""
@@ -666,11 +726,8 @@ class RemoteModel:
         return self._seen(self._last)
 
     def series_inputs_seen(self, k: int) -> list[Any]:
-        """The candidate's copy of call ``k``'s arguments in the latest series, after it: views of the input arena.
-
-        As :meth:`inputs_seen`: valid until the next request that stages inputs.
-        """
-        return self._seen(self._series_last[k])
+        """The candidate's copy of call ``k``'s arguments in the latest series, copied out as the call said done."""
+        return self._series_seen[k]
 
     def _seen(self, last: tuple[list[Any], list[bool], list[Slot]] | None) -> list[Any]:
         if last is None:
@@ -781,79 +838,99 @@ class RemoteModel:
         set_bytes = layout([a for a in args if isinstance(a, torch.Tensor)])[1] + self.out_bytes
         return min(SERIES_CALLS, SERIES_ARENA_BYTES // max(set_bytes, 1))
 
-    def _series_request(self, kind: str, sets: list[list[Any]], expect: str,
-                        keep: bool) -> tuple[dict[str, Any], float, float, list[torch.Tensor]]:
-        """One series request: the reply, the trusted clock around it, the judge's staging in it, the outputs.
+    def _series_request(self, kind: str, sets: list[list[Any]],
+                        expect: str) -> tuple[dict[str, Any], list[float], list[torch.Tensor], list[list[Any]]]:
+        """One series request: the reply, each call's interval on the trusted clock, its outputs and its inputs.
 
-        The staging is 0 on the host path; the outputs are every call's as the clock closed (flat, set after set;
-        none where ``keep`` is false).
+        A call's interval runs from the done of the call ahead of it (the first's: from its go) to its own done
+        (:attr:`RunnerLink.last_intervals_us`). The outputs come flat, set after set, and each call's copy of its
+        inputs beside them, both as they were when the call signalled done. The calls are chained
+        (:mod:`cudagym.judge.split.signals`): each call's input set is placed only after the call ahead of it is
+        done and its outputs and inputs are copied out, so the runner never holds a later set while an earlier
+        call's answer is still open. On the host path the runner says "done" for each call over the channel and
+        gets its go back.
         """
         flat = [t for args in sets for t in args if isinstance(t, torch.Tensor)]
         slots, nbytes = layout(flat)
-        out_slots = [slot for k in range(len(sets)) for slot in self._series_slots(k)]
+        self._series_set_bytes = layout([t for t in sets[0] if isinstance(t, torch.Tensor)])[1]
         self.link.ensure_arenas(nbytes, len(sets) * self.out_bytes)
-        items, at = [], 0
-        self._series_last = []
+        inputs, outputs = self.link.arenas["inputs"].tensor, self.link.arenas["outputs"].tensor
+        items, own, tensors, plain, at = [], [], [], [], 0
         for k, args in enumerate(sets):
             is_tensor = [isinstance(a, torch.Tensor) for a in args]
-            own = slots[at:at + sum(is_tensor)]
-            items.append({"args": _args_spec(args, own), "outputs": [o.to_json() for o in self._series_slots(k)]})
-            self._series_last.append(([None if t else a for a, t in zip(args, is_tensor, strict=True)], is_tensor, own))
-            at += len(own)
+            own.append(slots[at:at + sum(is_tensor)])
+            tensors.append([a for a in args if isinstance(a, torch.Tensor)])
+            plain.append(([None if t else a for a, t in zip(args, is_tensor, strict=True)], is_tensor))
+            items.append({"args": _args_spec(args, own[k]), "outputs": [o.to_json() for o in self._series_slots(k)]})
+            at += len(own[k])
+        outs: list[torch.Tensor] = []
+        seen: list[list[Any]] = []
 
         def stage() -> None:
-            place(self.link.arenas["inputs"].tensor, slots, flat)
-            self.link.arenas["outputs"].tensor.fill_(0xFF)  # nothing of an earlier call stays readable as an answer
+            place(inputs, own[0], tensors[0])
+            outputs.fill_(0xFF)  # nothing of an earlier call stays readable as an answer
+
+        def between(k: int) -> None:  # call k is done: what it left, then the next call's inputs
+            outs.extend(v.clone() for v in views(outputs, self._series_slots(k)))
+            copies = iter([v.clone() for v in views(inputs, own[k])])
+            values, is_tensor = plain[k]
+            seen.append([next(copies) if t else v for v, t in zip(values, is_tensor, strict=True)])
+            if k + 1 < len(sets):
+                place(inputs, own[k + 1], tensors[k + 1])
 
         message = {"kind": kind, "sets": items, "container": self.container}
         if self.bracketed:
             wait = min(len(sets) * self.link.arm_wait_s, ARM_WAIT_MAX_S)  # each call as long to queue as one alone
-            reply, clock_us, outs = self.link.bracketed(message, stage, out_slots, expect, keep, wait)
-            return reply, clock_us, self.link.last_staged_us, outs
+            reply, _, _ = self.link.bracketed(message, stage, [], expect, False, wait, calls=len(sets),
+                                              between=between)
+            return reply, self.link.last_intervals_us, outs, seen
         stage()
-        arena = self.link.arenas["inputs"].tensor
-        if arena.is_cuda:
-            torch.cuda.synchronize(arena.device)
-        copied: list[torch.Tensor] = []
+        if inputs.is_cuda:
+            torch.cuda.synchronize(inputs.device)
+        def between_here(k: int) -> None:
+            between(k)
+            if inputs.is_cuda:  # the next call's inputs in place before its go
+                torch.cuda.synchronize(inputs.device)
 
-        def copy_out() -> None:  # the runner lives on: what it writes after replying is not the series'
-            if keep:
-                copied.extend(v.clone() for v in views(self.link.arenas["outputs"].tensor, out_slots))
+        reply = self.link.chained_request(message, len(sets), between_here, expect)
+        return reply, self.link.last_intervals_us, outs, seen
 
-        t0 = time.perf_counter()
-        reply = self.link.request(message, expect=expect, max_bytes=TIMED_REPLY_BYTES, arrived=copy_out)
-        return reply, (time.perf_counter() - t0) * 1e6, 0.0, copied
+    def calibrate_series(self, args: list[Any], rounds: int = SERIES_CALIBRATION_ROUNDS, loaded: bool = False) -> None:
+        """Series of empty forwards in the runner: what a series' call costs beside the call itself.
 
-    def calibrate_series(self, args: list[Any], rounds: int = SERIES_CALIBRATION_ROUNDS) -> None:
-        """Series of empty forwards in the runner, before it loads the candidate: what a series costs beside its calls.
-
-        See :meth:`series`; nothing is taken where :meth:`series_size` is below 2. The runner's code alone
-        answers them, so their claims are true. Called again before the candidate loads, the round whose series
-        cost less (median) stands, as with :meth:`calibrate`.
+        See :meth:`series`; nothing is taken where :meth:`series_size` is below 2. Before the candidate loads
+        the runner's code alone answers them, so their claims (each empty call's own time) are true. Called
+        again, the calibration whose calls cost less (median) stands, as with :meth:`calibrate`. ``loaded``: the
+        candidate is in the runner now, so its claims are not read (the empty call's own time is the one measured
+        before it loaded) and its process can only make an empty series dearer, which does not stand, or cheaper,
+        which raises what its own series show; a first calibration that a busy host made dear then does not lower
+        every reading.
         """
         count = self.link.series_calls or self.series_size(args)
-        if count < 2:
+        if count < 2 or (loaded and not self.link.series_gap_us):
             return
         gaps: list[float] = []
-        staged: list[float] = []
         for _ in range(rounds):
-            reply, clock, stage_us, _ = self._series_request("calibrate_series", [args] * count, "series_calibrated",
-                                                             keep=False)
-            if reply.get("problem"):  # no candidate is loaded: the judge's bug (see calibrate)
+            reply, intervals, _, _ = self._series_request("calibrate_series", [args] * count, "series_calibrated")
+            if reply.get("problem") and not loaded:  # before the candidate loads, the judge's bug (see calibrate)
                 raise RunnerLost(f"the runner's empty series could not deliver its outputs "
                                  f"({_text(reply['problem'], 300)})")
+            if reply.get("problem") or len(intervals) != count:
+                continue  # no reading (with the candidate loaded, its doing: the first calibration stands)
+            if loaded:
+                gaps.append(median(intervals) - self.link.series_empty_us)
+                continue
             claims = _numbers(reply.get("times_us"), count)
-            if min(claims) >= 0 and sum(claims) <= clock:
-                gaps.append(clock - sum(claims))
-                staged.append(stage_us)
-        self.end_series(args)
+            if min(claims) >= 0 and all(c <= i for c, i in zip(claims, intervals, strict=True)):
+                gaps.append(median([i - c for c, i in zip(claims, intervals, strict=True)]))
+                self.link.series_empty_claims_us.append(median(claims))
+        self.end_series()
         if not gaps:
             return
         self.link.series_calls = count
         self.link.series_rounds_us.append(median(gaps))
         if not self.link.series_gap_us or median(gaps) < median(self.link.series_gap_us):
             self.link.series_gap_us[:] = gaps
-            self.link.series_staged_us[:] = staged
 
     def series(self, sets: list[list[Any]]) -> SeriesReading:
         """The candidate called once on each input set, back to back in one request; what the judge's clock read.
@@ -863,38 +940,25 @@ class RemoteModel:
         count = self.link.series_calls
         if count < 2 or len(sets) != count:
             raise ValueError(f"a series of {len(sets)} call(s) was not calibrated (calibrated: {count})")
-        reply, clock, stage_us, outs = self._series_request("series", sets, "series_timed", keep=True)
+        reply, intervals, outs, self._series_seen = self._series_request("series", sets, "series_timed")
         self.link.flag_changes.extend(_strings(reply.get("flag_changes"), 10, 300))
         problem = reply.get("problem", "")
         if not isinstance(problem, str):
             raise RunnerLost("the runner sent a malformed reply (problem)")
         n = len(self.out_slots)
         outputs: list[Any] = []
-        for k in range(count):
-            if problem:
-                outputs.append(StructureMismatch(problem[:2000]))
-            elif outs:
-                outputs.append(rebuilt(outs[k * n:(k + 1) * n], self.container))
-            else:  # the host path with a reply that arrived malformed: read the arena as it is now
-                outputs.append(rebuilt([v.clone() for v in views(self.link.arenas["outputs"].tensor,
-                                                                   self._series_slots(k))], self.container))
-        return SeriesReading(outputs, series_work_us(clock, median(self.link.series_gap_us), stage_us,
-                                                     self._series_after_go_base()) / count,
+        for k in range(count):  # every call's outputs were copied out as it said done (or as the series ended)
+            outputs.append(StructureMismatch(problem[:2000]) if problem
+                           else rebuilt(outs[k * n:(k + 1) * n], self.container))
+        return SeriesReading(outputs, series_work_us(intervals, median(self.link.series_gap_us)),
                              self.bracketed and self.link.last_late)
 
-    def end_series(self, args: list[Any]) -> None:
-        """The arenas back to one input set like ``args`` and one output set (a series held many)."""
-        self.link.fit_arenas(layout([a for a in args if isinstance(a, torch.Tensor)])[1], self.out_bytes)
+    def end_series(self) -> None:
+        """The arenas back to one input set (the latest series') and one output set (a series held many)."""
+        self.link.fit_arenas(self._series_set_bytes, self.out_bytes)
 
     def _series_slots(self, k: int) -> list[Slot]:
         return [Slot(s.offset + k * self.out_bytes, s.shape, s.dtype) for s in self.out_slots]
-
-    def _series_after_go_base(self) -> float | None:
-        """An empty series' clock beyond its claims after its go (median), where the staging was measured."""
-        staged = self.link.series_staged_us
-        if not self.bracketed or not staged or len(staged) != len(self.link.series_gap_us):
-            return None
-        return median([g - s for g, s in zip(self.link.series_gap_us, staged, strict=True)])
 
     def time_reference(self, args: list[Any], runs: int, warmup: int, budget_s: float,
                        enough: Callable[[list[float]], bool] | None = None, batch: int = 0,

@@ -33,6 +33,7 @@ from typing import Any
 from cudagym.judge.guards import escape
 from cudagym.judge.sandbox import SandboxPolicy, enter_sandbox, forbid_sysv_ipc, set_cpu_budget
 from cudagym.judge.split.channel import Channel, RunnerLost
+from cudagym.judge.split.signals import CALL_DONE, CALL_GO, CALL_SPIN_S
 
 # what the runner's start spends its time on, in order (reported to the trusted side, which notes it)
 LOAD_STAGES = ("setup", "source checks", "reference", "candidate module", "models", "guards")
@@ -123,7 +124,7 @@ class _Server:
                 elif kind == "calibrate":
                     reply = self._calibrate(job, start)
                 elif kind == "calibrate_series":
-                    reply = self._calibrate_series(job, start)
+                    reply = self._calibrate_series(job.protocol, start)
                 elif kind == "reference_warm":
                     reply = self._reference_warm(job, start)
                 elif kind == "reference":
@@ -253,6 +254,8 @@ class _Server:
             return self._forward(request)
         if kind == "timed":
             return self._timed(request)
+        if kind == "calibrate_series":  # again with the candidate loaded: only the cheaper calibration stands
+            return self._calibrate_series(self.ctx.protocol, request)
         if kind == "series":
             ctx = self.ctx
             self._timing_tools(ctx.protocol)
@@ -344,12 +347,12 @@ class _Server:
         empty = self._empty_forward(request["outputs"], request.get("container", "tensor"))
         return {**self._timed_call(empty, request, flags, lambda fn: fn()), "kind": "calibrated"}
 
-    def _calibrate_series(self, job: Any, request: dict[str, Any]) -> dict[str, Any]:
+    def _calibrate_series(self, protocol: Any, request: dict[str, Any]) -> dict[str, Any]:
         """A series of empty forwards, by the candidate's series path (:meth:`_series`)."""
         from cudagym.judge.harness.integrity import protocol_flags
 
-        self._timing_tools(job.protocol)
-        flags = protocol_flags(job.protocol.matmul_tf32, job.protocol.cudnn_tf32)
+        self._timing_tools(protocol)
+        flags = protocol_flags(protocol.matmul_tf32, protocol.cudnn_tf32)
         sets = request.get("sets")
         if not isinstance(sets, list) or not sets or not isinstance(sets[0], dict):
             raise ValueError("malformed series request")
@@ -494,9 +497,12 @@ class _Server:
     def _series(self, model: Any, request: dict[str, Any], flags: Any, call: Any) -> dict[str, Any]:
         """Calls back to back in one request, each on its own input set and into its own output slots.
 
-        On the GPU, bracketed like a timed call: the whole series is queued behind one go and delivered with one
-        done, so the trusted side's clock around it holds every call's work with one go's and one done's noise
-        for all of them. Each call's own time (events around it; the host clock on the CPU) is reported: the
+        The calls are chained (:mod:`cudagym.judge.split.signals`): call ``k`` starts once the trusted side gave
+        its go, after it copied call ``k - 1``'s results out and placed call ``k``'s inputs. On the GPU the
+        whole series is queued at once, each call behind its go on the stream, and the trusted side's clock around
+        it holds every call's work with one go's and one done's noise for all of them besides the chain's own
+        cost, which an empty series (the calibration) has too. On the host path each call's done and go travel
+        over the channel. Each call's own time (events around it; the host clock on the CPU) is reported: the
         trusted side takes it on its word only for a series of empty forwards, before any candidate code loads.
         Torch's switches are restored after, as after a timed call.
         """
@@ -510,15 +516,18 @@ class _Server:
         on_gpu = self.device.type == "cuda"
         reset_persisting_l2(on_gpu)
         bracket = self._bracket(request)
+        chained = bracket is None and bool(request.get("chained"))
         if bracket is None:
             self.flusher.flush()  # bracketed, the trusted side flushes inside its bracket
         stream = PRISTINE.current_stream(self.device) if on_gpu else None
         PRISTINE.sync(self.device)
-        if bracket is not None:
-            bracket.open(stream)
         marks: list[tuple[Any, Any]] = []
         problem = ""
-        for args, slots in calls:
+        for k, (args, slots) in enumerate(calls):
+            if bracket is not None:
+                bracket.open(stream, k)
+            elif chained and k:
+                self._await_go(k)
             if on_gpu:
                 began, ended = PRISTINE.event(enable_timing=True), PRISTINE.event(enable_timing=True)
                 PRISTINE.event_record(began, stream)
@@ -536,8 +545,13 @@ class _Server:
                 problem = self._queue_outputs(slots, outputs) or problem
             marks.append((began, ended))
             del outputs
+            if bracket is not None:
+                bracket.done(stream, k)
+            elif chained:
+                PRISTINE.sync(self.device)  # this call's outputs in the arena before its word
+                self.channel.send({"kind": CALL_DONE, "call": k})
         if bracket is not None:
-            bracket.finish(stream)
+            bracket.arm(len(calls) - 1)
         PRISTINE.sync(self.device)
         times = [PRISTINE.event_elapsed_time(a, b) * 1000.0 if on_gpu else (b - a) * 1e6 for a, b in marks]
         changes = []
@@ -547,6 +561,13 @@ class _Server:
             flags.apply()
         return {"kind": "series_timed", "problem": problem[:2000], "times_us": [_finite(t) for t in times],
                 "flag_changes": changes}
+
+    def _await_go(self, k: int) -> None:
+        """Wait for the trusted side's go for call ``k`` of a chained series (host path)."""
+        self.channel.spin(CALL_SPIN_S)
+        word, _ = self.channel.receive()
+        if word.get("kind") != CALL_GO or word.get("call") != k:
+            raise RuntimeError(f"the judge sent {str(word.get('kind'))[:40]!r} where call {k}'s go was due")
 
     def _bracket(self, request: dict[str, Any]) -> _RunnerBracket | None:
         """The runner's half of a call the trusted side brackets on the GPU (when it asks, with a round)."""
@@ -597,11 +618,27 @@ class _RunnerBracket:
         self.problem = ""
         self.parts_us: list[float] = []  # host time of close's parts: the outputs queued, done, armed (notes only)
 
-    def open(self, stream: Any) -> None:
-        """The call waits on the GPU until the trusted side has placed its inputs."""
+    def open(self, stream: Any, k: int = 0) -> None:
+        """The call (call ``k`` of a series) waits on the GPU until the trusted side has placed its inputs."""
         from cudagym.judge.split.signals import GO, wait_value
 
-        wait_value(stream.cuda_stream, self.base + GO, self.round)
+        wait_value(stream.cuda_stream, self.base + GO, self.round + k)
+
+    def done(self, stream: Any, k: int = 0) -> float:
+        """Done for the call (call ``k`` of a series) on its stream, after all it queued (host µs taken)."""
+        from cudagym.judge.split.signals import DONE, write_value
+
+        t0 = time.perf_counter()
+        write_value(stream.cuda_stream, self.base + DONE, self.round + k)
+        return (time.perf_counter() - t0) * 1e6
+
+    def arm(self, k: int = 0) -> float:
+        """Armed at once on the side stream: the request (up to call ``k`` of a series) is queued (host µs taken)."""
+        from cudagym.judge.split.signals import ARMED, write_value
+
+        t0 = time.perf_counter()
+        write_value(self.server.side.cuda_stream, self.base + ARMED, self.round + k)
+        return (time.perf_counter() - t0) * 1e6
 
     def close(self, outputs: Any, stream: Any) -> None:
         """Outputs into the arena, then done on the call's stream; armed at once on the side stream."""
@@ -615,14 +652,7 @@ class _RunnerBracket:
 
     def finish(self, stream: Any) -> list[float]:
         """Done on the call's stream, after all it queued; armed at once on the side stream (host µs of each)."""
-        from cudagym.judge.split.signals import ARMED, DONE, write_value
-
-        marks = [time.perf_counter()]
-        write_value(stream.cuda_stream, self.base + DONE, self.round)
-        marks.append(time.perf_counter())
-        write_value(self.server.side.cuda_stream, self.base + ARMED, self.round)
-        marks.append(time.perf_counter())
-        return [(b - a) * 1e6 for a, b in zip(marks, marks[1:], strict=False)]
+        return [self.done(stream), self.arm()]
 
 
 def process_age_s() -> float:

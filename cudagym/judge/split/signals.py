@@ -17,12 +17,28 @@ copy-out: ``B - A`` bounds it from above, whatever the runner reports or when it
 that never writes them only delays ``B`` (the trusted side writes them itself after the reply), which can
 only count against it.
 
+A series of ``K`` calls back to back (``RemoteModel.series``) is one bracket whose calls are chained, rounds
+``n .. n+K-1``: call ``k`` waits for ``GO >= n+k`` and signals ``DONE := n+k``; between the two the trusted stream
+copies call ``k``'s outputs and its copy of the inputs out, then places call ``k+1``'s inputs::
+
+    trusted stream:  wait ARMED >= n+K-1 | A | set 0 in, outputs poisoned, L2 flush | GO := n
+                     | wait DONE >= n | call 0's outputs and inputs copied out | set 1 in | GO := n+1 | ...
+                     | wait DONE >= n+K-1 | B | call K-1's copied out
+
+So no call's input set is in the runner's view before the call ahead of it delivered its outputs: a forward can
+neither read the later sets ahead and answer them in one batch, nor keep its inputs and answer later.
+
 The words are 32-bit counters in a small arena both map (:mod:`cudagym.judge.split.arena`); the waits and
 writes are CUDA stream memory operations (``cuStreamWaitValue32`` with ``CU_STREAM_WAIT_VALUE_GEQ``,
 ``cuStreamWriteValue32``), which wait in the GPU's front end without occupying an SM.
 """
 
 from __future__ import annotations
+
+# The host path (no GPU clock) chains a series' calls over the channel: the runner's word after each call, and
+# the trusted side's go for the next one, sent once that call's results are copied out and the next inputs placed.
+CALL_DONE, CALL_GO = "series_call_done", "series_go"
+CALL_SPIN_S = 0.02  # each side looks for the other's word this long without sleeping (Channel.spin) before it waits
 
 GO, DONE, ARMED = 0, 256, 512  # byte offsets of the three words (a line apart)
 SIGNAL_BYTES = 1024
