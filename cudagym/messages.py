@@ -10,7 +10,8 @@ exact masks: each piece of text is tokenized on its own and the ids concatenated
 exactly one piece: the agent's actions (``action_mask`` 1) or the environment's prompt and observations
 (``observation_mask`` 1). A :class:`ChatTemplate` wraps pieces in role markers (ChatML is provided); the
 markers that open a turn count as the environment's, the marker that closes an assistant turn as the
-agent's (the model has to learn to emit it).
+agent's (the model has to learn to emit it: its stop id), and what follows that marker (ChatML's newline) as
+the environment's again, as the PPO and RFT trainers of ``baselines/ppo`` lay a turn out.
 
 Example:
     >>> from cudagym.messages import chat_view, tokenize, segments, CHATML
@@ -102,12 +103,16 @@ class ChatTemplate:
 
     Attributes:
         opening: Role -> text before a message of that role (``{role}`` is filled in).
-        closing: Text after every message.
+        closing: The marker that ends every message (ChatML's ``<|im_end|>``); after an assistant message it is
+            the agent's, the stop token a model must learn to emit.
+        separator: Text after the closing marker (ChatML's newline); never the agent's: generation stops at the
+            closing marker, and the environment writes what follows it.
         observation_role: The role observations are written as (``tool`` or ``user``).
     """
 
     opening: Mapping[str, str] = field(default_factory=dict)
     closing: str = ""
+    separator: str = ""
     observation_role: str = "tool"
 
     def open(self, role: str) -> str:
@@ -116,7 +121,7 @@ class ChatTemplate:
 
 
 PLAIN = ChatTemplate()
-CHATML = ChatTemplate(opening={"*": "<|im_start|>{role}\n"}, closing="<|im_end|>\n")
+CHATML = ChatTemplate(opening={"*": "<|im_start|>{role}\n"}, closing="<|im_end|>", separator="\n")
 
 
 def segments(record: EpisodeRecord, template: ChatTemplate = PLAIN) -> list[Segment]:
@@ -136,6 +141,8 @@ def segments(record: EpisodeRecord, template: ChatTemplate = PLAIN) -> list[Segm
         out.append(Segment(text, trainable, role, turn))
         if template.closing:
             out.append(Segment(template.closing, trainable, "template", turn))
+        if template.separator:
+            out.append(Segment(template.separator, False, "template", turn))
 
     add("user", record.prompt, 0)
     for turn in record.turns:

@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
@@ -168,13 +168,25 @@ class EpisodeRecord:
         """Rebuild a record from :meth:`to_dict` output.
 
         Raises:
-            ConfigError: ``data`` lacks a field or has one this record does not know.
+            ConfigError: ``data`` lacks a field, has one this record does not know, or one whose value has another
+                type (named as ``record.reward`` or ``record.turns[2].action``).
         """
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"expected an EpisodeRecord dict (EpisodeRecord.to_dict()), got {type(data).__name__}")
+        if "turns" not in data:
+            raise ConfigError("expected an EpisodeRecord dict (EpisodeRecord.to_dict()), got one without 'turns'")
+        turns = data["turns"]
+        if not isinstance(turns, list | tuple) or not all(isinstance(t, Mapping) for t in turns):
+            got = type(turns).__name__ if not isinstance(turns, list | tuple) else "a list holding something else"
+            raise ConfigError(f"expected record.turns to be a list of Turn dicts, got {got}")
         try:
-            turns = tuple(Turn(**t) for t in data["turns"])
-            return cls(**{**data, "turns": turns})
-        except (KeyError, TypeError) as exc:
+            record = cls(**{**data, "turns": tuple(Turn(**t) for t in turns)})
+        except TypeError as exc:
             raise ConfigError(f"expected an EpisodeRecord dict (EpisodeRecord.to_dict()), got an error: {exc}") from exc
+        _check_field_types(record, "record.")
+        for i, turn in enumerate(record.turns):
+            _check_field_types(turn, f"record.turns[{i}].")
+        return record
 
     @classmethod
     def from_json(cls, text: str) -> EpisodeRecord:
@@ -190,6 +202,35 @@ class EpisodeRecord:
         if not isinstance(data, dict):
             raise ConfigError(f"expected EpisodeRecord JSON (an object), got {type(data).__name__}")
         return cls.from_dict(data)
+
+
+# What each field of a Turn and an EpisodeRecord must hold (by its annotation): a hand-edited or damaged journal line
+# is refused with the field named, before a filter compares a text with a number or takes a number for an action.
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+_FIELD_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "str": lambda v: isinstance(v, str),
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "float": _is_number,
+    "bool": lambda v: isinstance(v, bool),
+    "Mapping[str, Any]": lambda v: isinstance(v, Mapping) and all(isinstance(k, str) for k in v),
+    "Mapping[str, int]": lambda v: isinstance(v, Mapping) and all(isinstance(k, str) and _is_number(x)
+                                                                  for k, x in v.items()),
+}
+
+
+def _check_field_types(record: Turn | EpisodeRecord, where: str) -> None:
+    """Raise a ConfigError naming the first field of ``record`` whose value is not of its declared type."""
+    for item in fields(record):
+        check = _FIELD_CHECKS.get(str(item.type))
+        value = getattr(record, item.name)
+        if check is None or check(value):
+            continue
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        raise ConfigError(f"expected {where}{item.name} to be {item.type}, got {type(value).__name__} {shown}; "
+                          "the record was edited or damaged")
 
 
 def run_episode(

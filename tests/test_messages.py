@@ -74,12 +74,13 @@ def test_the_masks_cover_every_token_exactly_once(record: EpisodeRecord) -> None
 def test_chatml_markers_open_as_environment_and_close_as_agent(record: EpisodeRecord) -> None:
     pieces = segments(record, CHATML)
     assert pieces[0].text == "<|im_start|>user\n" and not pieces[0].trainable
-    assistant_close = pieces[5]
-    assert pieces[3].text == "<|im_start|>assistant\n" and not pieces[3].trainable
-    assert pieces[4].trainable and assistant_close.text == "<|im_end|>\n" and assistant_close.trainable
-    assert pieces[6].text == "<|im_start|>tool\n"
+    assert pieces[4].text == "<|im_start|>assistant\n" and not pieces[4].trainable
+    # the stop marker is the agent's; the newline after it is not (generation stops at the marker)
+    assert pieces[5].trainable and pieces[6].text == "<|im_end|>" and pieces[6].trainable
+    assert pieces[7].text == "\n" and not pieces[7].trainable
+    assert pieces[8].text == "<|im_start|>tool\n"
     tokens = tokenize(pieces, lambda text: [len(text)])  # a callable: one "token" per piece
-    assert tokens.action_mask[:7] == (0, 0, 0, 0, 1, 1, 0)
+    assert tokens.action_mask[:9] == (0, 0, 0, 0, 0, 1, 1, 0, 0)
 
 
 def test_a_tokenizer_that_is_not_one_is_a_clear_error(record: EpisodeRecord) -> None:

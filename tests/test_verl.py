@@ -107,5 +107,6 @@ def test_the_agent_loop_plays_an_episode_with_masks_and_reward(root: Path) -> No
     assert '"name": "submit"' in tokenizer.decode(generated) and "Build OK" in tokenizer.decode(env_tokens)
     assert "Build OK" not in tokenizer.decode(generated)
     assert "Make it fast." in tokenizer.decode(output.prompt_ids) and TASK in tokenizer.decode(output.prompt_ids)
-    assert output.num_turns == 2 * (len(files) + 2) + 1 and len(CudaKernelAgentLoop.sessions) == 0
+    # verl's ToolAgentLoop count (user + assistant turns + 1): n replies, n - 1 tool messages, the prompt
+    assert output.num_turns == 2 * (len(files) + 2) and len(CudaKernelAgentLoop.sessions) == 0
     CudaKernelAgentLoop.configure()

@@ -1,23 +1,26 @@
 """``cudagym eval PATH --task ID``: judge one solution, outside any episode.
 
-``PATH`` is a solution folder in any of the three formats (``extension``, ``inline``, ``raw``; read by
-:meth:`cudagym.solution.Solution.from_dir`, the format told from its files unless ``--format`` names it) or
-a single KernelBench-style ``model_new.py`` (the ``inline`` format). ``--task`` is a task id (``bundled/
-L1/01_Swish``, ``L1/19_ReLU`` with ``--root``) or a KernelBench-format reference file. The verdict is the
-public judge's (:class:`cudagym.judge.local.LocalJudge` through the process-wide default) and its tier is
-:func:`cudagym.reward.score`'s; it prints as a table (the build, each input's check, the times with their
-spread, the speedups, the tier, the guards, the isolation and precision facts) or, with ``--json``, as
-``{"task", "solution", "tier", "reward", "result"}`` for scripts.
+``PATH`` is a solution folder in any of the three formats (``extension``, ``inline``, ``raw``; the format told
+from its files unless ``--format`` names it) or a single KernelBench-style ``model_new.py`` (the ``inline``
+format). Every file the format reads is taken as it is or refused, naming it: a symbolic link (or a file in a
+linked folder) and bytes that are not UTF-8 are usage errors, never a file silently left out or altered.
+``--task`` is a task id (``bundled/L1/01_Swish``, ``L1/19_ReLU`` with ``--root``) or a KernelBench-format
+reference file. The verdict is the public judge's (:class:`cudagym.judge.local.LocalJudge` through the
+process-wide default) and its tier is :func:`cudagym.reward.score`'s; it prints as a table (the build, each
+input's check, the times with their spread, the speedups, the tier, the guards, the isolation and precision
+facts) or, with ``--json``, as ``{"task", "solution", "tier", "reward", "result"}`` for scripts.
 
 Exit status: 0 when the solution is correct (without a GPU: when it built, and the output says that
 nothing was checked, as ``cudagym demo`` does); 1 when it failed (build, check, guard, crash); 2 for a
-usage error (an unknown task, a path that holds no solution).
+usage error (an unknown task, a path that holds no solution or a file it cannot take as it is).
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -28,7 +31,7 @@ from cudagym.judge.protocol import DEFAULT_PROTOCOL, get_protocol
 from cudagym.judge.records import EvalResult, EvalStatus, to_dict
 from cudagym.observation import render_eval
 from cudagym.reward import reward_config, score
-from cudagym.solution import FORMATS, Solution
+from cudagym.solution import FORMATS, Solution, SolutionFormat, get_format
 from cudagym.task import Task, make_task
 
 EXIT_PASS = 0
@@ -82,19 +85,75 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
 def read_solution(path: str | Path, fmt: str | None = None) -> Solution:
     """The solution at ``path``: a folder (its format told from its files) or one ``model_new.py`` (inline).
 
+    Every file the format lets an agent write is read as it is, or refused: unlike an env's workspace snapshot
+    (:meth:`Solution.from_dir`), a folder given here is the user's, so a file that would be left out or altered is
+    an error naming it, never a build that says the kernels are missing.
+
     Raises:
-        ConfigError: Nothing there, or no ``model_new.py`` in it.
+        ConfigError: Nothing there, no ``model_new.py`` in it, a single file that is not a ``.py``, or a file the
+            format reads that is a symbolic link (or lies under one) or is not UTF-8 text.
     """
     where = Path(path).expanduser()
     if where.is_file():
         if fmt not in (None, "inline"):
             raise ConfigError(f"a single file is a KernelBench-style model_new.py (inline format), not {fmt}")
-        return Solution("inline", {"model_new.py": where.read_text(encoding="utf-8", errors="replace")})
+        if where.suffix != ".py":
+            raise ConfigError(f"expected a solution folder or a model_new.py (a .py file) at {path}, found a file "
+                              f"named {where.name!r}")
+        return Solution("inline", {"model_new.py": _read_source(where, str(path))})
     if not where.is_dir():
         raise ConfigError(f"expected a solution folder or a model_new.py at {path}, found nothing")
-    if not (where / "model_new.py").is_file():
+    model = where / "model_new.py"
+    if model.is_symlink():
+        raise ConfigError(f"expected {model} to be a file, found a symbolic link: copy the file it points to there")
+    if not model.is_file():
         raise ConfigError(f"expected {path}/model_new.py (every format has one), found none")
-    return Solution.from_dir(where, fmt or detect_format(where))
+    _read_source(model, str(model))  # before detect_format reads it leniently
+    solution_format = get_format(fmt or detect_format(where))
+    return Solution(solution_format.name, _read_editable(where, solution_format))
+
+
+def _read_source(file: Path, name: str) -> str:
+    """The text of ``file`` (UTF-8, read strictly), or a ConfigError naming ``name`` and the first bad byte."""
+    try:
+        return file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"expected {name} to be UTF-8 text, found bytes that are not UTF-8 at offset {exc.start}: "
+                          "save it as UTF-8") from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot read {name}: {exc.strerror or exc}") from exc
+
+
+def _read_editable(folder: Path, solution_format: SolutionFormat) -> dict[str, str]:
+    """Every file under ``folder`` that ``solution_format`` lets an agent write, by relative path.
+
+    Raises:
+        ConfigError: One of them is a symbolic link, lies in a linked folder, is no regular file or is not UTF-8
+            text.
+    """
+    files: dict[str, str] = {}
+    for top, dirs, names in os.walk(folder):
+        base = Path(top)
+        for name in sorted(dirs + names):
+            entry = base / name
+            rel = entry.relative_to(folder).as_posix()
+            if entry.is_symlink() and (solution_format.is_editable(rel) or _may_hold_editable(solution_format, rel)):
+                raise ConfigError(f"expected {entry} to be a {'folder' if name in dirs else 'file'}, found a "
+                                  f"symbolic link; the {solution_format.name} format reads it, so copy what it "
+                                  "points to there")
+            if name in names and solution_format.is_editable(rel):
+                if not entry.is_file():
+                    raise ConfigError(f"expected {entry} to be a file, found something else (a pipe, a socket)")
+                files[rel] = _read_source(entry, str(entry))
+    return dict(sorted(files.items()))
+
+
+def _may_hold_editable(solution_format: SolutionFormat, rel: str) -> bool:
+    """True when the folder ``rel`` is where some of the format's editable files would be (``kernels``)."""
+    parts = rel.split("/")
+    return any(len(pattern.split("/")) > len(parts)
+               and all(fnmatch.fnmatchcase(p, q) for p, q in zip(parts, pattern.split("/"), strict=False))
+               for pattern in solution_format.editable)
 
 
 def detect_format(folder: Path) -> str:

@@ -96,15 +96,22 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     resolve_plan(args.out, given, resume=args.resume)  # usage errors at once, before the folder is made
     if args.parallel < 1:
         raise ConfigError(f"expected --parallel >= 1, got {args.parallel}")
-    writable_dir(args.out, "--out")
+    created = _missing_folders(Path(args.out))
+    try:
+        writable_dir(args.out, "--out")
+    except BaseException:
+        _remove_empty(created)
+        raise
     with lock_run(args.out):  # one run at a time in a folder; its plan read again under the lock
-        plan = resolve_plan(args.out, given, resume=args.resume)
-        bench = Bench(plan, Path(args.out), parallel=args.parallel, progress=not args.no_progress,
-                      first_gpu=_first_gpu(args.out) if args.resume else None)
         try:
+            plan = resolve_plan(args.out, given, resume=args.resume)
+            bench = Bench(plan, Path(args.out), parallel=args.parallel, progress=not args.no_progress,
+                          first_gpu=_first_gpu(args.out) if args.resume else None)
             done = bench.run(fresh=not args.resume)
-        except (KeyboardInterrupt, OSError) as exc:  # Ctrl-C, or a journal that cannot be written (a full disk)
-            _say_how_to_resume(Path(args.out), "interrupted" if isinstance(exc, KeyboardInterrupt) else "stopped")
+        except BaseException as exc:
+            _remove_empty(created)  # still under the lock: no other bench is starting in these folders
+            if isinstance(exc, KeyboardInterrupt | OSError):  # Ctrl-C, or a journal that cannot be written
+                _say_how_to_resume(Path(args.out), "interrupted" if isinstance(exc, KeyboardInterrupt) else "stopped")
             raise
     counts = Counter(e.summary.final.tier for e in done)
     print(f"{len(done)} episode(s) in {args.out}/episodes.jsonl; final tiers: "
@@ -114,6 +121,28 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         print("no GPU: the judge built each solution but checked and timed none (tier 0, not evaluated); "
               "run on a GPU host for verdicts", file=out)
     return EXIT_OK
+
+
+def _missing_folders(path: Path) -> list[Path]:
+    """``path`` and those of its parents that do not exist yet, deepest first (what making ``path`` creates)."""
+    missing: list[Path] = []
+    for folder in (path, *path.parents):
+        if folder.exists() or folder.is_symlink():
+            break
+        missing.append(folder)
+    return missing
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove each of ``folders`` (deepest first) while it holds nothing; stop at the first that holds something.
+
+    A run that failed before starting so leaves no empty ``--out`` behind; only folders the run made are passed.
+    """
+    for folder in folders:
+        try:
+            folder.rmdir()  # refuses a folder that is not empty
+        except OSError:
+            return
 
 
 def _say_how_to_resume(run_dir: Path, what: str) -> None:

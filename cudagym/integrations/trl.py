@@ -2,7 +2,8 @@
 
 TRL builds one instance per rollout, exposes every public method except ``reset`` and ``get_reward`` as a
 tool (schema from the type hints and the Google-style docstring), calls ``reset(**row)`` with the dataset
-row before generating (the returned text is appended to the last user message), runs the model's tool
+row before generating (the returned text is appended to the last user message as it is, ``content +
+observation``, so it opens with :data:`PROMPT_SEPARATOR`), runs the model's tool
 calls against the methods, and scores the rollout with ``get_reward()``.
 
 A row names its task with ``task`` (or ``task_id``), e.g. ``{"prompt": [{"role": "user", "content":
@@ -31,6 +32,10 @@ from typing import Any
 from cudagym.env import CudaKernelEnv
 from cudagym.errors import ConfigError
 
+PROMPT_SEPARATOR = "\n\n"
+"""What :meth:`CudaKernelTools.reset` puts before the task prompt: TRL joins it to the row's user message with no
+space (``"Make it fast." + observation``), so without one the model would read ``Make it fast.# Task: ...``."""
+
 
 class CudaKernelTools:
     """One cudagym episode driven by TRL's tool-calling loop (methods = tools)."""
@@ -52,7 +57,9 @@ class CudaKernelTools:
     # -- the trainer's hooks (not tools) -----------------------------------------------------------
 
     def reset(self, **row: Any) -> str:
-        """Start an episode on the row's task; the task prompt is appended to the row's user message.
+        """Start an episode on the row's task; returns the task prompt behind :data:`PROMPT_SEPARATOR`.
+
+        TRL appends the returned text to the row's last user message as it is.
 
         Args:
             **row: The dataset row: ``task`` or ``task_id`` names the task, ``seed`` draws one; other
@@ -70,7 +77,7 @@ class CudaKernelTools:
         self._done, self._reward = False, 0.0
         self._task_id = str(info.get("task_id", ""))
         self._last_info = dict(info)
-        return observation
+        return PROMPT_SEPARATOR + observation
 
     def get_reward(self) -> float:
         """The episode's reward: its final score, or, when the model never submitted, the score of a submit now."""

@@ -135,6 +135,8 @@ class SessionResult:
         assistant_turns: Replies generated.
         generate_s: Seconds in generation.
         tools_s: Seconds in the env (tool calls and the judge).
+        tool_turns: Observations merged into the response as ``tool`` messages (none after the last reply: the
+            response ends on the model's tokens).
     """
 
     prompt_ids: list[int]
@@ -144,6 +146,16 @@ class SessionResult:
     assistant_turns: int
     generate_s: float
     tools_s: float
+    tool_turns: int = 0
+
+    @property
+    def num_turns(self) -> int:
+        """The conversation's messages as verl's ``ToolAgentLoop`` counts them: user + assistant turns + 1.
+
+        An episode of ``n`` replies that ends on ``submit`` is ``2n``: ``n`` replies, ``n - 1`` tool messages
+        between them, and the prompt.
+        """
+        return self.tool_turns + self.assistant_turns + 1
 
 
 async def play_session(
@@ -173,7 +185,7 @@ async def play_session(
         max_turns: Most replies.
     """
     prompt, schemas = sessions.open(request_id, task=task, seed=seed)
-    turns, timing = 0, {"generate": 0.0, "tools": 0.0}
+    turns, tool_turns, timing = 0, 0, {"generate": 0.0, "tools": 0.0}
     mask: list[int] = []
     try:  # from here on the session is open: it is finished however this ends
         messages = _with_prompt(messages, prompt)
@@ -202,13 +214,14 @@ async def play_session(
             if len(merged_mask) >= response_length:  # a tool reply that fills the response is left out
                 break
             ids, mask = merged.token_ids, merged_mask
+            tool_turns += 1
     finally:
         started = time.perf_counter()
         reward = sessions.finish(request_id)
         timing["tools"] += time.perf_counter() - started
     response = ids[prompt_len:]
     return SessionResult(ids[:prompt_len], response[:response_length], mask[:response_length], reward, turns,
-                         timing["generate"], timing["tools"])
+                         timing["generate"], timing["tools"], tool_turns)
 
 
 def _with_prompt(messages: list[dict[str, Any]], prompt: str) -> list[dict[str, Any]]:
@@ -268,7 +281,7 @@ def _agent_loop_class() -> type:
             )
             return AgentLoopOutput(
                 prompt_ids=result.prompt_ids, response_ids=result.response_ids, response_mask=result.response_mask,
-                reward_score=result.reward, num_turns=2 * result.assistant_turns + 1,
+                reward_score=result.reward, num_turns=result.num_turns,
                 metrics=AgentLoopMetrics(generate_sequences=result.generate_s, tool_calls=result.tools_s),
             )
 

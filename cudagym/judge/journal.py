@@ -199,13 +199,15 @@ class Journal:
         except FileNotFoundError:
             return
         end = data.rfind(b"\n") + 1  # a line still being written is read next time
-        for line in data[:end].splitlines():
+        start = self._offset
+        for line in data[:end].split(b"\n"):
             if line.strip():
-                self._apply(line)
+                self._apply(line, start)
+            start += len(line) + 1
         self._offset += end
 
-    def _apply(self, line: bytes) -> None:
-        """Take one line into the entries.
+    def _apply(self, line: bytes, at: int) -> None:
+        """Take one line, which starts at byte ``at`` of the file, into the entries.
 
         A line that is not a journal record (damaged, hand-edited, a field of another type) is skipped with a warning,
         so one bad line never makes the whole journal unreadable.
@@ -219,7 +221,7 @@ class Journal:
         texts = ("task_id", "solution_hash", "mode", "protocol_id")
         if (not isinstance(job_id, str) or not job_id or kind not in ("job", "result")
                 or any(not isinstance(record.get(name, ""), str) for name in texts)):
-            log.warning("journal %s: skipping an unreadable line near byte %d", self.path, self._offset)
+            log.warning("journal %s: skipping an unreadable line at byte %d", self.path, at)
             return
         entry = self._entries.get(job_id) or JournalEntry(job_id, *(record.get(name, "") for name in texts))
         if kind == "result" and entry.result is None:
@@ -228,7 +230,8 @@ class Journal:
                     raise TypeError("the result is not an object")
                 result = from_dict(EvalResult, record["result"])
             except (ValueError, KeyError, TypeError, AttributeError):
-                log.warning("journal %s: skipping an unreadable result of job %s", self.path, job_id)
+                log.warning("journal %s: skipping an unreadable result of job %s (the line at byte %d)", self.path,
+                            job_id, at)
                 return
             entry = JournalEntry(entry.job_id, entry.task_id, entry.solution_hash, entry.mode,
                                  entry.protocol_id, result)
