@@ -60,7 +60,7 @@ from cudagym.judge.split.remote import (
 log = logging.getLogger(__name__)
 
 PRIMING_SEED_OFFSET = -1  # the priming run's seed: protocol.seed - 1, never a correctness seed
-TIMING_SEED_OFFSET = 100_000  # timing round r draws its inputs from a secret base seed + r (drawn per job)
+TIMING_SEED_OFFSET = 100_000  # timing rounds draw their inputs from secret seeds at or above this (RoundSeeds)
 SPOT_CHECK_EVERY = 10  # outside SUBMIT, 1 in 10 timed rounds eager does not check (drawn at random) runs the reference
 TIMING_BUDGET_FRACTION = 0.6  # of the protocol's eval timeout, for the timing loop
 
@@ -557,12 +557,32 @@ def _scaled_reference_finite(ctx: EvalContext, seed: int, factor: float) -> bool
     return finite
 
 
+class RoundSeeds:
+    """Each timing round's input seed (the warm-ups' too, at negative rounds): secret, drawn on its own.
+
+    Not a secret base plus the round: one set's values give its seed away to a search of the seed space (on the GPU
+    the inputs come from Philox, a few instructions a seed: 2**30 seeds are a GPU's second), and a base plus the
+    round would then give away every later round's inputs, whose answers a forward could compute during the
+    untimed warm-up and hand back at once in the timed calls, correct and timed honestly by every clock. A round
+    asked again (the baselines' turn in it) gets its own seed again.
+    """
+
+    def __init__(self) -> None:
+        self._seeds: dict[int, int] = {}
+
+    def __call__(self, round_: int) -> int:
+        """The seed of ``round_``."""
+        if round_ not in self._seeds:
+            self._seeds[round_] = TIMING_SEED_OFFSET + secrets.randbelow(2**30)
+        return self._seeds[round_]
+
+
 def _timing(ctx: EvalContext) -> None:
     protocol, job = ctx.protocol, ctx.job
     retime = _retimes(ctx)
     # unpublished: the candidate cannot draw the timed inputs itself (task code runs in its process) and
     # compute their answers ahead of the timed calls, nor tell which round it is in
-    timing_base = TIMING_SEED_OFFSET + secrets.randbelow(2**30)
+    round_seed = RoundSeeds()
     # The flush buffer lives through the loop: allocated first, on an emptied cache, so it is never carved out
     # of a free input-sized block (which no input set could then use: one more set's worth reserved).
     ctx.meter.release(0)
@@ -574,7 +594,7 @@ def _timing(ctx: EvalContext) -> None:
     sized = ctx.cover is not None and protocol.launch_cover_max_us > 0
     loop = TimingLoop(
         contenders=contenders,
-        make_inputs=lambda r: ctx.make_inputs(timing_base + r),
+        make_inputs=lambda r: ctx.make_inputs(round_seed(r)),
         timer=make_timer(protocol.timing, ctx.device, ctx.cover),
         flusher=flusher,
         rule=StoppingRule(protocol.min_runs, protocol.max_runs, protocol.target_ci_pct, protocol.statistic),
@@ -648,8 +668,7 @@ def _series_check(ctx: EvalContext) -> None:
         return
     remote: Any = model
     calls = link.series_calls
-    base = TIMING_SEED_OFFSET + secrets.randbelow(2**30)
-    readings, late = _read_series(ctx, remote, calls, base)  # a failure there ends the job: no arena to give back
+    readings, late = _read_series(ctx, remote, calls)  # a failure there ends the job: no arena to give back
     remote.end_series()
     if len(readings) < SERIES_ROUNDS:
         return  # a series' outputs were wrong: the spot failure decides
@@ -664,7 +683,18 @@ def _series_check(ctx: EvalContext) -> None:
         samples.time_us[:] = [max(t, floor) for t in samples.time_us]
 
 
-def _read_series(ctx: EvalContext, remote: Any, calls: int, base: int) -> tuple[list[float], int]:
+def series_seeds(count: int) -> list[int]:
+    """The seeds of ``count`` input sets of a series: each one secret and drawn on its own.
+
+    Not a base plus the call's index: one set's values give away its seed to a search of the seed space (2**30 seeds,
+    a GPU's seconds for torch's generators), and a base plus an index would then give away every later set of the
+    job's series, which the candidate could answer ahead (in its calibration, whose time counts for nothing) before
+    the chain placed them.
+    """
+    return [TIMING_SEED_OFFSET + secrets.randbelow(2**30) for _ in range(count)]
+
+
+def _read_series(ctx: EvalContext, remote: Any, calls: int) -> tuple[list[float], int]:
     """The series of :func:`_series_check`: each one's reading per call, and how many were late.
 
     Fewer readings than :data:`SERIES_ROUNDS` where a series' outputs were wrong (a spot failure says so).
@@ -672,7 +702,7 @@ def _read_series(ctx: EvalContext, remote: Any, calls: int, base: int) -> tuple[
     readings: list[float] = []
     late = 0
     for number in range(SERIES_ROUNDS):
-        sets = [ctx.make_inputs(base + number * calls + k) for k in range(calls)]
+        sets = [ctx.make_inputs(seed) for seed in series_seeds(calls)]
         if number == 0:  # an empty series now too: where the host was busier at the first, the cheaper stands
             remote.calibrate_series(sets[0], rounds=SERIES_RECALIBRATION_ROUNDS, loaded=True)
         reading = remote.series(sets)  # the runner's failures arrive as the candidate's (CandidateFailure)

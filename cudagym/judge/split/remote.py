@@ -924,7 +924,8 @@ class RemoteModel:
             if min(claims) >= 0 and all(c <= i for c, i in zip(claims, intervals, strict=True)):
                 gaps.append(median([i - c for c, i in zip(claims, intervals, strict=True)]))
                 self.link.series_empty_claims_us.append(median(claims))
-        self.end_series()
+        if not loaded:  # loaded, the series follows in arenas of the same size (and gives them back)
+            self.end_series()
         if not gaps:
             return
         self.link.series_calls = count
