@@ -38,7 +38,7 @@ from __future__ import annotations
 # The host path (no GPU clock) chains a series' calls over the channel: the runner's word after each call, and
 # the trusted side's go for the next one, sent once that call's results are copied out and the next inputs placed.
 CALL_DONE, CALL_GO = "series_call_done", "series_go"
-CALL_SPIN_S = 0.02  # each side looks for the other's word this long without sleeping (Channel.spin) before it waits
+CALL_SPIN_S = 0.0005  # each side looks for the other's word this long without sleeping (Channel.spin) before it waits
 
 GO, DONE, ARMED = 0, 256, 512  # byte offsets of the three words (a line apart)
 SIGNAL_BYTES = 1024
