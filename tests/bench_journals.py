@@ -184,6 +184,18 @@ def child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
 
 
+def default_sigint() -> None:
+    """A child's ``preexec_fn``: Ctrl-C's default disposition, whatever the test run inherited.
+
+    A test run started in the background by a non-interactive shell (``bash -c '... &'``) ignores SIGINT, and an
+    ignored signal stays ignored across exec: Python then installs no KeyboardInterrupt handler, and a child sent
+    Ctrl-C by a test would run on to its end (exit 0).
+    """
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def slow_bench_command(out: Path, limit: int) -> list[str]:
     """``cudagym bench`` on :func:`slow_judge`: ``limit`` bundled tasks, 2 samples each, 2 at once."""
     return [sys.executable, "-m", "cudagym.cli", "bench", "--judge", "bench_journals:slow_judge", "--agent", "scripted",
@@ -194,7 +206,7 @@ def slow_bench_command(out: Path, limit: int) -> list[str]:
 def started_slow_bench(out: Path, limit: int, **popen: Any) -> subprocess.Popen[Any]:
     """A :func:`slow_bench_command` child, returned once two episodes are journaled (still running: asserted)."""
     proc = subprocess.Popen(slow_bench_command(out, limit), cwd=TESTS.parent, env=child_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=default_sigint, **popen)
     journal = out / "episodes.jsonl"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:

@@ -14,7 +14,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from bench_journals import child_env, oracle_entries, slow_bench_command, started_slow_bench, write_run
+from bench_journals import (
+    child_env,
+    default_sigint,
+    oracle_entries,
+    slow_bench_command,
+    started_slow_bench,
+    write_run,
+)
 
 from cudagym import cli
 from cudagym.bench.journal import EPISODES, MANIFEST, read_entries
@@ -154,7 +161,7 @@ def test_judge_serve_journal_that_cannot_be_created(capsys, a_file):
 def test_judge_serve_stopped_with_ctrl_c_exits_0_without_an_error(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "cudagym.cli", "judge", "serve", "--devices", "none",
                              "--cache-dir", str(tmp_path / "cache")], cwd=ROOT, env=child_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     try:
         first = proc.stdout.readline() if proc.stdout else ""
         assert first.startswith("export "), first
