@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -191,9 +192,25 @@ def default_sigint() -> None:
     ignored signal stays ignored across exec: Python then installs no KeyboardInterrupt handler, and a child sent
     Ctrl-C by a test would run on to its end (exit 0).
     """
-    import signal
-
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def judge_serve_interrupted(cache: Path, wait_for: Callable[[subprocess.Popen[str]], str]) -> tuple[int, str, str]:
+    """``cudagym judge serve`` (no GPU) sent Ctrl-C once ``wait_for`` has read its line; its code, that line, stderr.
+
+    ``wait_for`` reads from the child (its first ``export`` line on stdout, or its "starting" line on stderr).
+    """
+    proc = subprocess.Popen([sys.executable, "-m", "cudagym.cli", "judge", "serve", "--devices", "none",
+                             "--cache-dir", str(cache)], cwd=TESTS.parent, env=child_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+    try:
+        first = wait_for(proc)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, first, err
 
 
 def slow_bench_command(out: Path, limit: int) -> list[str]:

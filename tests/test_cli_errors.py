@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from bench_journals import (
     child_env,
-    default_sigint,
+    judge_serve_interrupted,
     oracle_entries,
     slow_bench_command,
     started_slow_bench,
@@ -159,18 +158,9 @@ def test_judge_serve_journal_that_cannot_be_created(capsys, a_file):
 
 
 def test_judge_serve_stopped_with_ctrl_c_exits_0_without_an_error(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "cudagym.cli", "judge", "serve", "--devices", "none",
-                             "--cache-dir", str(tmp_path / "cache")], cwd=ROOT, env=child_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
-    try:
-        first = proc.stdout.readline() if proc.stdout else ""
-        assert first.startswith("export "), first
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err
+    code, first, err = judge_serve_interrupted(tmp_path / "cache", lambda p: p.stdout.readline() if p.stdout else "")
+    assert first.startswith("export "), first
+    assert code == 0, err
     assert "stopped (Ctrl-C)" in err and "error" not in err and "Traceback" not in err
 
 

@@ -14,7 +14,6 @@ import json
 import logging
 import shutil
 import signal
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -22,7 +21,7 @@ from types import FrameType
 from typing import Any
 
 import pytest
-from bench_journals import child_env, default_sigint, entry, verdict, write_run
+from bench_journals import entry, judge_serve_interrupted, verdict, write_run
 from conftest import write_bundled_tree
 from conftest_env import TOKENIZER
 from fakes import FakeJudge
@@ -386,16 +385,7 @@ def test_judge_serve_takes_a_ctrl_c_anywhere_in_its_start_up_as_a_stop(capsys, t
 
 
 def test_judge_serve_stopped_with_ctrl_c_while_starting_exits_0(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "cudagym.cli", "judge", "serve", "--devices", "none",
-                             "--cache-dir", str(tmp_path / "cache")], cwd=ROOT, env=child_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
-    try:
-        first = proc.stderr.readline() if proc.stderr else ""
-        assert first == "cudagym judge: starting (Ctrl-C stops it)\n", first
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err
+    code, first, err = judge_serve_interrupted(tmp_path / "cache", lambda p: p.stderr.readline() if p.stderr else "")
+    assert first == "cudagym judge: starting (Ctrl-C stops it)\n", first
+    assert code == 0, err
     assert "stopped (Ctrl-C)" in err and "error" not in err and "Traceback" not in err
