@@ -499,12 +499,12 @@ class _Server:
 
         The calls are chained (:mod:`cudagym.judge.split.signals`): call ``k`` starts once the trusted side gave
         its go, after it copied call ``k - 1``'s results out and placed call ``k``'s inputs. On the GPU the
-        whole series is queued at once, each call behind its go on the stream, and the trusted side's clock around
-        it holds every call's work with one go's and one done's noise for all of them besides the chain's own
-        cost, which an empty series (the calibration) has too. On the host path each call's done and go travel
-        over the channel. Each call's own time (events around it; the host clock on the CPU) is reported: the
-        trusted side takes it on its word only for a series of empty forwards, before any candidate code loads.
-        Torch's switches are restored after, as after a timed call.
+        whole series is queued at once, each call behind its go on the stream, and the trusted side reads each
+        call's interval (done to done) on its clock, the chain's own cost in it as in an empty series (the
+        calibration). On the host path each call's done and go travel over the channel. Each call's own time
+        (events around it; the host clock on the CPU) is reported: the trusted side takes it on its word only for a
+        series of empty forwards, before any candidate code loads. Torch's switches are restored after, as after a
+        timed call.
         """
         from cudagym.judge.harness.integrity import PRISTINE, TorchFlags
 
