@@ -4,7 +4,7 @@
 # summary table last (also written to $OUT/summary.txt after every step, so a call cut short keeps its rows).
 #   bash benchmarks/gpu_session.sh [SECONDS_PER_STEP [TOTAL_SECONDS [STEP ...]]]    (repository root, GPU host)
 # Steps: prebuild (prebuild1: bundled only) build formats local sandbox split split_gpu whitebox templates env hacks judge
-# bundled bench_bld bench_eval soak, and the later issues' runs: cupy sb3 ppo ray bench_gpu chat tuning bench
+# bundled bundled_split (the bundled suite through LocalJudge and its runners) bench_bld bench_eval soak, and the later issues' runs: cupy sb3 ppo ray bench_gpu chat tuning bench
 # bench_rs (the bench resumed from $BENCH_DIR, carried) yardstick (the runner's reference time) spares (bench_vec's
 # LocalJudge rate by spare runners, $SPARES, default 8,12) memprobe (memory_probe.py on $PROBE_TASK, default L1/87,
 # under $PROBE_PROTOCOL, default cudagym, in the split) sync (benchmarks/sync_probe.py on $SYNC_TASK, default L1/71,
@@ -61,6 +61,7 @@ for s in $steps; do
                                       tests/test_runner_reference_gpu.py -m gpu -k "not planted and not bundled" ;;
     yardstick)  run_step yardstick  $pyt tests/test_runner_reference_gpu.py -m gpu ;;  # the runner's own reference time
     bundled)    run_step bundled    $pyt tests/test_guards_gpu.py tests/test_bundled_suite.py -m gpu -k bundled ;;
+    bundled_split) run_step bundled_split $pyt tests/test_bundled_split_gpu.py ;;  # through LocalJudge and the split: series
     formats)    run_step formats    $pyt tests/test_formats_gpu.py -m gpu ;;
     build)      run_step build      $pyt tests/test_build_extension.py tests/test_build_inline.py tests/test_runtime.py -m gpu ;;
     local)      run_step local      $pyt tests/test_local_judge.py tests/test_worker_faults_gpu.py -m gpu ;;

@@ -1,0 +1,53 @@
+"""Every bundled solution judged as an agent's would be: through LocalJudge, the split and its runner, under SUBMIT.
+
+The in-process suite (``test_guards_gpu.py``) has no runner, so no series: these are the honest candidates the
+chained series (issue 13) must leave alone. A kernel short enough for one call's clock to be too coarse for its
+claims (:func:`~cudagym.judge.harness.claims.series_wanted`) is read in series of calls back to back; its honest
+claims must stand (no floor), its outputs must match in every call, and it must still earn tier 2 or 3.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+import pytest
+
+from cudagym.judge.harness.claims import SERIES_NOTE
+from cudagym.judge.interface import EvalMode
+from cudagym.judge.local import LocalJudge, probe_gpus
+from cudagym.judge.protocol import DEFAULT_PROTOCOL
+from cudagym.judge.records import EvalResult, EvalStatus
+from cudagym.sources.bundled import BundledSource
+
+pytestmark = pytest.mark.gpu
+
+SOURCE = BundledSource()
+IDS = SOURCE.ids()
+
+
+@pytest.fixture(scope="module")
+def verdicts() -> dict[str, EvalResult]:
+    """All bundled solutions submitted at once (the judge's lanes take them in turn), their verdicts by task."""
+    with LocalJudge(DEFAULT_PROTOCOL, devices=list(probe_gpus("auto").device_ids[:1])) as judge:
+        futures: dict[str, Future[EvalResult]] = {
+            task_id: judge.submit(SOURCE.get(task_id), SOURCE.solution(task_id), EvalMode.SUBMIT) for task_id in IDS}
+        return {task_id: future.result() for task_id, future in futures.items()}
+
+
+def test_the_bundled_suite_has_tasks_short_enough_for_a_series(verdicts) -> None:
+    read = [task_id for task_id, result in verdicts.items() if any(n.startswith(SERIES_NOTE) for n in result.notes)]
+    print(f"series read on {len(read)} of {len(verdicts)} bundled tasks: {', '.join(read)}")
+    assert read, "no bundled task was read in series: this file tests nothing of the chain"
+
+
+@pytest.mark.parametrize("task_id", IDS)
+def test_a_bundled_solution_keeps_its_claims_and_its_tier_through_the_split(verdicts, task_id) -> None:
+    result = verdicts[task_id]
+    assert result.status is EvalStatus.OK, f"{task_id}: {result.message[:1500]}\n{result.log[-3000:]}"
+    assert result.violations == ()
+    assert "made by the trusted process" in result.log
+    series = [n for n in result.notes if n.startswith(SERIES_NOTE)]
+    print(f"{task_id}: {result.candidate.median_us:.1f} us, {result.speedup_vs_eager:.2f}x eager, "
+          f"{result.speedup_vs_compile:.2f}x compile; {series[0] if series else 'no series read'}")
+    assert not any("each counts at least" in n for n in series), series  # an honest claim stands as it was
+    assert result.speedup_vs_eager > 1.05, f"{task_id}: a bundled solution must earn tier 2 or 3"
