@@ -338,3 +338,16 @@ def test_a_slower_staging_here_than_in_the_calibration_charges_an_honest_call_no
     assert bracket - base > 139.0 + 200.0
     assert on_time_charge(139.0, bracket, base, staged, after_go_base) == 139.0
     assert on_time_charge(1.0, bracket, base, staged, after_go_base) > 100.0  # a forged claim there still counts
+
+
+def test_the_spread_note_gives_each_kinds_excess_over_its_claims_and_says_nothing_without_calls() -> None:
+    from cudagym.judge.harness.claims import SHOWN_SPREAD_NOTE, shown_spread_note
+
+    reference = [(1000.0, 1000.0 + d) for d in (-2.0, 1.0, 3.0, 4.0, 30.0)]  # honest: a few us, one outlier
+    timed = [(950.0, 1000.0)] * 4
+    note = shown_spread_note({"timed": timed, "reference": reference, "late": []})
+    assert note.startswith(SHOWN_SPREAD_NOTE)
+    assert "timed 4 call(s): median 50.0, 90th percentile 50.0, most 50.0 us (the 90th percentile 5.26% of" in note
+    assert "reference 5 call(s): median 3.0, 90th percentile 19.6, most 30.0 us (the 90th percentile 1.96%" in note
+    assert "late" not in note
+    assert shown_spread_note({}) == "" and shown_spread_note({"timed": []}) == ""

@@ -205,11 +205,38 @@ def _verify_bracketed_claims(ctx: EvalContext) -> None:
     if charged:
         ctx.note(f"{ON_TIME_CHARGE_NOTE}: {len(charged)} of {len(link.claimed_us)} call(s), median claim "
                  f"{median([c for c, _ in charged]):.1f} us, counted {median([k for _, k in charged]):.1f} us")
+    spread = shown_spread_note(link.on_time_shown_us)
+    if spread:
+        ctx.note(spread)
     late = late_charge_note(link.late_counted_us, link.late_base_us, link.late_closing_us)
     if late:
         ctx.note(late)
     if problem:
         ctx.flag(UNVERIFIABLE_TIMING, problem)
+
+
+SHOWN_SPREAD_NOTE = "the judge's clock beyond on-time claims"
+
+
+def shown_spread_note(shown: dict[str, list[tuple[float, float]]]) -> str:
+    """How far the judge's clock (a call's bracket less an empty call's) ran past each on-time call's claim.
+
+    ``shown`` holds per kind of timed request (``timed``: the candidate's; ``reference``: the task's reference in
+    the runner, honest code by construction) each call's claim and what the clock showed of it. The spread of the
+    reference's excess is what an honest claim's own noise looks like on this task and GPU: the measure against
+    which an allowance for claims (:data:`~cudagym.judge.split.remote.ON_TIME_SLACK`) is set. ``""`` where none.
+    """
+    parts = []
+    for kind, rows in shown.items():
+        if not rows:
+            continue
+        excess = sorted(s - c for c, s in rows)
+        claim = median([c for c, _ in rows])
+        p90 = quantile(excess, 0.9)
+        parts.append(f"{kind} {len(rows)} call(s): median {median(excess):.1f}, 90th percentile {p90:.1f}, most "
+                     f"{excess[-1]:.1f} us (the 90th percentile {100 * p90 / claim:.2f}% of the median claim "
+                     f"{claim:.1f} us)")
+    return f"{SHOWN_SPREAD_NOTE} (shown less claimed): " + "; ".join(parts) if parts else ""
 
 
 def calibration_rounds_note(rounds: Sequence[float]) -> str:

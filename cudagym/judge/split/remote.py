@@ -73,6 +73,15 @@ ON_TIME_SLACK = 0.05  # an on-time call's claim may fall this fraction short of 
 ON_TIME_SLACK_US = 10.0  # ... and this many microseconds more (the bracket rule's allowance, BRACKET_SLACK(_US))
 
 
+def shown_us(bracket_us: float, base_us: float, staged_us: float | None = None,
+             after_go_base_us: float | None = None) -> float:
+    """What the judge's clock shows of an on-time call: its bracket less an empty call's (:func:`on_time_charge`)."""
+    shown = bracket_us - base_us
+    if staged_us is not None and after_go_base_us is not None:
+        shown = min(shown, bracket_us - staged_us - after_go_base_us)
+    return shown
+
+
 def on_time_charge(claim_us: float, bracket_us: float, base_us: float, staged_us: float | None = None,
                    after_go_base_us: float | None = None) -> float:
     """The time an on-time call counts: its claim, unless the judge's clock shows more than it by the allowance.
@@ -84,9 +93,7 @@ def on_time_charge(claim_us: float, bracket_us: float, base_us: float, staged_us
     Claims judged call by call, not by a percentile over all of them: a runner that forged three claims in four
     kept the bracket rule's 20th percentile on an honest call while the median claim was a forged one.
     """
-    shown = bracket_us - base_us
-    if staged_us is not None and after_go_base_us is not None:
-        shown = min(shown, bracket_us - staged_us - after_go_base_us)
+    shown = shown_us(bracket_us, base_us, staged_us, after_go_base_us)
     # a claim short by more than the clock's noise is no measurement: the call counts all the clock shows (less the
     # allowance, a forger kept it: on the H200 claims forged in three calls of four were timed at 0.90x the honest)
     return shown if shown - claim_us > ON_TIME_SLACK * claim_us + ON_TIME_SLACK_US else claim_us
@@ -327,6 +334,9 @@ class RunnerLink:
         self.late_closing_us: dict[str, list[list[float]]] = {}
         # each on-time timed call the judge's clock showed longer than its claim and the allowance: (claim, counted)
         self.on_time_charged_us: list[tuple[float, float]] = []
+        # per kind of timed request (timed, reference): each on-time call's claim and what the judge's clock showed
+        # of it (its bracket less an empty call's), for the note on how far honest claims and that clock part
+        self.on_time_shown_us: dict[str, list[tuple[float, float]]] = {}
         # series of empty forwards timed before the candidate loaded (RemoteModel.calibrate_series): how many calls
         # a series holds (0: none), each series' 20th-percentile call interval less that call's claim, and each
         # calibration round's median (the cheaper round stands)
@@ -525,9 +535,16 @@ class RunnerLink:
         if not self.calibration_gap_us:
             return claim_us  # uncalibrated: the bracket rule flags the claims (judge_bracketed_claims)
         counted = on_time_charge(claim_us, bracket_us, self.late_base_us, self.last_staged_us, self._after_go_base_us())
+        self.note_shown("timed", claim_us, bracket_us)
         if counted > claim_us:
             self.on_time_charged_us.append((claim_us, counted))
         return counted
+
+    def note_shown(self, kind: str, claim_us: float, bracket_us: float) -> None:
+        """Keep what the judge's clock showed of the latest on-time call of ``kind`` beside its claim (notes only)."""
+        if self.calibration_gap_us:
+            shown = shown_us(bracket_us, self.late_base_us, self.last_staged_us, self._after_go_base_us())
+            self.on_time_shown_us.setdefault(kind, []).append((claim_us, shown))
 
     @property
     def late_wait_s(self) -> float:
@@ -1005,6 +1022,8 @@ class RemoteModel:
             late_after_first = late_after_first or (late and i > 0)
             if math.isfinite(claim) and 0 < claim <= wall:  # a late one as a late candidate's
                 kept.append(self.link.count_late("reference", claim, wall) if late else claim)
+                if self.bracketed and not late:
+                    self.link.note_shown("reference", claim, wall)
             self.link.handled_us.setdefault("reference", []).append(_number(reply.get("handled_us")))
             self.link.phases_us.setdefault("reference", []).append(_numbers(reply.get("phases_us"), len(RUNNER_PHASES)))
             if (len(kept) >= 5 and time.monotonic() - began > budget_s) or (enough is not None and enough(kept)):
