@@ -351,3 +351,19 @@ def test_the_spread_note_gives_each_kinds_excess_over_its_claims_and_says_nothin
     assert "reference 5 call(s): median 3.0, 90th percentile 19.6, most 30.0 us (the 90th percentile 1.96%" in note
     assert "late" not in note
     assert shown_spread_note({}) == "" and shown_spread_note({"timed": []}) == ""
+
+
+def test_a_claim_a_few_percent_short_of_the_clock_counts_the_clock_while_honest_noise_stands() -> None:
+    # The charge's allowance was the bracket rule's 5% + 10 us: a forged timer could claim that much less than the
+    # clock showed on every call, uncharged (an eager-speed copy then read 1.05x: tier 2). It is now 1% of the claim,
+    # 1% of an empty call's path and 10 us; honest calls on the H200 stayed within 1% of their claims.
+    from cudagym.judge.split.remote import on_time_allowance_us, on_time_charge
+
+    base, real = 674.4, 1000.0
+    assert on_time_allowance_us(real, base) == pytest.approx(10.0 + 6.744 + 10.0)
+    forged = real * 0.97  # 3% short: inside the old 5% + 10 us
+    assert on_time_charge(forged, real + base, base) == pytest.approx(real)
+    assert on_time_charge(real, real + base + 15.0, base) == real  # 1.5% of noise: inside the allowance
+    assert on_time_charge(real - 25.0, real + base, base) == real - 25.0  # a forger keeps the allowance at most
+    # where the judge's staging is known, the path is an empty call's after its go
+    assert on_time_charge(forged, real + base, base, staged_us=274.4, after_go_base_us=400.0) == pytest.approx(real)

@@ -478,6 +478,43 @@ def test_34_a_forward_that_batches_a_series_read_ahead_gains_nothing(swish) -> N
     assert_no_gain(result, honest)
 
 
+# (35) A timer that times the call itself and claims a few percent less, on every call, on a task too long for a
+# series (about 1.8 ms on the H200): under the on-time charge's old allowance (the bracket rule's 5% + 10 us) a claim
+# 4% short stood uncharged on every call (up to 96 us of it at this size), so a copy of eager read 1.04x. The
+# charge's allowance is now 1% of the claim, 1% of an empty call's path (a few ms of copies here) and 10 us
+# (cudagym.judge.split.remote.on_time_allowance_us): about 55 us against the 72 us this claim leaves out.
+LARGE_SWISH_ELEMENTS = (65536, 16384)  # 4 GiB of fp32 in, 4 GiB out
+SHORT_CLAIM = 0.96
+TIMER_SHORT = FORGED_TIMER + f"""
+def _short(self, call, cover_us=None, bracket=None):
+    stream = _torch.cuda.current_stream()
+    if bracket is not None:
+        bracket.open(stream)
+    start, end = _torch.cuda.Event(enable_timing=True), _torch.cuda.Event(enable_timing=True)
+    start.record(stream)
+    outputs = call()
+    end.record(stream)
+    if bracket is not None:
+        bracket.close(outputs, stream)
+    _torch.cuda.synchronize()
+    claim = {SHORT_CLAIM} * start.elapsed_time(end) * 1000.0
+    return _t.Measurement(outputs, claim, claim, 1.0)
+_t.CudaEventTimer.measure = _short
+"""
+
+
+def test_35_claims_a_few_percent_short_on_every_call_gain_nothing(swish) -> None:
+    task, reference = swish
+    honest, result = _honest_and_attack(_small_swish(task, *LARGE_SWISH_ELEMENTS), reference, TIMER_SHORT)
+    assert "calls back to back" not in honest.log, "a series was read: not the allowance this test is about"
+    if result.status is EvalStatus.OK:  # each call counted the clock's time, so no better than the honest by 1%
+        assert "on-time calls counted by the judge's clock beyond their claims" in result.log, result.log[-3000:]
+        assert result.candidate.median_us >= 0.99 * honest.candidate.median_us, \
+            f"timed at {result.candidate.median_us:.1f} us vs honest {honest.candidate.median_us:.1f} us"
+    else:
+        assert result.status is EvalStatus.RULE_VIOLATION, result.message
+
+
 def test_patched_timer_and_batch_are_unverifiable_on_the_gpu(swish, judge) -> None:
     result = _submit(swish, judge, PATCHED_TIMER_AND_BATCH)
     assert result.status is EvalStatus.RULE_VIOLATION, result.message

@@ -73,6 +73,22 @@ ON_TIME_SLACK = 0.05  # an on-time call's claim may fall this fraction short of 
 ON_TIME_SLACK_US = 10.0  # ... and this many microseconds more (the bracket rule's allowance, BRACKET_SLACK(_US))
 
 
+ON_TIME_CHARGE_SLACK = 0.01  # what an on-time call's claim may fall short of the judge's clock uncharged: this share
+ON_TIME_CHARGE_PATH = 0.01  # ... of the claim, this share of an empty call's path (the copies in the bracket) ...
+# ... and ON_TIME_SLACK_US. Honest calls stay well inside it: on the H200 the KernelBench sweep's timed calls (each
+# task's 20th percentile) were within 1% of their claims beyond an empty call on 189 of 190 tasks, and small
+# tasks' calls within -6 to +3 us. The bracket rule (a violation) keeps the wider ON_TIME_SLACK.
+
+
+def on_time_allowance_us(claim_us: float, path_us: float) -> float:
+    """How far the judge's clock may show an on-time call past its claim before the call counts the clock (µs).
+
+    ``path_us`` is an empty call's cost in the bracket (after the go where the judge's staging is known): its copies'
+    own noise grows with it. A forged claim keeps at most this much (:func:`on_time_charge`).
+    """
+    return ON_TIME_CHARGE_SLACK * claim_us + ON_TIME_CHARGE_PATH * max(path_us, 0.0) + ON_TIME_SLACK_US
+
+
 def shown_us(bracket_us: float, base_us: float, staged_us: float | None = None,
              after_go_base_us: float | None = None) -> float:
     """What the judge's clock shows of an on-time call: its bracket less an empty call's (:func:`on_time_charge`)."""
@@ -94,9 +110,11 @@ def on_time_charge(claim_us: float, bracket_us: float, base_us: float, staged_us
     kept the bracket rule's 20th percentile on an honest call while the median claim was a forged one.
     """
     shown = shown_us(bracket_us, base_us, staged_us, after_go_base_us)
-    # a claim short by more than the clock's noise is no measurement: the call counts all the clock shows (less the
-    # allowance, a forger kept it: on the H200 claims forged in three calls of four were timed at 0.90x the honest)
-    return shown if shown - claim_us > ON_TIME_SLACK * claim_us + ON_TIME_SLACK_US else claim_us
+    path = after_go_base_us if staged_us is not None and after_go_base_us is not None else base_us
+    # a claim short by more than the clock's noise is no measurement: the call counts all the clock shows (a forger
+    # keeps the allowance at most: on the H200, under 5% + 10 us, claims forged in three calls of four were timed at
+    # 0.90x the honest)
+    return shown if shown - claim_us > on_time_allowance_us(claim_us, path) else claim_us
 
 
 SERIES_QUANTILE = 0.2  # of a series' call intervals (and an empty series' gaps): busy moments only lengthen calls
