@@ -195,7 +195,7 @@ pool = pytest.fixture(scope="module", name="pool")(cpu_split_pool)
 
 def judge(pool: WorkerPool, candidate: str, *, guards: Sequence[str] = (), mode: EvalMode = EvalMode.VERIFY,
           job_id: str = "job", runner_reference_runs: int = 0, reference_batch: int = 0,
-          timeout_s: float | None = None, task: str = TASK) -> EvalResult:
+          timeout_s: float | None = None, task: str = TASK, target_ci_pct: float = 0.0) -> EvalResult:
     """One job of ``task`` (the linear+relu one) with ``candidate`` through the pool."""
     code = textwrap.dedent(candidate)
     job = Job(
@@ -206,7 +206,7 @@ def judge(pool: WorkerPool, candidate: str, *, guards: Sequence[str] = (), mode:
         build=BuildResult(BuildStatus.OK, "inline"),
         mode=mode,
         protocol=CUDAGYM_V0.with_changes(id="test-split", guards=tuple(guards), num_inputs=2, warmup_runs=1,
-                                         warmup_ms=0.0, min_runs=5, max_runs=5, target_ci_pct=0.0,
+                                         warmup_ms=0.0, min_runs=5, max_runs=5, target_ci_pct=target_ci_pct,
                                          runner_reference_runs=runner_reference_runs,
                                          runner_reference_batch=reference_batch,
                                          eval_timeout_s=timeout_s or CUDAGYM_V0.eval_timeout_s),
@@ -246,6 +246,16 @@ def test_the_empty_calls_cost_is_the_cheaper_of_two_rounds_taken_before_the_cand
     # without the runner's reference timing there is one round, and the note says nothing of rounds
     single = judge(pool, HONEST, mode=EvalMode.SUBMIT, job_id="one-round")
     assert not any("rounds taken before" in n for n in single.notes), single.notes
+
+
+def test_a_batched_yardstick_stops_at_the_precision_target_though_its_count_skips_the_tens(pool: WorkerPool) -> None:
+    # two single calls, then batches of ten: 12, 22, ... samples, never a multiple of 10, and the target was looked
+    # at only there, so the yardstick ran to its limit (H200, session 30: about 180 calls where single requests
+    # stopped near 30, the verdict's yardstick 0.82 s against 0.355 s). A target any samples meet stops it at 12.
+    result = judge(pool, HONEST, mode=EvalMode.SUBMIT, runner_reference_runs=200, reference_batch=10,
+                   job_id="batch-target", target_ci_pct=100.0)
+    assert result.status is EvalStatus.OK, result.message + result.log[-3000:]
+    assert result.runner_reference is not None and result.runner_reference.runs == 12, result.runner_reference
 
 
 def test_the_runners_reference_can_be_timed_in_batches_of_its_own_loop_before_the_candidate(pool: WorkerPool) -> None:
