@@ -224,7 +224,7 @@ def shown_spread_note(shown: dict[str, list[tuple[float, float]]]) -> str:
     ``shown`` holds per kind of timed request (``timed``: the candidate's; ``reference``: the task's reference in
     the runner, honest code by construction) each call's claim and what the clock showed of it. The spread of the
     reference's excess is what an honest claim's own noise looks like on this task and GPU: the measure against
-    which an allowance for claims (:data:`~cudagym.judge.split.remote.ON_TIME_SLACK`) is set. ``""`` where none.
+    which the charge's allowance (:func:`~cudagym.judge.split.remote.on_time_allowance_us`) is set. ``""`` where none.
     """
     parts = []
     for kind, rows in shown.items():
