@@ -251,11 +251,14 @@ def test_the_empty_calls_cost_is_the_cheaper_of_two_rounds_taken_before_the_cand
 def test_a_batched_yardstick_stops_at_the_precision_target_though_its_count_skips_the_tens(pool: WorkerPool) -> None:
     # two single calls, then batches of ten: 12, 22, ... samples, never a multiple of 10, and the target was looked
     # at only there, so the yardstick ran to its limit (H200, session 30: about 180 calls where single requests
-    # stopped near 30, the verdict's yardstick 0.82 s against 0.355 s). A target any samples meet stops it at 12.
+    # stopped near 30, the verdict's yardstick 0.82 s against 0.355 s). A loose target stops it at the first look that
+    # meets it: at 12 samples, or a batch later where one slow call on a busy host widened the interval of the first
+    # 12 past 100% (CI: 22); the old rule ran all 200.
     result = judge(pool, HONEST, mode=EvalMode.SUBMIT, runner_reference_runs=200, reference_batch=10,
                    job_id="batch-target", target_ci_pct=100.0)
     assert result.status is EvalStatus.OK, result.message + result.log[-3000:]
-    assert result.runner_reference is not None and result.runner_reference.runs == 12, result.runner_reference
+    assert result.runner_reference is not None, result.log[-3000:]
+    assert 10 < result.runner_reference.runs <= 42, result.runner_reference  # a look or three: never the 200
 
 
 def test_the_runners_reference_can_be_timed_in_batches_of_its_own_loop_before_the_candidate(pool: WorkerPool) -> None:
