@@ -552,16 +552,21 @@ class RunnerLink:
         """What the latest timed call, an on-time one, counts (:func:`on_time_charge`); more than its claim noted."""
         if not self.calibration_gap_us:
             return claim_us  # uncalibrated: the bracket rule flags the claims (judge_bracketed_claims)
-        counted = on_time_charge(claim_us, bracket_us, self.late_base_us, self.last_staged_us, self._after_go_base_us())
-        self.note_shown("timed", claim_us, bracket_us)
+        after_go = self._after_go_base_us()
+        counted = on_time_charge(claim_us, bracket_us, self.late_base_us, self.last_staged_us, after_go)
+        self.note_shown("timed", claim_us, bracket_us, after_go)
         if counted > claim_us:
             self.on_time_charged_us.append((claim_us, counted))
         return counted
 
-    def note_shown(self, kind: str, claim_us: float, bracket_us: float) -> None:
-        """Keep what the judge's clock showed of the latest on-time call of ``kind`` beside its claim (notes only)."""
+    def note_shown(self, kind: str, claim_us: float, bracket_us: float, after_go_base_us: float | None = None) -> None:
+        """Keep what the judge's clock showed of the latest on-time call of ``kind`` beside its claim (notes only).
+
+        ``after_go_base_us``: :meth:`_after_go_base_us` where the caller has it already.
+        """
         if self.calibration_gap_us:
-            shown = shown_us(bracket_us, self.late_base_us, self.last_staged_us, self._after_go_base_us())
+            after_go = self._after_go_base_us() if after_go_base_us is None else after_go_base_us
+            shown = shown_us(bracket_us, self.late_base_us, self.last_staged_us, after_go)
             self.on_time_shown_us.setdefault(kind, []).append((claim_us, shown))
 
     @property
