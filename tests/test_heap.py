@@ -1,0 +1,230 @@
+"""The shared heap's parts that need no GPU: the allocator's bookkeeping, where an output lies, the trusted gather.
+
+The allocator is the real library, built by the real compiler step and driven through ctypes over an address
+range that is never dereferenced (it only does arithmetic on it). The gather is the trusted side's real code on
+host tensors standing for the heap and the signals arena. Through the worker on the GPU:
+``tests/test_whitebox_gpu.py`` (white-box 36) and ``tests/test_split_gpu.py``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from cudagym.judge.split.arena import Slot
+from cudagym.judge.split.heap import (
+    HEAP_ALIGN,
+    INVALID,
+    MAX_OUTPUTS,
+    Allocator,
+    HeapError,
+    descriptor_word,
+    gather,
+    heap_bytes,
+    heap_offset,
+    library_path,
+    reserve_layout,
+    reset_words,
+)
+
+BASE = 0x7F00_0000_0000  # an address range for the allocator's arithmetic (never touched)
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(library_path(tmp_path_factory.mktemp("heap")))
+
+
+def fresh(library: str, tmp_path, size: int = 64 * MIB) -> Allocator:
+    """A fresh copy of the library (its state is per loaded copy), given [BASE, BASE + size)."""
+    copy = tmp_path / f"heap-{os.urandom(4).hex()}.so"
+    copy.write_bytes(open(library, "rb").read())
+    allocator = Allocator(copy)
+    allocator.init(BASE, size)
+    return allocator
+
+
+# --------------------------------------------------------------------------------------------- the allocator
+
+def test_the_library_is_built_once_and_kept(tmp_path) -> None:
+    first = library_path(tmp_path)
+    stamp = first.stat().st_mtime_ns
+    assert library_path(tmp_path) == first and first.stat().st_mtime_ns == stamp
+
+
+def test_no_compiler_is_a_clear_error(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # neither cc nor gcc
+    monkeypatch.delenv("CC", raising=False)
+    with pytest.raises(HeapError, match="needs a C compiler"):
+        library_path(tmp_path / "none")
+
+
+def test_a_failing_compiler_says_so(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("CC", "/bin/false")
+    with pytest.raises(HeapError, match="failed on the heap's allocator"):
+        library_path(tmp_path / "false")
+
+
+def test_spans_are_aligned_first_fit_and_inside_the_heap(library: str, tmp_path) -> None:
+    heap = fresh(library, tmp_path)
+    a, b, c = heap.alloc(1), heap.alloc(2 * MIB + 3), heap.alloc(HEAP_ALIGN)
+    assert a == BASE and b == BASE + HEAP_ALIGN and c == BASE + HEAP_ALIGN + 2 * MIB + HEAP_ALIGN
+    assert all(p % HEAP_ALIGN == 0 for p in (a, b, c))
+    heap.free(b)
+    assert heap.alloc(MIB) == b  # the first span that fits, at the lowest address
+    stats = heap.stats()
+    assert stats["in_use"] == 2 * HEAP_ALIGN + MIB and stats["peak"] >= stats["in_use"]
+
+
+def test_freed_neighbours_merge_back_into_one_span(library: str, tmp_path) -> None:
+    heap = fresh(library, tmp_path, size=8 * MIB)
+    spans = [heap.alloc(MIB) for _ in range(8)]
+    assert heap.alloc(1) == 0 or heap.stats()["outside_segments"] == 0  # full (no driver here: nothing outside)
+    for p in (spans[1], spans[3], spans[2], spans[0], spans[7], spans[5], spans[6], spans[4]):
+        heap.free(p)
+    stats = heap.stats()
+    assert stats["in_use"] == 0 and stats["free_spans"] == 1
+    assert heap.alloc(8 * MIB) == BASE  # the whole heap in one piece again
+
+
+def test_a_full_heap_without_a_driver_allocates_nothing(library: str, tmp_path) -> None:
+    heap = fresh(library, tmp_path, size=4 * MIB)
+    assert heap.alloc(4 * MIB) == BASE
+    assert heap.alloc(HEAP_ALIGN) == 0  # this machine has no libcuda: no segment outside either
+    assert heap.stats()["failed"] == 1
+
+
+def test_unknown_pointers_are_ignored_and_the_range_is_given_once(library: str, tmp_path) -> None:
+    heap = fresh(library, tmp_path, size=4 * MIB)
+    p = heap.alloc(MIB)
+    heap.free(p + HEAP_ALIGN)  # not a span it handed out
+    heap.free(0)
+    assert heap.stats()["in_use"] == MIB
+    with pytest.raises(HeapError, match="refused"):
+        heap.init(BASE, 4 * MIB)
+
+
+def test_a_range_too_small_for_one_span_is_refused(library: str, tmp_path) -> None:
+    copy = tmp_path / "small.so"
+    copy.write_bytes(open(library, "rb").read())
+    with pytest.raises(HeapError, match="refused"):
+        Allocator(copy).init(BASE + 1, HEAP_ALIGN)  # aligned up, nothing is left
+
+
+# --------------------------------------------------------------------------------------------- where an output lies
+
+def heap_and_slot(nbytes: int = 4096) -> tuple[torch.Tensor, Slot]:
+    heap = torch.zeros(nbytes * 4, dtype=torch.uint8)
+    return heap, Slot(0, (nbytes // 4,), "float32")
+
+
+def test_a_contiguous_output_in_the_heap_is_read_in_place() -> None:
+    heap, slot = heap_and_slot()
+    out = heap[HEAP_ALIGN * 2:HEAP_ALIGN * 2 + slot.nbytes].view(torch.float32)
+    assert heap_offset(out, slot, heap.data_ptr(), heap.numel(), heap.device) == HEAP_ALIGN * 2
+
+
+@pytest.mark.parametrize("case", ["outside", "misaligned", "strided", "dtype", "shape", "past_the_end", "negated",
+                                  "meta", "not_a_tensor"])
+def test_outputs_the_judge_cannot_read_in_place_are_copied(case: str) -> None:
+    heap, slot = heap_and_slot()
+    base, size = heap.data_ptr(), heap.numel()
+    inside = heap[:slot.nbytes].view(torch.float32)
+    tensor = {
+        "outside": torch.zeros(slot.shape),
+        "misaligned": heap[4:4 + slot.nbytes].view(torch.float32),
+        "strided": heap[:2 * slot.nbytes].view(torch.float32)[::2],
+        "dtype": heap[:slot.nbytes // 2].view(torch.float16),
+        "shape": inside.view(2, -1),
+        "past_the_end": heap[size - slot.nbytes:].view(torch.float32),
+        "negated": inside._neg_view(),
+        "meta": torch.empty(slot.shape, device="meta"),
+        "not_a_tensor": [inside],
+    }[case]
+    if case == "past_the_end":
+        assert heap_offset(tensor, slot, base, size, heap.device) == size - slot.nbytes  # ends where the heap does
+        size -= 1  # now its last byte lies one past the heap
+    assert heap_offset(tensor, slot, base, size, heap.device) is None
+
+
+def test_the_reserve_lays_outputs_out_on_the_heaps_alignment() -> None:
+    slots = [Slot(0, (3,), "float16"), Slot(0, (1000,), "float32"), Slot(0, (0,), "float32")]
+    offsets, total = reserve_layout(slots)
+    assert offsets == [0, HEAP_ALIGN, HEAP_ALIGN + 4096] and total == HEAP_ALIGN + 4096
+    assert heap_bytes(3 * HEAP_ALIGN, total) >= total + 2 * 3 * HEAP_ALIGN
+
+
+# --------------------------------------------------------------------------------------------- the trusted gather
+
+def words_for(calls: int) -> torch.Tensor:
+    words = torch.zeros(descriptor_word(calls, 0) if calls < 64 else descriptor_word(63, MAX_OUTPUTS - 1) + 1,
+                        dtype=torch.int32)
+    reset_words(words, calls)
+    return words
+
+
+@pytest.mark.parametrize("dtype,shape", [(torch.float32, (33, 7)), (torch.float16, (5,)), (torch.uint8, (13,)),
+                                         (torch.int64, (2, 3)), (torch.bool, (9,)), (torch.complex64, (4,)),
+                                         (torch.float32, ())])
+def test_outputs_come_back_from_where_the_words_say(dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    heap = torch.zeros(1 << 16, dtype=torch.uint8)
+    value = (torch.randn(shape) * 10).to(dtype) if dtype != torch.bool else torch.rand(shape) > 0.5
+    slot = Slot(0, tuple(shape), str(dtype).removeprefix("torch."))
+    at = 7 * HEAP_ALIGN
+    heap[at:at + slot.nbytes] = value.reshape(-1).view(torch.uint8)
+    words = words_for(2)
+    words[descriptor_word(1, 0)] = at // HEAP_ALIGN  # call 1's first output
+    outs, valid = gather(heap, words, 1, [slot])
+    assert bool(valid) and outs[0].dtype == dtype and tuple(outs[0].shape) == tuple(shape)
+    assert torch.equal(outs[0], value)
+    heap.zero_()
+    assert torch.equal(outs[0], value)  # a copy of this process's own
+
+
+def test_many_outputs_and_chunks(monkeypatch) -> None:
+    import cudagym.judge.split.heap as heap_module
+
+    monkeypatch.setattr(heap_module, "GATHER_CHUNK", 5)  # several gather kernels per output
+    heap = torch.zeros(1 << 15, dtype=torch.uint8)
+    slots = [Slot(0, (n,), "float32") for n in (1, 17, 64)]
+    words, values, at = words_for(1), [], HEAP_ALIGN
+    for i, slot in enumerate(slots):
+        value = torch.randn(slot.shape)
+        heap[at:at + slot.nbytes] = value.view(torch.uint8)
+        words[descriptor_word(0, i)] = at // HEAP_ALIGN
+        values.append(value)
+        at += 4 * HEAP_ALIGN
+    outs, valid = gather(heap, words, 0, slots)
+    assert bool(valid) and all(torch.equal(o, v) for o, v in zip(outs, values, strict=True))
+
+
+@pytest.mark.parametrize("word", ["unwritten", "past_the_end", "straddles_the_end", "huge"])
+def test_a_word_that_is_missing_or_out_of_bounds_fails_the_call(word: str) -> None:
+    heap = torch.full((8 * HEAP_ALIGN,), 7, dtype=torch.uint8)
+    slot = Slot(0, (HEAP_ALIGN // 4 * 2,), "float32")  # two units long
+    words = words_for(1)
+    words[descriptor_word(0, 0)] = {"unwritten": -1, "past_the_end": 8, "straddles_the_end": 7,
+                                    "huge": 0x7FFFFFFF}[word]
+    if word == "unwritten":
+        assert int(words[descriptor_word(0, 0)]) & INVALID == INVALID
+    outs, valid = gather(heap, words, 0, [slot])  # no index beyond the heap is ever read
+    assert not bool(valid)
+    assert tuple(outs[0].shape) == slot.shape
+
+
+def test_an_output_larger_than_the_heap_is_the_judges_error() -> None:
+    with pytest.raises(ValueError, match="cannot lie in a heap"):
+        gather(torch.zeros(HEAP_ALIGN, dtype=torch.uint8), words_for(1), 0, [Slot(0, (HEAP_ALIGN,), "float32")])
+
+
+def test_reset_marks_every_word_of_the_request_unwritten() -> None:
+    words = torch.zeros(descriptor_word(3, 0) + 8, dtype=torch.int32)
+    reset_words(words, 3)
+    first = descriptor_word(0, 0)
+    assert bool((words[first:descriptor_word(3, 0)] == -1).all()) and int(words[first - 1]) == 0
+    assert int(words[descriptor_word(3, 0)]) == 0
+    with pytest.raises(ValueError):
+        descriptor_word(64, 0)
