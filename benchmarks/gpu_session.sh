@@ -67,6 +67,7 @@ for s in $steps; do
     local)      run_step local      $pyt tests/test_local_judge.py tests/test_worker_faults_gpu.py -m gpu ;;
     split)      run_step split      $pyt tests/test_split_gpu.py tests/test_split.py ;;
     split_gpu)  run_step split_gpu  $pyt tests/test_split_gpu.py ;;  # the split's GPU tests alone (test_split.py is CPU)
+    heap)       run_step heap       $pyt -m gpu tests/test_heap_gpu.py ;;  # the shared heap in one process (wb_36: through the worker)
     templates)  run_step templates  $pyt tests/test_templates.py -m gpu ;;
     tmpl_*)     run_step "$s"       $pyt tests/test_templates.py -m gpu -k "${s#tmpl_}" ;;  # one format: tmpl_raw
     whitebox)   run_step whitebox   $pyt tests/test_whitebox_gpu.py ;;

@@ -554,6 +554,91 @@ def test_signalling_done_before_the_outputs_gains_nothing(swish, judge, honest) 
     assert result.status in (EvalStatus.INCORRECT, EvalStatus.RULE_VIOLATION), result.message + result.log[-2000:]
 
 
+# (36) Outputs written in place: the forward finds the output arena's slot of its timed call on the runner's stack,
+# computes straight into it with the solution's own fused kernel (a binding added for that) and returns the slot, and
+# its timer claims 1 us. The runner used to copy the outputs into that slot (a copy onto itself: torch skips it), and
+# the judge took an empty call's cost, which holds that copy, off what its clock showed: a memory-bound kernel as long
+# as the copy showed next to nothing, and the forged claim stood. The judge now reads outputs where they lie in the
+# heap it shares with the runner (cudagym.judge.split.heap): an empty call holds no copy, and the slot, outside the
+# heap, is copied into the heap's reserve inside the call's own time.
+INTO_BINDING = """
+
+namespace {
+
+void swish_into(const torch::Tensor& x, torch::Tensor y) {
+  TORCH_CHECK(y.is_cuda() && y.is_contiguous() && y.numel() == x.numel(), "swish_into: expected an output like x");
+  const int err = launch_swish(x.data_ptr<float>(), y.data_ptr<float>(), x.numel(),
+                               at::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(err == 0, "swish_into: kernel launch failed");
+}
+
+}  // namespace
+
+REGISTER_BINDING(swish_into, swish_into);
+"""
+WRITES_THE_ARENA = TIMER_FORGED + """
+_forward36 = ModelNew.forward
+def _slot36():
+    from cudagym.judge.split.arena import Slot, views
+    frame = _sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_timed_call" and "request" in frame.f_locals:
+            server, request = frame.f_locals["self"], frame.f_locals["request"]
+            return views(server.arenas["outputs"].tensor, [Slot.from_json(s) for s in request["outputs"]])[0]
+        frame = frame.f_back
+    return None
+def _in_place(self, x):
+    out = _slot36()
+    if out is None:
+        return _forward36(self, x)
+    cuda_extension.swish_into(x, out)
+    return out
+ModelNew.forward = _in_place
+"""
+COPY_DELIVERY = NO_GUARDS.with_changes(id="whitebox-gpu-copy-delivery", extra={"delivery": "copy"})
+
+
+def _writes_the_arena(reference: Solution) -> Solution:
+    files = dict(_with(reference, WRITES_THE_ARENA).files)
+    binding = "kernels/swish_binding.cpp"
+    files[binding] = files[binding] + INTO_BINDING
+    return Solution("extension", files)
+
+
+def test_36_outputs_written_in_place_skip_no_copy(swish, judge, honest) -> None:
+    task, reference = swish
+    attack = _writes_the_arena(reference)
+    result = judge.evaluate(task, attack, EvalMode.SUBMIT)
+    print(f"heap: {result.status.value} {result.candidate.median_us:.1f} us: {result.message[:400]}\n"
+          f"{result.log[-2000:]}")
+    assert "outputs read from the heap shared with the runner" in result.log, result.log[-3000:]
+    assert_no_gain(result, honest)
+    with LocalJudge(COPY_DELIVERY, devices=list(probe_gpus("auto").device_ids[:1])) as copy_judge:
+        control = copy_judge.evaluate(task, attack, EvalMode.SUBMIT)
+    print(f"control (copy delivery): {control.status.value} {control.candidate.median_us:.1f} us: "
+          f"{control.message[:400]}")
+    if not (control.status is EvalStatus.OK and control.candidate.median_us < 0.5 * honest.candidate.median_us):
+        raise RuntimeError("the attack did not beat the old copy delivery: not the hole this test is about\n"
+                           f"{control.status.value}: {control.message}\n{control.log[-2000:]}")
+
+
+# (36b) The words skipped: the runner says nowhere where its outputs lie (its delivery patched to do nothing) while
+# the forward computes them as the honest solution does. The judge resets every word before each go, so nothing an
+# earlier call wrote can stand in: the calls' outputs are not delivered.
+WORDS_UNWRITTEN = """
+import sys as _s36
+for _m36 in (_s36.modules.get("__main__"), _s36.modules.get("cudagym.judge.split.runner")):
+    if _m36 is not None and hasattr(_m36, "_Server"):
+        _m36._Server._heap_outputs = lambda self, expected, tensors, call: ""
+"""
+
+
+def test_36b_outputs_whose_place_is_not_said_are_not_delivered(swish, judge) -> None:
+    result = _submit(swish, judge, WORDS_UNWRITTEN)
+    assert result.status is EvalStatus.INCORRECT, result.message + result.log[-2000:]
+    assert "did not say where" in result.message + result.log, result.message
+
+
 # (20) A forward that shows the profiler other work than it does when timed: with a profiler on (only while the judge
 # profiles its kernels for the attribution), it runs its kernel four times; otherwise once. Its outputs are right
 # either way; the profiled kernels take four timed medians per forward, which no timed call of that forward could

@@ -281,6 +281,9 @@ def _load_remote(ctx: EvalContext) -> None:
     del prime
     marks.append(time.perf_counter())
     ctx.remote.hand(ctx.runner_job)
+    if ctx.remote.bracket and ctx.job.mode is not EvalMode.VERIFY and _reads_the_heap(ctx, model):
+        ctx.remote.setup_heap(model.out_slots, model.out_bytes)  # before the runner times anything
+        ctx.note(f"{HEAP_NOTE}: {ctx.remote.heap.size if ctx.remote.heap is not None else 0} bytes")
     marks.append(time.perf_counter())
     if ctx.job.mode is not EvalMode.VERIFY:  # before any candidate code is in the runner: an empty call's cost
         model.calibrate(inputs, between=_calibration_between(ctx, inputs))
@@ -297,6 +300,25 @@ def _load_remote(ctx: EvalContext) -> None:
     marks.append(time.perf_counter())
     spent = [b - a for a, b in zip(marks, marks[1:], strict=False)]
     ctx.note(LOAD_NOTE.format(*spent) + (f" (the runner's account: {stages})" if stages else ""))
+
+
+def _reads_the_heap(ctx: EvalContext, model: Any) -> bool:
+    """Whether bracketed calls' outputs are read from the heap shared with the runner (else the runner copies them).
+
+    The default; ``extra["delivery"] = "copy"`` is a probe's comparison. A task with more outputs a call than the
+    heap's words hold is delivered by copy, noted.
+    """
+    from cudagym.judge.split.heap import MAX_OUTPUTS
+
+    if ctx.protocol.extra.get("delivery", "heap") != "heap":
+        return False
+    if len(model.out_slots) > MAX_OUTPUTS:
+        ctx.note(f"{HEAP_NOTE}: off, {len(model.out_slots)} outputs a call (at most {MAX_OUTPUTS} are read so)")
+        return False
+    return True
+
+
+HEAP_NOTE = "outputs read from the heap shared with the runner"
 
 
 def _calibration_between(ctx: EvalContext, inputs: list[Any]) -> Callable[[], None] | None:

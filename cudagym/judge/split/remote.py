@@ -29,6 +29,7 @@ from cudagym.judge.harness.timing import Measurement
 from cudagym.judge.split import RUNNER_PHASES
 from cudagym.judge.split.arena import Arena, Slot, layout, new_arena, place, views
 from cudagym.judge.split.channel import MAX_MESSAGE_BYTES, Channel, RunnerLost
+from cudagym.judge.split.heap import gather, heap_bytes, library_fd, reserve_layout, reset_words, undelivered
 from cudagym.judge.split.signals import CALL_DONE, CALL_GO, CALL_SPIN_S, SIGNAL_BYTES
 
 MIN_REPLY_S = 5.0  # the least time a request gets, whatever the job's budget says
@@ -368,6 +369,10 @@ class RunnerLink:
         self._marks: list[Any] = []  # chained calls' done events (_call_mark)
         self._side: Any = None
         self.arena_peak_bytes = 0  # the most device (or host) memory the arenas held at once
+        # the heap the runner's allocations lie in, from which this process copies bracketed calls' outputs itself
+        # (cudagym.judge.split.heap; None: they are delivered by the runner's copy into the output arena)
+        self.heap: Arena | None = None
+        self.last_undelivered = ""  # why the latest bracketed call's outputs could not be read from the heap
         self.runner_peak_bytes = 0  # the runner's own peak device memory, as it reports it (its allocator's)
 
     def request(self, message: dict[str, Any], fds: list[int] | None = None, expect: str = "",
@@ -454,8 +459,8 @@ class RunnerLink:
         return median(self.series_empty_claims_us) if self.series_empty_claims_us else 0.0
 
     def arena_bytes(self) -> int:
-        """Device (or host) memory the arenas hold now."""
-        return sum(a.size for a in self.arenas.values())
+        """Device (or host) memory the arenas (and the heap) hold now."""
+        return sum(a.size for a in self.arenas.values()) + (self.heap.size if self.heap is not None else 0)
 
     def mark_checked(self) -> None:
         """The latest timed call's outputs were compared with the reference's (see :attr:`checked_timed`)."""
@@ -491,6 +496,8 @@ class RunnerLink:
         wait_value(stream.cuda_stream, base + ARMED, n)  # until the runner has queued the whole request
         start.record(stream)
         stage()
+        if self.heap is not None:  # the runner must say again, in these calls, where their outputs lie
+            reset_words(self.arenas["signals"].tensor.view(torch.int32), calls)
         if self.flusher is not None:
             self.flusher.flush()
         staged.record(stream)  # the judge's own part ends: what follows is the runner's calls and delivery
@@ -502,7 +509,11 @@ class RunnerLink:
             marks[-1].record(stream)
             if between is not None:
                 between(k)
-        outputs = [v.clone() for v in views(self.arenas["outputs"].tensor, out_slots)] if keep else []
+        valid = None
+        if keep and self.heap is not None:
+            outputs, valid = self.gather(0, out_slots)
+        else:
+            outputs = [v.clone() for v in views(self.arenas["outputs"].tensor, out_slots)] if keep else []
         t1 = t0
         self.last_late = False
         try:
@@ -523,7 +534,41 @@ class RunnerLink:
         bracket_us = start.elapsed_time(end) * 1000.0
         self.last_intervals_us = [a.elapsed_time(b) * 1000.0 for a, b in zip(marks, marks[1:], strict=False)]
         self.last_parts_us = [(t1 - t0) * 1e6, (t2 - t1) * 1e6, (time.perf_counter() - t2) * 1e6]
+        self.last_undelivered = "" if valid is None or bool(valid.item()) else undelivered(0)
         return reply, bracket_us, outputs
+
+    def gather(self, call: int, slots: list[Slot]) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """Queue the copy of call ``call``'s outputs out of the heap, from where the runner's words say.
+
+        The outputs as this process's tensors, and whether every word was written and in bounds (a boolean on the
+        device: read it once the copy is done).
+        """
+        assert self.heap is not None
+        return gather(self.heap.tensor, self.arenas["signals"].tensor.view(torch.int32), call, slots)
+
+    def setup_heap(self, slots: list[Slot], output_bytes: int) -> None:
+        """Share a heap with the runner, before it times anything: its allocations lie there from then on.
+
+        Bracketed calls' outputs are then copied out of it by this process (:mod:`cudagym.judge.split.heap`).
+
+        Raises:
+            HeapError: The allocator could not be built here.
+            RunnerLost: The runner could not take the heap (before any candidate code: the judge's failure).
+        """
+        import os
+
+        _, reserve = reserve_layout(slots)
+        self.heap = new_arena(heap_bytes(output_bytes, reserve), self.device)
+        self.arena_peak_bytes = max(self.arena_peak_bytes, self.arena_bytes())
+        fds = [self.heap.descriptor(), library_fd()]
+        try:
+            self.request({"kind": "heap", "size": self.heap.size, "reserve": reserve}, fds, expect="heap_attached")
+        except CandidateFailure as failure:  # no candidate code is in the runner yet
+            raise RunnerLost(f"the runner could not map the shared heap ({failure.stage}: "
+                             f"{failure.text.strip()[-600:]})") from None
+        finally:
+            for fd in fds:
+                os.close(fd)
 
     def _call_mark(self, k: int) -> Any:
         """The timing event recorded as call ``k`` of a chained bracket signalled done (one per call, kept)."""
@@ -609,6 +654,9 @@ class RunnerLink:
         The account is the runner's own (``setup 0.01 s, ...``), for notes only.
         """
         self.candidate_sent = True  # from here on the runner's process holds candidate code
+        if self.heap is not None:  # nothing the reference's calls left there is readable by the candidate
+            self.heap.tensor.zero_()
+            torch.cuda.synchronize(self.device)
         if self.on_candidate is not None:
             self.on_candidate()
         reply = self.request({"kind": "start", **start}, expect="loaded")
@@ -643,7 +691,7 @@ class RunnerLink:
             self.arenas["signals"].tensor.zero_()
             torch.cuda.synchronize(self.device)
             self._round = 0
-        self.arena_peak_bytes = max(self.arena_peak_bytes, sum(a.size for a in self.arenas.values()))
+        self.arena_peak_bytes = max(self.arena_peak_bytes, self.arena_bytes())
         fds = [a.descriptor() for a in self.arenas.values()]
         try:
             self.request({"kind": "arenas", "sizes": {k: a.size for k, a in self.arenas.items()},
@@ -671,6 +719,9 @@ class RunnerLink:
         for arena in self.arenas.values():
             arena.close()
         self.arenas = {}
+        if self.heap is not None:
+            self.heap.close()
+            self.heap = None
 
 
 class RemoteModel:
@@ -689,6 +740,7 @@ class RemoteModel:
         # the last call's plain arguments (None where a tensor went into a slot) and its slots: no tensor is kept
         self._last: tuple[list[Any], list[bool], list[Slot]] | None = None
         self._series_seen: list[list[Any]] = []  # each call's copy of its inputs in the latest series, as it ended
+        self._series_read: list[torch.Tensor] = []  # per call of it, read from the heap: whether its words were right
         self._series_set_bytes = 0  # one input set's bytes in the latest series (the arenas go back to that)
 
     def parameters(self) -> list[torch.Tensor]:
@@ -793,6 +845,8 @@ class RemoteModel:
             raise RunnerLost("the runner sent a malformed reply (problem)")
         if problem:
             return StructureMismatch(problem[:2000])
+        if outs is not None and self.bracketed and self.link.last_undelivered:
+            return StructureMismatch(self.link.last_undelivered)
         if outs is None:
             outs = [v.clone() for v in views(self.link.arenas["outputs"].tensor, self.out_slots)]
         return rebuilt(outs, self.container)
@@ -911,13 +965,20 @@ class RemoteModel:
             at += len(own[k])
         outs: list[torch.Tensor] = []
         seen: list[list[Any]] = []
+        self._series_read = []
+        heap = self.bracketed and self.link.heap is not None
 
         def stage() -> None:
             place(inputs, own[0], tensors[0])
             outputs.fill_(0xFF)  # nothing of an earlier call stays readable as an answer
 
         def between(k: int) -> None:  # call k is done: what it left, then the next call's inputs
-            outs.extend(v.clone() for v in views(outputs, self._series_slots(k)))
+            if heap:  # copied out of the heap from where the runner said, before the next call can reuse it
+                got, read = self.link.gather(k, self.out_slots)
+                outs.extend(got)
+                self._series_read.append(read)
+            else:
+                outs.extend(v.clone() for v in views(outputs, self._series_slots(k)))
             copies = iter([v.clone() for v in views(inputs, own[k])])
             values, is_tensor = plain[k]
             seen.append([next(copies) if t else v for v, t in zip(values, is_tensor, strict=True)])
@@ -994,9 +1055,14 @@ class RemoteModel:
             raise RunnerLost("the runner sent a malformed reply (problem)")
         n = len(self.out_slots)
         outputs: list[Any] = []
+        read = [bool(r.item()) for r in self._series_read]
         for k in range(count):  # every call's outputs were copied out as it said done (or as the series ended)
-            outputs.append(StructureMismatch(problem[:2000]) if problem
-                           else rebuilt(outs[k * n:(k + 1) * n], self.container))
+            if problem:
+                outputs.append(StructureMismatch(problem[:2000]))
+            elif read and not read[k]:
+                outputs.append(StructureMismatch(undelivered(k)))
+            else:
+                outputs.append(rebuilt(outs[k * n:(k + 1) * n], self.container))
         return SeriesReading(outputs, series_work_us(intervals, median(self.link.series_gap_us)),
                              self.bracketed and self.link.last_late)
 

@@ -6,7 +6,8 @@ trusted side's calibration (``calibrate``) and, where the protocol asks, the tas
 speedups' yardstick, timed in the process that will time the candidate) while it still holds no candidate code,
 loads the solution, and
 then only answers requests: run ``ModelNew`` on the inputs the trusted side put in the input arena and
-copy what it returned into the output arena (``forward``), the same with the timer around it (``timed``),
+copy what it returned into the output arena (``forward``), the same with the timer around it (``timed``; on the
+GPU its outputs stay where they were made, in the heap the trusted side shares, :mod:`cudagym.judge.split.heap`),
 calls back to back on input sets of their own (``series``; an empty one as calibration, ``calibrate_series``,
 before the candidate loads), a kernel profile (``profile``), and the guard hooks that inspect this process
 (``hook``). It never sees a
@@ -84,6 +85,9 @@ class _Server:
         self.started_s = 0.0  # from the process's birth to ready
         self.reference: Any = None  # the task's reference, loaded before the candidate (for its timed calls)
         self.reference_model: Any = None  # its Model, dropped before the candidate loads
+        self.heap: Any = None  # the heap the trusted side reads outputs from (cudagym.judge.split.heap; GPU path)
+        self.heap_library_fd = -1  # the heap's allocator, loaded through /proc/self/fd
+        self.delivered: list[Any] = []  # the latest request's outputs as delivered: kept until the next request
 
     def warm(self) -> None:
         """Import torch and the harness; on a GPU, create the context and calibrate the launch cover."""
@@ -118,19 +122,27 @@ class _Server:
             if kind == "start":
                 break
             t0 = time.perf_counter()
+            self.delivered = []
             try:
                 if kind == "arenas":
                     reply = self._attach(start, fds)
+                elif kind == "heap":
+                    reply = self._attach_heap(start, fds)
                 elif kind == "calibrate":
-                    reply = self._calibrate(job, start)
+                    with self._routed():
+                        reply = self._calibrate(job, start)
                 elif kind == "calibrate_series":
-                    reply = self._calibrate_series(job.protocol, start)
+                    with self._routed():
+                        reply = self._calibrate_series(job.protocol, start)
                 elif kind == "reference_warm":
-                    reply = self._reference_warm(job, start)
+                    with self._routed():
+                        reply = self._reference_warm(job, start)
                 elif kind == "reference":
-                    reply = self._timed_reference(job, start)
+                    with self._routed():
+                        reply = self._timed_reference(job, start)
                 elif kind == "reference_batch":
-                    reply = self._timed_reference_batch(job, start)
+                    with self._routed():
+                        reply = self._timed_reference_batch(job, start)
                 else:
                     reply = {"kind": "error", "message": f"unknown request {str(kind)[:60]!r} before start"}
             except Exception as exc:
@@ -150,8 +162,10 @@ class _Server:
                 self.channel.send(self._end())
                 return
             t0 = time.perf_counter()
+            self.delivered = []
             try:
-                reply = self._answer(kind, request, fds)
+                with self._routed():  # what the candidate makes while it answers lies in the heap (GPU path)
+                    reply = self._answer(kind, request, fds)
             except Exception as exc:  # a candidate failure, or our own: the trusted side decides
                 reply = _failure_reply(exc)
             reply["handled_us"] = (time.perf_counter() - t0) * 1e6
@@ -280,6 +294,29 @@ class _Server:
             self.arenas[name] = attach_arena(fd, int(sizes[name]), self.device)
         return {"kind": "attached"}
 
+    def _attach_heap(self, request: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+        """Map the trusted side's heap and route this process's allocations there while it answers requests.
+
+        ``fds``: the heap's arena, then the allocator library (:mod:`cudagym.judge.split.heap`).
+        """
+        from cudagym.judge.split.arena import attach_arena
+        from cudagym.judge.split.heap import RunnerHeap
+
+        if self.device.type != "cuda" or len(fds) != 2 or self.heap is not None:
+            for fd in fds:
+                os.close(fd)
+            raise ValueError("a heap is for the GPU path, given once, as two descriptors")
+        arena = attach_arena(fds[0], int(request["size"]), self.device)
+        self.heap_library_fd = fds[1]
+        self.heap = RunnerHeap(arena, f"/proc/self/fd/{fds[1]}", int(request["reserve"]))
+        return {"kind": "heap_attached"}
+
+    def _routed(self) -> Any:
+        """Allocations of this thread into the heap while inside (nothing where there is none)."""
+        from contextlib import nullcontext
+
+        return self.heap.routed() if self.heap is not None else nullcontext()
+
     def _args(self, request: dict[str, Any]) -> list[Any]:
         from cudagym.judge.split.arena import Slot, views
 
@@ -301,8 +338,12 @@ class _Server:
             torch.cuda.synchronize(self.device)
         return problem
 
-    def _queue_outputs(self, request: dict[str, Any], outputs: Any) -> str:
-        """Queue the outputs' copy into the output arena on the current stream; ``""`` or why it cannot be made."""
+    def _queue_outputs(self, request: dict[str, Any], outputs: Any, call: int | None = None) -> str:
+        """Queue the outputs' delivery on the current stream; ``""`` or why it cannot be made.
+
+        Into the output arena by copy; or, for call ``call`` of a request the trusted side brackets where it shares
+        a heap, by saying where each output lies in the heap (:meth:`_heap_outputs`).
+        """
         from cudagym.judge.split.arena import Slot, views
         from cudagym.judge.split.remote import delivered_tensors, structure_problem
 
@@ -313,8 +354,38 @@ class _Server:
             return problem
         # in the slots' order (a dict's in the reference's key order, whatever order the candidate's has)
         tensors, _ = delivered_tensors(outputs, container)
+        if call is not None and self.heap is not None:
+            return self._heap_outputs(expected, tensors, call)
         for view, tensor in zip(views(self.arenas["outputs"].tensor, expected), tensors, strict=True):
             view.copy_(tensor)
+        return ""
+
+    def _heap_outputs(self, expected: list[Any], tensors: list[Any], call: int) -> str:
+        """Write where each output lies in the heap, on the current stream (one word each, before the done).
+
+        An output the trusted side cannot read in place is first copied into the heap's reserve (in this call's
+        time). The outputs are kept alive until the next request: their blocks are not reused before the trusted
+        side has copied them out.
+        """
+        import torch
+
+        from cudagym.judge.split.heap import HEAP_ALIGN, MAX_OUTPUTS, descriptor_word, reserve_layout
+        from cudagym.judge.split.signals import write_value
+
+        if len(expected) > MAX_OUTPUTS:
+            return f"{len(expected)} outputs: more than the {MAX_OUTPUTS} one call can deliver"
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        words = self.arenas["signals"].tensor.data_ptr()
+        spare, _ = reserve_layout(expected)
+        for i, (slot, tensor) in enumerate(zip(expected, tensors, strict=True)):
+            offset = self.heap.offset_of(tensor, slot)
+            if offset is None:
+                view = self.heap.reserve_view(spare[i], slot)
+                view.copy_(tensor)
+                offset, tensor = spare[i], view
+                self.heap.copied += 1
+            self.delivered.append(tensor)
+            write_value(stream, words + 4 * descriptor_word(call, i), offset // HEAP_ALIGN)
         return ""
 
     def _forward(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -539,7 +610,7 @@ class _Server:
                 import torch
 
                 with torch.cuda.stream(stream):  # the call's stream, whatever the candidate made current
-                    problem = self._queue_outputs(slots, outputs) or problem
+                    problem = self._queue_outputs(slots, outputs, k if bracket is not None else None) or problem
             else:
                 ended = PRISTINE.perf_counter()
                 problem = self._queue_outputs(slots, outputs) or problem
@@ -605,6 +676,11 @@ class _Server:
     def _end(self) -> dict[str, Any]:
         files, network = escape.finish_job()
         notes = list(self.ctx.notes) if self.ctx is not None else []
+        if self.heap is not None:  # the runner's word: notes only
+            stats = self.heap.allocator.stats()
+            notes.append(f"the runner's heap: {self.heap.copied} output(s) copied into its reserve, not made in it; "
+                         f"peak {stats['peak']} bytes in use, {stats['outside_segments']} segment(s) "
+                         f"({stats['outside_bytes']} bytes) from outside it")
         return {"kind": "ended", "files": files[:100], "network": network[:100], "notes": notes[-50:],
                 "violations": self._new_violations()}
 
@@ -646,7 +722,7 @@ class _RunnerBracket:
 
         marks = [time.perf_counter()]
         with torch.cuda.stream(stream):  # the call's stream, whatever the candidate made current
-            self.problem = self.server._queue_outputs(self.request, outputs)
+            self.problem = self.server._queue_outputs(self.request, outputs, call=0)
         marks.append(time.perf_counter())
         self.parts_us = [(marks[1] - marks[0]) * 1e6, *self.finish(stream)]
 

@@ -4,10 +4,15 @@ A runner's timing claim is its own CUDA events around the candidate's call, in a
 controls: it can say anything. What the trusted process can know is when, on the GPU's own timeline, the
 runner's work for one timed call began and when its outputs were in place. One timed call, bracketed::
 
-    trusted stream:  wait ARMED >= n | A | inputs into the arena, outputs poisoned, L2 flush | GO := n
-                     | wait DONE >= n | B | copy the outputs out (what the judge compares)
-    runner stream:   wait GO >= n | start | forward | end | outputs into the arena | DONE := n
+    trusted stream:  wait ARMED >= n | A | inputs into the arena, words reset, L2 flush | GO := n
+                     | wait DONE >= n | B | copy the outputs out of the heap, from where the words say
+    runner stream:   wait GO >= n | start | forward | end | a word per output: where it lies | DONE := n
     runner, beside:  ARMED := n once the whole call is queued (the GPU never waits for its host inside [A, B])
+
+The heap is memory the trusted process allocated and shares with the runner, whose allocations lie there while it
+answers (:mod:`cudagym.judge.split.heap`): the outputs are read where the forward made them, so no copy of the
+runner's is in the call's time or in an empty call's (with ``extra["delivery"] = "copy"``, a probe's comparison,
+the runner copies them into the output arena instead, and the trusted stream copies them out of that).
 
 ``A`` and ``B`` are the trusted process's own timing events. The runner cannot start before ``GO`` (its
 inputs are not in the arena before it), and whatever it leaves unfinished when the trusted stream copies
@@ -41,7 +46,9 @@ CALL_DONE, CALL_GO = "series_call_done", "series_go"
 CALL_SPIN_S = 0.0005  # each side looks for the other's word this long without sleeping (Channel.spin) before it waits
 
 GO, DONE, ARMED = 0, 256, 512  # byte offsets of the three words (a line apart)
-SIGNAL_BYTES = 1024
+# then, from byte 1024, one word per output of each call saying where it lies in the shared heap
+# (cudagym.judge.split.heap: 64 calls of 256 outputs)
+SIGNAL_BYTES = 1024 + 64 * 256 * 4
 
 
 def write_value(stream: int, address: int, value: int) -> None:

@@ -1,0 +1,117 @@
+"""The shared heap on a GPU, in one process playing both sides: routing, the fallback, words and the gather.
+
+The trusted side's arena is exported and mapped again as the runner maps it (a second mapping of the same VMM
+allocation), the allocator library is loaded through ``/proc/self/fd`` as the runner loads it, and the words are
+written by stream memory operations as the runner writes them. Across two processes and the sandbox, through the
+worker: ``tests/test_whitebox_gpu.py`` (white-box 36), ``tests/test_bundled_split_gpu.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from cudagym.judge.split.arena import DeviceArena, Slot, attach_arena
+from cudagym.judge.split.heap import (
+    HEAP_ALIGN,
+    RunnerHeap,
+    descriptor_word,
+    gather,
+    library_path,
+    reserve_layout,
+    reset_words,
+)
+from cudagym.judge.split.signals import SIGNAL_BYTES, write_value
+
+pytestmark = pytest.mark.gpu
+
+MIB = 1 << 20
+
+
+@pytest.fixture
+def sides(tmp_path: Path):
+    """The trusted side's heap and signals, and a runner's heap over a second mapping of the same heap."""
+    device = torch.device("cuda", 0)
+    slots = [Slot(0, (1024, 1024), "float32"), Slot(0, (3,), "float16")]
+    _, reserve = reserve_layout(slots)
+    trusted = DeviceArena(reserve + 64 * MIB, device)
+    signals = DeviceArena(SIGNAL_BYTES, device)
+    signals.tensor.zero_()
+    library = tmp_path / "heap.so"  # a copy of its own: the allocator's state is per loaded library
+    shutil.copyfile(library_path(tmp_path / "built"), library)
+    fd = os.open(library, os.O_RDONLY)
+    mapped = attach_arena(trusted.descriptor(), trusted.size, device)
+    heap = RunnerHeap(mapped, f"/proc/self/fd/{fd}", reserve)
+    yield trusted, signals, heap, slots
+    torch.cuda.synchronize()
+    del heap
+    mapped.close()
+    signals.close()
+    trusted.close()
+    os.close(fd)
+
+
+def test_what_a_forward_makes_while_routed_lies_in_the_heap_and_comes_back(sides) -> None:
+    trusted, signals, heap, slots = sides
+    words = signals.tensor.view(torch.int32)
+    x = torch.randn(1024, 1024, device="cuda")
+    with heap.routed():
+        y = torch.sigmoid(x) * x  # the forward's own allocations
+        z = torch.arange(3, device="cuda", dtype=torch.float16)
+    offsets = [heap.offset_of(y, slots[0]), heap.offset_of(z, slots[1])]
+    assert all(o is not None and o >= heap.reserve_bytes and o % HEAP_ALIGN == 0 for o in offsets), offsets
+    stream = torch.cuda.current_stream()
+    reset_words(words, 1)
+    for i, offset in enumerate(offsets):
+        write_value(stream.cuda_stream, signals.tensor.data_ptr() + 4 * descriptor_word(0, i), offset // HEAP_ALIGN)
+    outs, valid = gather(trusted.tensor, words, 0, slots)  # from the trusted side's own mapping
+    assert bool(valid.item())
+    assert torch.equal(outs[0], y) and torch.equal(outs[1], z)
+    assert heap.allocator.stats()["in_use"] > 0
+
+
+def test_an_output_outside_the_heap_goes_through_the_reserve(sides) -> None:
+    trusted, signals, heap, slots = sides
+    outside = torch.randn(1024, 1024, device="cuda")  # not routed: torch's own pool
+    assert heap.offset_of(outside, slots[0]) is None
+    offsets, _ = reserve_layout(slots)
+    view = heap.reserve_view(offsets[0], slots[0])
+    view.copy_(outside)
+    assert heap.offset_of(view, slots[0]) == offsets[0]
+    words = signals.tensor.view(torch.int32)
+    reset_words(words, 1)
+    write_value(torch.cuda.current_stream().cuda_stream, signals.tensor.data_ptr() + 4 * descriptor_word(0, 0),
+                offsets[0] // HEAP_ALIGN)
+    outs, valid = gather(trusted.tensor, words, 0, slots[:1])
+    assert bool(valid.item()) and torch.equal(outs[0], outside)
+
+
+def test_a_full_heap_falls_back_to_the_driver_and_nothing_fails(sides) -> None:
+    _, _, heap, slots = sides
+    with heap.routed():
+        big = torch.ones(128 * MIB // 4, device="cuda")  # twice the heap beside its reserve
+        small = torch.ones(16, device="cuda")
+    assert float(big.sum()) == 128 * MIB // 4 and float(small.sum()) == 16
+    stats = heap.allocator.stats()
+    assert stats["outside_segments"] >= 1 and stats["failed"] == 0, stats
+    assert heap.offset_of(big, Slot(0, tuple(big.shape), "float32")) is None  # it would be copied into the reserve
+    del big, small
+    torch.cuda.synchronize()
+
+
+def test_unwritten_or_stray_words_fail_the_call_on_the_gpu(sides) -> None:
+    trusted, signals, _, slots = sides
+    words = signals.tensor.view(torch.int32)
+    reset_words(words, 2)
+    _, valid = gather(trusted.tensor, words, 1, slots)
+    assert not bool(valid.item())  # nothing written in this call
+    words[descriptor_word(1, 0)] = trusted.size // HEAP_ALIGN  # just past the end
+    words[descriptor_word(1, 1)] = 0
+    _, valid = gather(trusted.tensor, words, 1, slots)
+    assert not bool(valid.item())
+    torch.cuda.synchronize()  # and no index past the heap was read: the context is sound
+    assert float(torch.ones(4, device="cuda").sum()) == 4.0
