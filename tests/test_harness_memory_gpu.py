@@ -12,9 +12,11 @@ The bounds (README, "Device memory is bounded"), with R the reference's own peak
 and its output here: measured as ``cost.reference_peak_bytes``), S one input set, O one output set:
 
 - one process: ``peak <= R + S + O``;
-- the split's trusted process: ``peak <= R + S + 2 O`` (the arenas are one input set and one output set, and
-  it keeps its own copy of the candidate's outputs);
-- the runner: the candidate's own need (here R less its input, which it reads from the arena) ``+ S + O``.
+- the split's trusted process: ``peak <= R + S + 2 O + H`` (the arenas are one input set and one output set, and
+  it keeps its own copy of the candidate's outputs; ``H`` is the room of the heap it shares with the runner,
+  beside its reserve, which is the output arena: ``cudagym.judge.split.heap.heap_bytes``);
+- the runner: the candidate's own need (here R less its input, which it reads from the arena) ``+ S + O``, less
+  what of it lies in the heap.
 
 Each plus small buffers (:data:`SMALL`): the L2 flush buffer, the chunked comparisons' temporaries, the
 allocator's rounding.
@@ -38,6 +40,7 @@ from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import Job, KnownBaselines
 from cudagym.judge.protocol import DEFAULT_PROTOCOL, KERNELBENCH
 from cudagym.judge.records import EvalCost, EvalResult, EvalStatus
+from cudagym.judge.split.heap import heap_bytes
 from cudagym.task import make_task
 
 pytestmark = pytest.mark.gpu
@@ -182,10 +185,15 @@ def test_a_2_gib_task_stays_within_the_bound_in_the_split_both_processes_and_the
     grown = device_peak[0] - used_before
     print(describe(result))
     print(f"one CUDA context {context / MIB:.0f} MiB; the device held {grown / GIB:.2f} GiB more than before the "
-          f"judge started (trusted bound {(r + s + 2 * o) / GIB:.2f} GiB, runner bound {(r + o) / GIB:.2f} GiB)")
+          f"judge started (trusted bound {(r + s + o + heap_bytes(o, o)) / GIB:.2f} GiB, "
+          f"runner bound {(r + o) / GIB:.2f} GiB)")
     assert s == o == 2 * GIB and r >= 4 * GIB
-    assert s + o <= cost.arena_bytes <= s + o + 4 * MIB  # two arenas, each rounded to the 2 MiB granularity
-    assert cost.peak_device_memory_bytes <= r + s + 2 * o + SMALL
+    assert "outputs read from the heap shared with the runner" in result.log, result.log[-3000:]
+    heap = heap_bytes(o, o)  # its reserve is one output set here (one 2 GiB output)
+    room = heap - o
+    # the input arena, the heap (its reserve the output arena) and the signals, each rounded to the 2 MiB granularity
+    assert s + heap <= cost.arena_bytes <= s + heap + 6 * MIB
+    assert cost.peak_device_memory_bytes <= r + s + 2 * o + room + SMALL
     assert cost.arena_bytes < cost.peak_allocated_bytes <= cost.peak_device_memory_bytes  # the arenas counted in both
     # the runner's candidate is the reference on the arena's input (R - S) + its own profile input draw (S)
     assert 2 * GIB <= cost.runner_peak_device_memory_bytes <= r + o + SMALL
@@ -196,7 +204,7 @@ def test_a_2_gib_task_stays_within_the_bound_in_the_split_both_processes_and_the
 
     contexts = (3 + default_spare_runners(1)) * context
     assert grown <= cost.peak_device_memory_bytes + cost.runner_peak_device_memory_bytes + contexts + SMALL
-    assert grown <= (r + s + 2 * o) + (r + o) + contexts + 2 * SMALL
+    assert grown <= (r + s + 2 * o + room) + (r + o) + contexts + 2 * SMALL
 
 
 # ------------------------------------------------------------------------------------- too large

@@ -154,7 +154,8 @@ def test_the_reserve_lays_outputs_out_on_the_heaps_alignment() -> None:
     slots = [Slot(0, (3,), "float16"), Slot(0, (1000,), "float32"), Slot(0, (0,), "float32")]
     offsets, total = reserve_layout(slots)
     assert offsets == [0, HEAP_ALIGN, HEAP_ALIGN + 4096] and total == HEAP_ALIGN + 4096
-    assert heap_bytes(3 * HEAP_ALIGN, total) >= total + 2 * 3 * HEAP_ALIGN
+    assert heap_bytes(3 * HEAP_ALIGN, total) == total + (1 << 30)  # the least room
+    assert heap_bytes(4 << 30, total) == total + (6 << 30)  # one output set and half another
 
 
 # --------------------------------------------------------------------------------------------- the trusted gather
@@ -228,3 +229,43 @@ def test_reset_marks_every_word_of_the_request_unwritten() -> None:
     assert int(words[descriptor_word(3, 0)]) == 0
     with pytest.raises(ValueError):
         descriptor_word(64, 0)
+
+
+# ----------------------------------------------------------------------------------- the reserve as output arena
+
+def test_a_view_of_an_arena_shares_its_memory_and_is_not_shared_on_its_own() -> None:
+    from cudagym.judge.split.arena import ArenaError, ArenaView, HostArena
+
+    with HostArena(8192) as parent:
+        view = ArenaView(parent, 1024)
+        view.tensor.fill_(7)
+        assert bool(parent.tensor[:1024].eq(7).all()) and int(parent.tensor[1024]) == 0
+        with pytest.raises(ArenaError, match="through its parent"):
+            view.descriptor()
+        view.close()
+        assert int(parent.tensor[0]) == 7  # closing the view leaves the parent's memory
+        with pytest.raises(ArenaError, match="does not fit"):
+            ArenaView(parent, parent.size + 1)
+
+
+def test_the_runner_takes_the_heaps_reserve_as_its_output_arena() -> None:
+    from types import SimpleNamespace
+
+    from cudagym.judge.split.arena import HostArena
+    from cudagym.judge.split.runner import _Server
+
+    server = _Server.__new__(_Server)  # its arena plumbing only: no channel, no job
+    server.arenas, server.device, server.heap = {}, torch.device("cpu"), None
+    inputs = HostArena(4096)
+    with pytest.raises(ValueError, match="no heap"):
+        server._attach({"names": ["inputs"], "sizes": {"inputs": 4096, "outputs": 1024}}, [inputs.descriptor()])
+    heap = HostArena(8192)
+    server.heap = SimpleNamespace(arena=heap)
+    reply = server._attach({"names": ["inputs"], "sizes": {"inputs": 4096, "outputs": 1024}}, [inputs.descriptor()])
+    assert reply == {"kind": "attached"}
+    server.arenas["outputs"].tensor.fill_(9)
+    assert bool(heap.tensor[:1024].eq(9).all()) and int(heap.tensor[1024]) == 0
+    with pytest.raises(ValueError, match="expected the input arena"):
+        server._attach({"names": ["outputs"], "sizes": {"outputs": 1024}}, [inputs.descriptor()])
+    for arena in (*server.arenas.values(), inputs, heap):
+        arena.close()

@@ -143,8 +143,8 @@ _R._Server._series = _series
 SKIPS_THE_COPY = patched('''
 _real_queue = _R._Server._queue_outputs
 
-def _queue_outputs(self, request, outputs):
-    return "" if _in_series() else _real_queue(self, request, outputs)
+def _queue_outputs(self, request, outputs, *rest, **named):
+    return "" if _in_series() else _real_queue(self, request, outputs, *rest, **named)
 
 _R._Server._queue_outputs = _queue_outputs
 ''')

@@ -279,6 +279,28 @@ class DeviceArena(Arena):
             self._handle = ctypes.c_ulonglong()
 
 
+class ArenaView(Arena):
+    """The first ``size`` bytes of another arena, used as an arena of its own (its parent owns the memory).
+
+    The shared heap's reserve serves as the output arena this way (:mod:`cudagym.judge.split.heap`).
+    """
+
+    def __init__(self, parent: Arena, size: int) -> None:
+        if not 0 < size <= parent.size:
+            raise ArenaError(f"a view of {size} bytes does not fit an arena of {parent.size}")
+        self.parent = parent
+        self.size = size
+        self.tensor = parent.tensor[:size]
+
+    def descriptor(self) -> int:
+        """None: the other process maps the parent and takes the same view of it."""
+        raise ArenaError("a view of an arena is shared through its parent")
+
+    def close(self) -> None:
+        """Drop the view (the parent stays mapped)."""
+        self.tensor = torch.empty(0, dtype=torch.uint8)
+
+
 def new_arena(size: int, device: torch.device) -> Arena:
     """A fresh arena of at least ``size`` bytes on ``device`` (host memory for the CPU)."""
     return DeviceArena(size, device) if device.type == "cuda" else HostArena(size)

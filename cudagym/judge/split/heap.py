@@ -9,7 +9,8 @@ step the runner performs can be forgiven so: whatever it is, a forward can do it
 
 So the runner performs none. The trusted process allocates a heap (a CUDA VMM arena, :mod:`.arena`) and exports
 it; the runner maps it and routes its torch allocations there while it answers requests (a
-``torch.cuda.MemPool`` over a small allocator, ``heap.c``, that hands out the heap's spans). Outputs a forward
+``torch.cuda.MemPool`` over a small allocator, ``heap.c``, that hands out the heap's spans; its first bytes, the
+reserve, serve as the runner's output arena). Outputs a forward
 makes are then already in memory the trusted process can read. After each call the runner writes, on the call's
 stream before its done, one word per output: where it lies in the heap (in units of :data:`HEAP_ALIGN`). The
 trusted stream, once it has seen the done, copies each output from there itself (:func:`gather`): checked
@@ -80,11 +81,14 @@ def reserve_layout(slots: list[Slot]) -> tuple[list[int], int]:
 
 
 def heap_bytes(output_bytes: int, reserve_bytes: int) -> int:
-    """The heap for a task whose one output set takes ``output_bytes``: the reserve, then room for two sets or more.
+    """The heap for a task whose one output set takes ``output_bytes``: the reserve, then the allocator's room.
 
-    The forward's allocations beyond it come from ``cuMemAlloc`` (outputs there are copied into the reserve).
+    The reserve is also the runner's output arena (the audited calls' copies), so it takes the place of that
+    arena. The room holds one output set and half another, or :data:`HEAP_MIN_BYTES`: what a forward allocates
+    beyond it comes from ``cuMemAlloc`` in the runner, as all of it did before (an output made there is copied into
+    the reserve, in its call's time), so the heap adds at most its unused room to the device's load.
     """
-    return reserve_bytes + max(HEAP_MIN_BYTES, 2 * _aligned(output_bytes))
+    return reserve_bytes + max(HEAP_MIN_BYTES, _aligned(output_bytes + output_bytes // 2))
 
 
 # ----------------------------------------------------------------------------------------------- the allocator

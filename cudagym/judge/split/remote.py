@@ -27,7 +27,7 @@ from cudagym.judge.harness.profiling import DeviceEvent, KernelProfile
 from cudagym.judge.harness.stats import median, quantile
 from cudagym.judge.harness.timing import Measurement
 from cudagym.judge.split import RUNNER_PHASES
-from cudagym.judge.split.arena import Arena, Slot, layout, new_arena, place, views
+from cudagym.judge.split.arena import Arena, ArenaView, Slot, layout, new_arena, place, views
 from cudagym.judge.split.channel import MAX_MESSAGE_BYTES, Channel, RunnerLost
 from cudagym.judge.split.heap import gather, heap_bytes, library_fd, reserve_layout, reset_words, undelivered
 from cudagym.judge.split.signals import CALL_DONE, CALL_GO, CALL_SPIN_S, SIGNAL_BYTES
@@ -372,6 +372,7 @@ class RunnerLink:
         # the heap the runner's allocations lie in, from which this process copies bracketed calls' outputs itself
         # (cudagym.judge.split.heap; None: they are delivered by the runner's copy into the output arena)
         self.heap: Arena | None = None
+        self.heap_reserve = 0  # its first bytes: the runner's copies of outputs made elsewhere, and the output arena
         self.last_undelivered = ""  # why the latest bracketed call's outputs could not be read from the heap
         self.runner_peak_bytes = 0  # the runner's own peak device memory, as it reports it (its allocator's)
 
@@ -460,7 +461,8 @@ class RunnerLink:
 
     def arena_bytes(self) -> int:
         """Device (or host) memory the arenas (and the heap) hold now."""
-        return sum(a.size for a in self.arenas.values()) + (self.heap.size if self.heap is not None else 0)
+        held = sum(a.size for a in self.arenas.values() if not isinstance(a, ArenaView))  # a view is the heap's
+        return held + (self.heap.size if self.heap is not None else 0)
 
     def mark_checked(self) -> None:
         """The latest timed call's outputs were compared with the reference's (see :attr:`checked_timed`)."""
@@ -557,8 +559,12 @@ class RunnerLink:
         """
         import os
 
-        _, reserve = reserve_layout(slots)
+        reserve = -(-reserve_layout(slots)[1] // (2 << 20)) * (2 << 20)  # the allocator's spans start on 2 MiB
+        for arena in self.arenas.values():  # the output arena will be the heap's reserve
+            arena.close()
+        self.arenas = {}
         self.heap = new_arena(heap_bytes(output_bytes, reserve), self.device)
+        self.heap_reserve = reserve
         self.arena_peak_bytes = max(self.arena_peak_bytes, self.arena_bytes())
         fds = [self.heap.descriptor(), library_fd()]
         try:
@@ -685,16 +691,20 @@ class RunnerLink:
             arena.close()
         self.arenas = {}  # the old ones are closed: never both at once
         self.arenas["inputs"] = new_arena(input_bytes, self.device)
-        self.arenas["outputs"] = new_arena(output_bytes, self.device)
+        if self.heap is not None and output_bytes <= self.heap_reserve:  # the heap's reserve is the output arena
+            self.arenas["outputs"] = ArenaView(self.heap, max(output_bytes, 1))
+        else:
+            self.arenas["outputs"] = new_arena(output_bytes, self.device)
         if self.device.type == "cuda":  # the bracket's words (cudagym.judge.split.signals), zero before use
             self.arenas["signals"] = new_arena(SIGNAL_BYTES, self.device)
             self.arenas["signals"].tensor.zero_()
             torch.cuda.synchronize(self.device)
             self._round = 0
         self.arena_peak_bytes = max(self.arena_peak_bytes, self.arena_bytes())
-        fds = [a.descriptor() for a in self.arenas.values()]
+        shared = [name for name, a in self.arenas.items() if not isinstance(a, ArenaView)]
+        fds = [self.arenas[name].descriptor() for name in shared]
         try:
-            self.request({"kind": "arenas", "sizes": {k: a.size for k, a in self.arenas.items()},
+            self.request({"kind": "arenas", "names": shared, "sizes": {k: a.size for k, a in self.arenas.items()},
                           "device": "cuda" if self.device.type == "cuda" else "cpu"}, fds, expect="attached")
         finally:
             import os
@@ -953,7 +963,8 @@ class RemoteModel:
         flat = [t for args in sets for t in args if isinstance(t, torch.Tensor)]
         slots, nbytes = layout(flat)
         self._series_set_bytes = layout([t for t in sets[0] if isinstance(t, torch.Tensor)])[1]
-        self.link.ensure_arenas(nbytes, len(sets) * self.out_bytes)
+        heap = self.bracketed and self.link.heap is not None  # the outputs read from the heap, not from the arena
+        self.link.ensure_arenas(nbytes, (1 if heap else len(sets)) * self.out_bytes)
         inputs, outputs = self.link.arenas["inputs"].tensor, self.link.arenas["outputs"].tensor
         items, own, tensors, plain, at = [], [], [], [], 0
         for k, args in enumerate(sets):
@@ -966,7 +977,6 @@ class RemoteModel:
         outs: list[torch.Tensor] = []
         seen: list[list[Any]] = []
         self._series_read = []
-        heap = self.bracketed and self.link.heap is not None
 
         def stage() -> None:
             place(inputs, own[0], tensors[0])

@@ -149,7 +149,7 @@ class _Server:
                 reply = _failure_reply(exc)
             reply["violations"] = []
             reply["handled_us"] = (time.perf_counter() - t0) * 1e6
-            reply["peak_bytes"] = device_peak_bytes(self.device)
+            reply["peak_bytes"] = device_peak_bytes(self.device, self.heap)
             self.channel.send(reply)
         reply = self._start(job, start)
         self.channel.send(reply)
@@ -170,7 +170,7 @@ class _Server:
                 reply = _failure_reply(exc)
             reply["handled_us"] = (time.perf_counter() - t0) * 1e6
             reply["violations"] = self._new_violations()
-            reply["peak_bytes"] = device_peak_bytes(self.device)
+            reply["peak_bytes"] = device_peak_bytes(self.device, self.heap)
             self.channel.send(reply)
             if reply["kind"] == "failure" and reply.get("cuda"):
                 return  # a broken CUDA context answers nothing more
@@ -281,17 +281,23 @@ class _Server:
         return {"kind": "error", "message": f"unknown request {str(kind)[:60]!r}"}
 
     def _attach(self, request: dict[str, Any], fds: list[int]) -> dict[str, Any]:
-        from cudagym.judge.split.arena import attach_arena
+        from cudagym.judge.split.arena import ArenaView, attach_arena
 
         for arena in self.arenas.values():
             arena.close()
         self.arenas = {}
         sizes = request["sizes"]
-        names = ("inputs", "outputs", "signals")[:len(fds)]
-        if len(fds) < 2:
-            raise ValueError(f"expected 2 or 3 arenas, got {len(fds)}")
+        names = [str(n) for n in request.get("names") or ("inputs", "outputs", "signals")[:len(fds)]]
+        if len(fds) != len(names) or "inputs" not in names or not set(names) <= {"inputs", "outputs", "signals"}:
+            for fd in fds:
+                os.close(fd)
+            raise ValueError(f"expected the input arena and up to two more, got {names} with {len(fds)} descriptor(s)")
         for name, fd in zip(names, fds, strict=True):
             self.arenas[name] = attach_arena(fd, int(sizes[name]), self.device)
+        if "outputs" not in self.arenas:  # the heap's reserve serves as the output arena
+            if self.heap is None:
+                raise ValueError("no output arena was shared, and no heap")
+            self.arenas["outputs"] = ArenaView(self.heap.arena, int(sizes["outputs"]))
         return {"kind": "attached"}
 
     def _attach_heap(self, request: dict[str, Any], fds: list[int]) -> dict[str, Any]:
@@ -610,7 +616,9 @@ class _Server:
                 import torch
 
                 with torch.cuda.stream(stream):  # the call's stream, whatever the candidate made current
-                    problem = self._queue_outputs(slots, outputs, k if bracket is not None else None) or problem
+                    delivered = self._queue_outputs(slots, outputs, call=k) if bracket is not None else \
+                        self._queue_outputs(slots, outputs)
+                    problem = delivered or problem
             else:
                 ended = PRISTINE.perf_counter()
                 problem = self._queue_outputs(slots, outputs) or problem
@@ -743,18 +751,21 @@ def process_age_s() -> float:
         return 0.0
 
 
-def device_peak_bytes(device: Any) -> int:
+def device_peak_bytes(device: Any, heap: Any = None) -> int:
     """This process's peak device memory so far: its caching allocator's peak reservation (0 on the CPU).
 
-    The arenas it maps are the trusted process's allocations, not counted here; the runner lives for one
-    job, so the peak since it started is the job's.
+    The arenas it maps are the trusted process's allocations, not counted here, and so is the shared heap
+    (``heap``, a :class:`~cudagym.judge.split.heap.RunnerHeap`): its peak in use is taken off the reservation's
+    (the two peaks need not coincide, so this can undercount by the difference). The runner lives for one job,
+    so the peak since it started is the job's.
     """
     if device.type != "cuda":
         return 0
     import torch
 
     try:
-        return int(torch.cuda.max_memory_reserved(device))
+        reserved = int(torch.cuda.max_memory_reserved(device))
+        return max(reserved - (heap.allocator.stats()["peak"] if heap is not None else 0), 0)
     except Exception:  # a broken context cannot answer; the reply must still go
         return 0
 
