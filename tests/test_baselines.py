@@ -288,6 +288,10 @@ def test_a_row_says_what_a_failed_task_lacks():
     split = dataclasses.replace(cost, arena_bytes=3 << 30)  # the split's trusted process: R + S + 2 O, arenas in
     in_split = row_of(task, EvalResult(EvalStatus.OK, "correct", eager=stats(10.0), compiled=stats(4.0), cost=split))
     assert (in_split.bound_gib, in_split.over_bound_gib) == (9.0, 0.0)
+    # with a shared heap (GPU path): its reserve is the output arena, its room the runner's: R + S + O + the heap
+    heaped = dataclasses.replace(cost, arena_bytes=5 << 30, heap_bytes=3 << 30)
+    in_heap = row_of(task, EvalResult(EvalStatus.OK, "correct", eager=stats(10.0), compiled=stats(4.0), cost=heaped))
+    assert in_heap.bound_gib == 11.0
     # torch.compile's generated code can need more than eager (L1/87: an output-sized intermediate): R is the larger
     compiled_more = dataclasses.replace(split, compiled_peak_bytes=7 << 30)
     row_c = row_of(task, EvalResult(EvalStatus.OK, "correct", eager=stats(10.0), compiled=stats(4.0),

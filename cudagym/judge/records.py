@@ -206,9 +206,10 @@ class EvalCost:
     own allocator peak, as the runner reports it (0 without a split). CUDA contexts (a few hundred MB per
     process) are in neither. The bounds (README, "Device memory is bounded"), R the larger of
     ``reference_peak`` and ``compiled_peak`` (the task's own need, eager or compiled): one process
-    ``peak <= R + input_set + output_set``; in the split ``peak <= R + input_set + 2 * output_set`` and the
-    runner's ``runner_peak <=`` the candidate's own need ``+ input_set + output_set``; each plus small buffers
-    (the L2 flush, the chunked comparisons' temporaries).
+    ``peak <= R + input_set + output_set``; in the split ``peak <= R + input_set + 2 * output_set`` (with a shared
+    heap, ``R + input_set + output_set + heap``: its reserve is the output arena) and the runner's ``runner_peak
+    <=`` the candidate's own need ``+ input_set + output_set``; each plus small buffers (the L2 flush, the chunked
+    comparisons' temporaries).
     """
 
     peak_device_memory_bytes: int = 0
@@ -217,7 +218,10 @@ class EvalCost:
     peak_allocated_bytes: int = 0
     device_memory_total_bytes: int = 0
     runner_peak_device_memory_bytes: int = 0  # the split's runner: its own allocator's peak (what it reported)
-    arena_bytes: int = 0  # the split's two shared arenas (input set and output set), part of the peak above
+    arena_bytes: int = 0  # the split's shared arenas (input set, output set, signals) and heap, part of the peak above
+    # the heap shared with the runner (cudagym.judge.split.heap; GPU path), part of arena_bytes: its reserve is the
+    # output arena, the rest room for the runner's allocations (0 without one)
+    heap_bytes: int = 0
     reference_peak_bytes: int = 0  # the peak once both models were built and the reference ran once, alone
     compiled_peak_bytes: int = 0  # torch.compile's warm-up: the compiled reference's run on one input set, alone
     input_set_bytes: int = 0  # one input set of the task

@@ -83,10 +83,12 @@ def memory_bound_bytes(cost: EvalCost) -> int:
 
     With R the task's own need (the reference's peak, eager or compiled by torch.compile, whichever is larger),
     S one input set and O one output set: R + S + O in one process; in the split's trusted process, whose peak
-    includes its arenas (the candidate's copy of the inputs and its outputs), R + S + 2 O.
+    includes its arenas (the candidate's copy of the inputs and its outputs), R + S + 2 O; with a heap shared
+    with the runner (``heap_bytes``: its reserve is the output arena, its room the runner's), R + S + O + the heap.
     """
-    outputs = cost.output_set_bytes * (2 if cost.arena_bytes > 0 else 1)
-    return max(cost.reference_peak_bytes, cost.compiled_peak_bytes) + cost.input_set_bytes + outputs
+    outputs = cost.output_set_bytes * (2 if cost.arena_bytes > 0 and not cost.heap_bytes else 1)
+    return max(cost.reference_peak_bytes, cost.compiled_peak_bytes) + cost.input_set_bytes + outputs + \
+        cost.heap_bytes
 
 
 def row_of(task: Task, result: EvalResult) -> TaskRow:

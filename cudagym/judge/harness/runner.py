@@ -1063,6 +1063,7 @@ def _cost(ctx: EvalContext) -> EvalCost:
                     device_memory_total_bytes=ctx.meter.total_bytes,
                     runner_peak_device_memory_bytes=link.runner_peak_bytes if link is not None else 0,
                     arena_bytes=link.arena_peak_bytes if link is not None else 0,
+                    heap_bytes=link.heap.size if link is not None and link.heap is not None else 0,
                     reference_peak_bytes=ctx.reference_peak_bytes, compiled_peak_bytes=ctx.compiled_peak_bytes,
                     input_set_bytes=ctx.io_bytes[0],
                     output_set_bytes=ctx.io_bytes[1],
