@@ -269,3 +269,70 @@ def test_the_runner_takes_the_heaps_reserve_as_its_output_arena() -> None:
         server._attach({"names": ["outputs"], "sizes": {"outputs": 1024}}, [inputs.descriptor()])
     for arena in (*server.arenas.values(), inputs, heap):
         arena.close()
+
+
+# ----------------------------------------------------------------------------------- CUDA graphs leave the heap
+
+class _Graph:
+    """Stands for torch.cuda.CUDAGraph: records whether the heap was routed when its capture began and ended."""
+
+    def __init__(self, heap: _Heap, fail: bool = False) -> None:
+        self.heap, self.fail, self.seen = heap, fail, []
+
+    def capture_begin(self, *args: object, **kwargs: object) -> None:
+        self.seen.append(("begin", self.heap.routing))
+        if self.fail:
+            raise RuntimeError("capture refused")
+
+    def capture_end(self) -> None:
+        self.seen.append(("end", self.heap.routing))
+
+
+class _Heap:
+    def __init__(self) -> None:
+        import threading
+
+        self.routing, self.thread, self.calls = False, threading.get_ident(), []
+
+    def route(self, on: bool) -> None:
+        self.calls.append(on)
+        self.routing = on
+
+
+def test_a_capture_leaves_the_heap_and_routing_resumes_after(monkeypatch) -> None:
+    from cudagym.judge.split.heap import _guard_captures
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", type("CUDAGraph", (_Graph,), {}))
+    heap = _Heap()
+    _guard_captures(heap)
+    heap.route(True)
+    graph = torch.cuda.CUDAGraph(heap)
+    graph.capture_begin()
+    graph.capture_end()
+    assert graph.seen == [("begin", False), ("end", False)] and heap.routing  # off while capturing, on after
+    heap.route(False)
+    other = torch.cuda.CUDAGraph(heap)
+    other.capture_begin()
+    other.capture_end()
+    assert other.seen == [("begin", False), ("end", False)] and not heap.routing  # not routed: left as it was
+    heap.route(True)
+    broken = torch.cuda.CUDAGraph(heap, fail=True)
+    with pytest.raises(RuntimeError, match="capture refused"):
+        broken.capture_begin()
+    assert heap.routing  # a capture that never began gives the routing back
+
+
+def test_another_threads_capture_leaves_the_routing_alone(monkeypatch) -> None:
+    import threading
+
+    from cudagym.judge.split.heap import _guard_captures
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", type("CUDAGraph", (_Graph,), {}))
+    heap = _Heap()
+    _guard_captures(heap)
+    heap.route(True)
+    graph = torch.cuda.CUDAGraph(heap)
+    worker = threading.Thread(target=lambda: (graph.capture_begin(), graph.capture_end()))
+    worker.start()
+    worker.join()
+    assert graph.seen == [("begin", True), ("end", True)] and heap.calls == [True]

@@ -115,3 +115,27 @@ def test_unwritten_or_stray_words_fail_the_call_on_the_gpu(sides) -> None:
     assert not bool(valid.item())
     torch.cuda.synchronize()  # and no index past the heap was read: the context is sound
     assert float(torch.ones(4, device="cuda").sum()) == 4.0
+
+
+def test_a_cuda_graph_captured_while_routed_keeps_its_own_pool(sides) -> None:
+    _, _, heap, _ = sides
+    x = torch.randn(1 << 20, device="cuda")
+    with heap.routed():
+        static_in = x.clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # the warm-up torch's graph docs ask for
+            torch.sigmoid(static_in) * static_in
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = torch.sigmoid(static_in) * static_in
+        assert heap.routing  # back on the heap once the capture ended
+        assert heap.offset_of(static_out, Slot(0, tuple(static_out.shape), "float32")) is None  # the graph's pool
+        held = [torch.full_like(x, 7.0) for _ in range(8)]  # eager allocations after the capture, in the heap
+        assert all(heap.offset_of(h, Slot(0, tuple(h.shape), "float32")) is not None for h in held)
+        static_in.copy_(x * 3)
+        graph.replay()
+        torch.cuda.synchronize()
+    assert torch.allclose(static_out, torch.sigmoid(x * 3) * (x * 3))
+    assert all(bool((h == 7.0).all()) for h in held)  # the replay wrote nothing of theirs

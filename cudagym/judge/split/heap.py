@@ -33,6 +33,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
@@ -243,12 +244,33 @@ class RunnerHeap:
             raise HeapError(f"this torch cannot route allocations to a memory pool of its own ({exc}); the GPU "
                             "runner needs torch.cuda.MemPool with a pluggable allocator (torch 2.6 or later)") from None
         self.copied = 0  # outputs the runner copied into the reserve (not in the heap as made)
+        self.routing = False  # whether the routing thread's allocations go to the heap now
+        self.thread = threading.get_ident()  # the thread that routes (the runner's main thread)
+        self._index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+        _guard_captures(self)
 
     @contextlib.contextmanager
     def routed(self) -> Iterator[None]:
-        """This thread's CUDA allocations come from the heap while inside."""
-        with torch.cuda.use_mem_pool(self.pool, self.device):
+        """This thread's CUDA allocations come from the heap while inside (not while it captures a CUDA graph)."""
+        if self.routing:  # already inside
             yield
+            return
+        self.route(True)
+        try:
+            yield
+        finally:
+            if self.routing:
+                self.route(False)
+
+    def route(self, on: bool) -> None:
+        """Start or stop routing this thread's allocations to the heap (what :meth:`routed` does)."""
+        if on and not self.routing:
+            torch._C._cuda_beginAllocateCurrentThreadToPool(self._index, self.pool.id)
+            self.routing, self.thread = True, threading.get_ident()
+        elif not on and self.routing:
+            torch._C._cuda_endAllocateToPool(self._index, self.pool.id)
+            torch._C._cuda_releasePool(self._index, self.pool.id)
+            self.routing = False
 
     def offset_of(self, tensor: Any, slot: Slot) -> int | None:
         """:func:`heap_offset` in this heap."""
@@ -260,6 +282,43 @@ class RunnerHeap:
         if offset < 0 or end > self.reserve_bytes:
             raise HeapError(f"output of {slot.nbytes} bytes at {offset} lies beyond the reserve")
         return self.arena.tensor[offset:end].view(getattr(torch, slot.dtype)).view(slot.shape)
+
+
+def _guard_captures(heap: Any) -> None:
+    """Stop routing to the heap while a CUDA graph is captured, and route again once it is.
+
+    torch's allocator serves an allocation from the first pool whose filter takes it, in the order the pools
+    began: the heap's, begun for the whole request, would take a capture's allocations from the graph's private
+    pool, and their blocks, once freed, could be handed to tensors the graph then overwrites at each replay. So
+    ``torch.cuda.CUDAGraph`` (``torch.cuda.graph``, ``make_graphed_callables`` and torch.compile's CUDA graphs all
+    capture through it) leaves the heap while it captures: a graph's outputs lie in its own pool, and the runner
+    copies them into the heap's reserve in their call's time.
+    """
+    graph_class = torch.cuda.CUDAGraph
+    begin, end = graph_class.capture_begin, graph_class.capture_end
+
+    def capture_begin(self: Any, *args: Any, **kwargs: Any) -> Any:
+        resume = heap.routing and threading.get_ident() == heap.thread  # another thread's capture is its own
+        if resume:
+            heap.route(False)
+        try:
+            result = begin(self, *args, **kwargs)
+        except BaseException:
+            if resume:
+                heap.route(True)
+            raise
+        self.__dict__["_cudagym_resume"] = resume
+        return result
+
+    def capture_end(self: Any) -> Any:
+        try:
+            return end(self)
+        finally:
+            if self.__dict__.pop("_cudagym_resume", False) and threading.get_ident() == heap.thread:
+                heap.route(True)
+
+    graph_class.capture_begin = capture_begin  # type: ignore[method-assign]
+    graph_class.capture_end = capture_end  # type: ignore[method-assign]
 
 
 # ----------------------------------------------------------------------------------------------- the trusted side
