@@ -336,3 +336,12 @@ def test_another_threads_capture_leaves_the_routing_alone(monkeypatch) -> None:
     worker.start()
     worker.join()
     assert graph.seen == [("begin", True), ("end", True)] and heap.calls == [True]
+
+
+def test_the_copy_delivery_is_a_probes_setting_and_a_bad_one_is_named() -> None:
+    from cudagym.errors import ConfigError
+    from cudagym.judge.protocol import get_protocol
+
+    assert get_protocol("cudagym[delivery=copy]").extra == {"delivery": "copy"}
+    with pytest.raises(ConfigError, match="delivery.*one of 'heap', 'copy'"):
+        get_protocol("cudagym[delivery=arena]")
