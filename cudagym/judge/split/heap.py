@@ -4,22 +4,23 @@ A bracketed call's time is the trusted clock from its go to its done, less what 
 (:func:`cudagym.judge.split.remote.on_time_charge`). When the runner delivered outputs by copying them into the
 output arena, that copy was in both and cancelled out, but a runner writes its own rules: one that computed
 straight into the arena's slot and skipped the copy saved the copy's time from a reading that had the copy's
-cost taken off it (up to half the reading of a memory-bound task, where the copy costs what the kernel does). No
-step the runner performs can be forgiven so: whatever it is, a forward can do its work there instead.
+cost taken off it (on a memory-bound task, where the copy costs what the kernel does, about all of the kernel's
+time: a forged claim then stood). No step the runner performs can be forgiven so: whatever it is, a forward can
+do its work there instead.
 
 So the runner performs none. The trusted process allocates a heap (a CUDA VMM arena, :mod:`.arena`) and exports
 it; the runner maps it and routes its torch allocations there while it answers requests (a
 ``torch.cuda.MemPool`` over a small allocator, ``heap.c``, that hands out the heap's spans; its first bytes, the
-reserve, serve as the runner's output arena). Outputs a forward
-makes are then already in memory the trusted process can read. After each call the runner writes, on the call's
+reserve, serve as the runner's output arena). Outputs a forward makes are then already in memory the trusted
+process can read. After each call the runner writes, on the call's
 stream before its done, one word per output: where it lies in the heap (in units of :data:`HEAP_ALIGN`). The
 trusted stream, once it has seen the done, copies each output from there itself (:func:`gather`): checked
 against the heap's bounds, with nothing but the offset taken from the runner. An empty call costs what an honest
 one does beyond its forward (the words), and writing in place saves nothing: nobody copies.
 
-An output that is not a contiguous tensor in the heap (made on another thread, by another allocator, a view of
-something else) is copied by the runner into a region of the heap kept for that (:func:`reserve_layout`),
-inside the call's own time: the candidate's choice, and its cost.
+An output that is not a contiguous tensor in the heap (made on another thread, by another allocator, in a CUDA
+graph's own pool, a view of something else) is copied by the runner into a region of the heap kept for that
+(:func:`reserve_layout`), inside the call's own time: the candidate's choice, and its cost.
 
 The trusted side resets every word to :data:`INVALID` before it gives the go, so a runner must write each call's
 words in that call; an offset that is missing or out of bounds makes that call's outputs the candidate's failure.
@@ -53,8 +54,7 @@ DESCRIPTOR_BYTES = MAX_CALLS * MAX_OUTPUTS * 4
 assert DESCRIPTORS + DESCRIPTOR_BYTES <= SIGNAL_BYTES, "the signals arena holds every call's words"
 HEAP_MIN_BYTES = 1 << 30  # the least heap beside the reserve: the forward's own allocations go here too
 GATHER_CHUNK = 1 << 22  # elements copied by one gather kernel (its index vector is this long)
-ALLOC_FN, FREE_FN, INIT_FN, STATS_FN = "cudagym_heap_alloc", "cudagym_heap_free", "cudagym_heap_init", \
-    "cudagym_heap_stats"
+ALLOC_FN, FREE_FN = "cudagym_heap_alloc", "cudagym_heap_free"  # heap.c's entry points torch calls
 
 
 class HeapError(RuntimeError):
