@@ -185,11 +185,11 @@ def test_a_2_gib_task_stays_within_the_bound_in_the_split_both_processes_and_the
     grown = device_peak[0] - used_before
     print(describe(result))
     print(f"one CUDA context {context / MIB:.0f} MiB; the device held {grown / GIB:.2f} GiB more than before the "
-          f"judge started (trusted bound {(r + s + o + heap_bytes(o, o)) / GIB:.2f} GiB, "
+          f"judge started (trusted bound {(r + s + o + heap_bytes(o, o, r - s)) / GIB:.2f} GiB, "
           f"runner bound {(r + o) / GIB:.2f} GiB)")
     assert s == o == 2 * GIB and r >= 4 * GIB
     assert "outputs read from the heap shared with the runner" in result.log, result.log[-3000:]
-    heap = heap_bytes(o, o)  # its reserve is one output set here (one 2 GiB output)
+    heap = heap_bytes(o, o, r - s)  # its reserve is one output set here (one 2 GiB output)
     room = heap - o
     # the input arena, the heap (its reserve the output arena) and the signals, each rounded to the 2 MiB granularity
     assert s + heap <= cost.arena_bytes <= s + heap + 6 * MIB

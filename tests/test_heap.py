@@ -156,6 +156,7 @@ def test_the_reserve_lays_outputs_out_on_the_heaps_alignment() -> None:
     assert offsets == [0, HEAP_ALIGN, HEAP_ALIGN + 4096] and total == HEAP_ALIGN + 4096
     assert heap_bytes(3 * HEAP_ALIGN, total) == total + (1 << 30)  # the least room
     assert heap_bytes(4 << 30, total) == total + (6 << 30)  # one output set and half another
+    assert heap_bytes(4 << 30, total, 10 << 30) == total + (12 << 30)  # the reference's need, and half a set
 
 
 # --------------------------------------------------------------------------------------------- the trusted gather

@@ -282,7 +282,8 @@ def _load_remote(ctx: EvalContext) -> None:
     marks.append(time.perf_counter())
     ctx.remote.hand(ctx.runner_job)
     if ctx.remote.bracket and ctx.job.mode is not EvalMode.VERIFY and _reads_the_heap(ctx, model):
-        ctx.remote.setup_heap(model.out_slots, model.out_bytes)  # before the runner times anything
+        # before the runner times anything; room for the reference's own need beside its input set
+        ctx.remote.setup_heap(model.out_slots, model.out_bytes, max(ctx.reference_peak_bytes - ctx.io_bytes[0], 0))
         ctx.note(f"{HEAP_NOTE}: {ctx.remote.heap.size if ctx.remote.heap is not None else 0} bytes")
     marks.append(time.perf_counter())
     if ctx.job.mode is not EvalMode.VERIFY:  # before any candidate code is in the runner: an empty call's cost

@@ -81,15 +81,18 @@ def reserve_layout(slots: list[Slot]) -> tuple[list[int], int]:
     return offsets, at
 
 
-def heap_bytes(output_bytes: int, reserve_bytes: int) -> int:
+def heap_bytes(output_bytes: int, reserve_bytes: int, need_bytes: int = 0) -> int:
     """The heap for a task whose one output set takes ``output_bytes``: the reserve, then the allocator's room.
 
     The reserve is also the runner's output arena (the audited calls' copies), so it takes the place of that
-    arena. The room holds one output set and half another, or :data:`HEAP_MIN_BYTES`: what a forward allocates
-    beyond it comes from ``cuMemAlloc`` in the runner, as all of it did before (an output made there is copied into
-    the reserve, in its call's time), so the heap adds at most its unused room to the device's load.
+    arena. The room holds ``need_bytes`` (what the reference needs beside its input set: its weights, intermediates
+    and outputs, which the runner's timed reference calls allocate there) or one output set, whichever is more, and
+    half an output set beside, or :data:`HEAP_MIN_BYTES`. What a forward allocates beyond it comes from
+    ``cuMemAlloc`` in the runner, as all of it did before (an output made there is copied into the reserve, in its
+    call's time), so the heap adds at most its unused room to the device's load.
     """
-    return reserve_bytes + max(HEAP_MIN_BYTES, _aligned(output_bytes + output_bytes // 2))
+    room = max(need_bytes, output_bytes) + output_bytes // 2
+    return reserve_bytes + max(HEAP_MIN_BYTES, _aligned(room))
 
 
 # ----------------------------------------------------------------------------------------------- the allocator

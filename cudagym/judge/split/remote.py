@@ -548,10 +548,11 @@ class RunnerLink:
         assert self.heap is not None
         return gather(self.heap.tensor, self.arenas["signals"].tensor.view(torch.int32), call, slots)
 
-    def setup_heap(self, slots: list[Slot], output_bytes: int) -> None:
+    def setup_heap(self, slots: list[Slot], output_bytes: int, need_bytes: int = 0) -> None:
         """Share a heap with the runner, before it times anything: its allocations lie there from then on.
 
         Bracketed calls' outputs are then copied out of it by this process (:mod:`cudagym.judge.split.heap`).
+        ``need_bytes``: what the reference needs beside its input set (:func:`~cudagym.judge.split.heap.heap_bytes`).
 
         Raises:
             HeapError: The allocator could not be built here.
@@ -563,7 +564,7 @@ class RunnerLink:
         for arena in self.arenas.values():  # the output arena will be the heap's reserve
             arena.close()
         self.arenas = {}
-        self.heap = new_arena(heap_bytes(output_bytes, reserve), self.device)
+        self.heap = new_arena(heap_bytes(output_bytes, reserve, need_bytes), self.device)
         self.heap_reserve = reserve
         self.arena_peak_bytes = max(self.arena_peak_bytes, self.arena_bytes())
         fds = [self.heap.descriptor(), library_fd()]
