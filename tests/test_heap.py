@@ -346,3 +346,47 @@ def test_the_copy_delivery_is_a_probes_setting_and_a_bad_one_is_named() -> None:
     assert get_protocol("cudagym[delivery=copy]").extra == {"delivery": "copy"}
     with pytest.raises(ConfigError, match="delivery.*one of 'heap', 'copy'"):
         get_protocol("cudagym[delivery=arena]")
+
+
+# ----------------------------------------------------------------------------------- outputs moved into the heap
+
+def _server_with_host_heap(size: int = 1 << 16, reserve: int = 1 << 14):
+    """The runner's server with a stand-in heap over host memory: its placement logic, nothing of CUDA."""
+    from types import SimpleNamespace
+
+    from cudagym.judge.split.runner import _Server
+
+    memory = torch.zeros(size, dtype=torch.uint8)
+    heap = SimpleNamespace(copied=0, reserve_bytes=reserve)
+    heap.offset_of = lambda t, slot: heap_offset(t, slot, memory.data_ptr(), size, memory.device)
+    heap.reserve_view = lambda offset, slot: memory[offset:offset + slot.nbytes].view(
+        getattr(torch, slot.dtype)).view(slot.shape)
+    server = _Server.__new__(_Server)
+    server.heap = heap
+    return server, memory, heap
+
+
+def test_outputs_made_elsewhere_are_moved_into_the_reserve_and_the_rest_stay() -> None:
+    server, memory, heap = _server_with_host_heap()
+    slots = [Slot(0, (8,), "float32"), Slot(0, (4,), "int64")]
+    request = {"outputs": [s.to_json() for s in slots], "container": {"tuple": ["T", {"dict": [["k", "T"]]}]}}
+    plan = server._heap_plan(request)
+    inside = memory[1 << 15:(1 << 15) + 32].view(torch.float32)  # already in the heap, past the reserve
+    inside.copy_(torch.arange(8.0))
+    elsewhere = torch.arange(4)
+    moved = server._in_heap((inside, {"k": elsewhere}), plan)
+    assert moved[0] is inside  # read where it lies
+    assert torch.equal(moved[1]["k"], elsewhere) and moved[1]["k"].data_ptr() != elsewhere.data_ptr()
+    assert heap.offset_of(moved[1]["k"], slots[1]) == plan[2][1] < heap.reserve_bytes  # in the reserve now
+    assert heap.copied == 1
+
+
+def test_outputs_of_another_structure_are_left_for_the_delivery_to_name() -> None:
+    server, _, heap = _server_with_host_heap()
+    request = {"outputs": [Slot(0, (8,), "float32").to_json()], "container": "tensor"}
+    plan = server._heap_plan(request)
+    for wrong in (torch.zeros(9), torch.zeros(8, dtype=torch.float64), torch.empty(8, device="meta"), [1, 2]):
+        assert server._in_heap(wrong, plan) is wrong
+    assert heap.copied == 0
+    server.heap = None
+    assert server._heap_plan(request) is None and server._in_heap(wrong, None) is wrong

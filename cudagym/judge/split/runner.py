@@ -366,12 +366,52 @@ class _Server:
             view.copy_(tensor)
         return ""
 
+    def _heap_plan(self, request: dict[str, Any]) -> tuple[list[Any], Any, list[int]] | None:
+        """What :meth:`_in_heap` needs of a request, read before its call is timed (``None``: no heap)."""
+        from cudagym.judge.split.arena import Slot
+        from cudagym.judge.split.heap import reserve_layout
+
+        if self.heap is None:
+            return None
+        expected = [Slot.from_json(s) for s in request["outputs"]]
+        return expected, request.get("container", "tensor"), reserve_layout(expected)[0]
+
+    def _in_heap(self, outputs: Any, plan: tuple[list[Any], Any, list[int]] | None) -> Any:
+        """``outputs``, those the trusted side could not read where they lie copied into the heap's reserve.
+
+        Called inside a bracketed call's own time, between its events: the copy is the candidate's cost and in its
+        claim (after the claim it would be the bracket's alone, and an honest claim would look short of it).
+        Outputs of the wrong structure are left as they are (the delivery names the problem).
+        """
+        import torch
+
+        from cudagym.judge.split.remote import delivered_tensors, rebuilt
+
+        if plan is None:
+            return outputs
+        expected, container, spare = plan
+        tensors, problem = delivered_tensors(outputs, container)
+        if problem or len(tensors) != len(expected):
+            return outputs
+        placed, moved = [], False
+        for i, (slot, tensor) in enumerate(zip(expected, tensors, strict=True)):
+            if isinstance(tensor, torch.Tensor) and self.heap.offset_of(tensor, slot) is None and \
+                    tensor.layout == torch.strided and not tensor.is_meta and tuple(tensor.shape) == slot.shape and \
+                    str(tensor.dtype).removeprefix("torch.") == slot.dtype:
+                view = self.heap.reserve_view(spare[i], slot)
+                view.copy_(tensor)
+                tensor, moved = view, True
+                self.heap.copied += 1
+            placed.append(tensor)
+        return rebuilt(placed, container) if moved else outputs
+
     def _heap_outputs(self, expected: list[Any], tensors: list[Any], call: int) -> str:
         """Write where each output lies in the heap, on the current stream (one word each, before the done).
 
-        An output the trusted side cannot read in place is first copied into the heap's reserve (in this call's
-        time). The outputs are kept alive until the next request: their blocks are not reused before the trusted
-        side has copied them out.
+        :meth:`_in_heap` has already moved into the reserve, inside the call's time, what the trusted side could not
+        read in place; an output still outside (a candidate's own timer that skipped that step) is copied here,
+        after its claim. The outputs are kept alive until the next request: their blocks are not reused before the
+        trusted side has copied them out.
         """
         import torch
 
@@ -546,11 +586,13 @@ class _Server:
         bracket = self._bracket(request)
         if bracket is None:
             self.flusher.flush()  # bracketed, the trusted side flushes inside its bracket
+        plan = self._heap_plan(request) if bracket is not None else None
         marks.append(time.perf_counter())
         if bracket is None:
             measured = call(lambda: self.timer.measure(lambda: model(*args)))
         else:
-            measured = call(lambda: self.timer.measure(lambda: model(*args), bracket=bracket))
+            # outputs the judge cannot read where they lie go into the heap inside the call's own time (its claim)
+            measured = call(lambda: self.timer.measure(lambda: self._in_heap(model(*args), plan), bracket=bracket))
         marks.append(time.perf_counter())
         changes = []
         now = TorchFlags.capture()
@@ -600,6 +642,7 @@ class _Server:
         PRISTINE.sync(self.device)
         marks: list[tuple[Any, Any]] = []
         problem = ""
+        plan = self._heap_plan(calls[0][1]) if bracket is not None else None  # every call's outputs alike
         for k, (args, slots) in enumerate(calls):
             if bracket is not None:
                 bracket.open(stream, k)
@@ -610,7 +653,10 @@ class _Server:
                 PRISTINE.event_record(began, stream)
             else:
                 began = PRISTINE.perf_counter()
-            outputs = call(lambda: model(*args))  # noqa: B023  (called at once, in this iteration)
+            if plan is not None:  # as in a timed call, between the call's events
+                outputs = call(lambda: self._in_heap(model(*args), plan))  # noqa: B023  (called at once)
+            else:
+                outputs = call(lambda: model(*args))  # noqa: B023  (called at once, in this iteration)
             if on_gpu:
                 PRISTINE.event_record(ended, stream)
                 import torch
