@@ -43,6 +43,10 @@ def test_a_bundled_solution_keeps_its_claims_and_its_tier_through_the_split(verd
     assert result.status is EvalStatus.OK, f"{task_id}: {result.message[:1500]}\n{result.log[-3000:]}"
     assert result.violations == ()
     assert "made by the trusted process" in result.log
+    assert "outputs read from the heap shared with the runner" in result.log  # the runner copied nothing it forgave
+    for line in result.log.splitlines():
+        if line.startswith("the runner's heap:"):  # its own word: outputs it moved into the reserve, in their time
+            print(f"{task_id}: {line}")
     series = [n for n in result.notes if n.startswith(SERIES_NOTE)]
     print(f"{task_id}: {result.candidate.median_us:.1f} us, {result.speedup_vs_eager:.2f}x eager, "
           f"{result.speedup_vs_compile:.2f}x compile; {series[0] if series else 'no series read'}")
