@@ -390,3 +390,18 @@ def test_outputs_of_another_structure_are_left_for_the_delivery_to_name() -> Non
     assert heap.copied == 0
     server.heap = None
     assert server._heap_plan(request) is None and server._in_heap(wrong, None) is wrong
+
+
+def test_the_descriptor_is_of_the_built_library_and_a_removed_one_is_built_again(tmp_path) -> None:
+    import os
+
+    from cudagym.judge.split.heap import library_fd
+
+    first = library_fd(tmp_path)
+    built = library_path(tmp_path)
+    assert os.path.samefile(f"/proc/self/fd/{first}", built)
+    os.close(first)
+    built.unlink()
+    again = library_fd(tmp_path)
+    assert built.is_file() and os.path.samefile(f"/proc/self/fd/{again}", built)
+    os.close(again)

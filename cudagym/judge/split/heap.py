@@ -152,9 +152,19 @@ def _build(compiler: str, source: bytes, target: Path) -> Path:
     return target
 
 
+_BUILT: dict[str, Path] = {}  # library_path's answers in this process, by folder ("" the default)
+
+
 def library_fd(folder: Path | None = None) -> int:
-    """A read-only descriptor of :func:`library_path` (passed to the runner, which loads it through ``/proc``)."""
-    return os.open(library_path(folder), os.O_RDONLY | os.O_CLOEXEC)
+    """A read-only descriptor of :func:`library_path` (passed to the runner, which loads it through ``/proc``).
+
+    The path is looked up once per process and folder; a library removed since is built again.
+    """
+    key = str(folder or "")
+    path = _BUILT.get(key)
+    if path is None or not path.is_file():
+        path = _BUILT[key] = library_path(folder)
+    return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
 
 
 class Allocator:
