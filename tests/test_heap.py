@@ -405,3 +405,36 @@ def test_the_descriptor_is_of_the_built_library_and_a_removed_one_is_built_again
     again = library_fd(tmp_path)
     assert built.is_file() and os.path.samefile(f"/proc/self/fd/{again}", built)
     os.close(again)
+
+
+def test_a_heap_too_large_for_the_device_shrinks_to_one_output_set(monkeypatch) -> None:
+    import os
+
+    import cudagym.judge.split.remote as remote
+    from cudagym.judge.split.arena import ArenaError, HostArena
+
+    made: list[int] = []
+
+    def arena(size: int, device: torch.device) -> HostArena:
+        made.append(size)
+        if size > 64 << 20:
+            raise ArenaError("cuMemCreate failed: CUDA_ERROR_OUT_OF_MEMORY (out of memory)")
+        return HostArena(size)
+
+    sent: list[dict] = []
+    monkeypatch.setattr(remote, "new_arena", arena)
+    monkeypatch.setattr(remote, "library_fd", lambda: os.open("/dev/null", os.O_RDONLY))
+    link = remote.RunnerLink.__new__(remote.RunnerLink)
+    link.arenas, link.notes, link.device, link.heap, link.arena_peak_bytes = {}, [], torch.device("cpu"), None, 0
+    link.request = lambda message, fds, expect: sent.append(message) or {"kind": expect}
+    slots = [Slot(0, (1 << 20,), "float32")]  # one 4 MiB output
+    link.setup_heap(slots, 4 << 20, need_bytes=8 << 30)
+    assert made == [(4 << 20) + (1 << 30) * 8 + (2 << 20), (4 << 20) + (4 << 20)]
+    assert link.heap.size == 8 << 20 and link.heap_reserve == 4 << 20
+    assert sent == [{"kind": "heap", "size": 8 << 20, "reserve": 4 << 20}]
+    assert link.notes and "did not fit" in link.notes[0]
+    link.heap.close()
+    made.clear()
+    monkeypatch.setattr(remote, "new_arena", lambda size, device: (_ for _ in ()).throw(ArenaError("no driver")))
+    with pytest.raises(ArenaError, match="no driver"):  # not a lack of memory: no second try
+        link.setup_heap(slots, 4 << 20)

@@ -27,7 +27,7 @@ from cudagym.judge.harness.profiling import DeviceEvent, KernelProfile
 from cudagym.judge.harness.stats import median, quantile
 from cudagym.judge.harness.timing import Measurement
 from cudagym.judge.split import RUNNER_PHASES
-from cudagym.judge.split.arena import Arena, ArenaView, Slot, layout, new_arena, place, views
+from cudagym.judge.split.arena import Arena, ArenaError, ArenaView, Slot, layout, new_arena, place, views
 from cudagym.judge.split.channel import MAX_MESSAGE_BYTES, Channel, RunnerLost
 from cudagym.judge.split.heap import gather, heap_bytes, library_fd, reserve_layout, reset_words, undelivered
 from cudagym.judge.split.signals import CALL_DONE, CALL_GO, CALL_SPIN_S, SIGNAL_BYTES
@@ -564,7 +564,17 @@ class RunnerLink:
         for arena in self.arenas.values():  # the output arena will be the heap's reserve
             arena.close()
         self.arenas = {}
-        self.heap = new_arena(heap_bytes(output_bytes, reserve, need_bytes), self.device)
+        one_set = reserve + -(-max(output_bytes, 1) // (2 << 20)) * (2 << 20)  # room for one output set
+        sizes = [heap_bytes(output_bytes, reserve, need_bytes), one_set]
+        for i, size in enumerate(sizes):  # the full room, else room for one output set (the rest from the runner's)
+            try:
+                self.heap = new_arena(size, self.device)
+                break
+            except ArenaError as exc:
+                if i + 1 == len(sizes) or "out of memory" not in str(exc).lower():
+                    raise
+                self.notes.append(f"the shared heap: {size} bytes did not fit; {sizes[i + 1]} tried")
+        assert self.heap is not None
         self.heap_reserve = reserve
         self.arena_peak_bytes = max(self.arena_peak_bytes, self.arena_bytes())
         fds = [self.heap.descriptor(), library_fd()]
