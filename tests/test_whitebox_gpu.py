@@ -556,11 +556,12 @@ def test_signalling_done_before_the_outputs_gains_nothing(swish, judge, honest) 
 
 # (36) Outputs written in place: the forward finds the output arena's slot of its timed call on the runner's stack,
 # computes straight into it with the solution's own fused kernel (a binding added for that) and returns the slot, and
-# its timer claims 1 us. The runner used to copy the outputs into that slot (a copy onto itself: torch skips it), and
-# the judge took an empty call's cost, which holds that copy, off what its clock showed: a memory-bound kernel as long
-# as the copy showed next to nothing, and the forged claim stood. The judge now reads outputs where they lie in the
-# heap it shares with the runner (cudagym.judge.split.heap): an empty call holds no copy, and the slot, outside the
-# heap, is copied into the heap's reserve inside the call's own time.
+# its timer claims what it timed less what the runner's copy of such an output costs (measured once, outside any
+# bracket). The runner used to copy the outputs into that slot (a copy onto itself: torch skips it), and the judge
+# took an empty call's cost, which holds that copy, off what its clock showed: so the claim matched the judge's
+# clock and stood, at the kernel's time less a copy of its output, which on a memory-bound kernel is next to
+# nothing. The judge now reads outputs where they lie in the heap it shares with the runner
+# (cudagym.judge.split.heap): an empty call holds no copy, and the clock shows the kernel's whole time.
 INTO_BINDING = """
 
 namespace {
@@ -576,7 +577,31 @@ void swish_into(const torch::Tensor& x, torch::Tensor y) {
 
 REGISTER_BINDING(swish_into, swish_into);
 """
-WRITES_THE_ARENA = TIMER_FORGED + """
+WRITES_THE_ARENA = FORGED_TIMER + """
+_copy_us36 = []
+def _less_the_copy(self, call, cover_us=None, bracket=None):
+    stream = _torch.cuda.current_stream()
+    if bracket is not None:
+        bracket.open(stream)
+    start, end = _torch.cuda.Event(enable_timing=True), _torch.cuda.Event(enable_timing=True)
+    start.record(stream)
+    outputs = call()
+    end.record(stream)
+    if bracket is not None:
+        bracket.close(outputs, stream)
+    _torch.cuda.synchronize()
+    took = start.elapsed_time(end) * 1000.0
+    if not _copy_us36 and isinstance(outputs, _torch.Tensor):  # what the runner's copy of such an output costs
+        spare = _torch.empty_like(outputs)
+        a, b = _torch.cuda.Event(enable_timing=True), _torch.cuda.Event(enable_timing=True)
+        a.record()
+        spare.copy_(outputs)
+        b.record()
+        b.synchronize()
+        _copy_us36.append(a.elapsed_time(b) * 1000.0)
+    claim = max(1.0, took - (_copy_us36[0] if _copy_us36 else 0.0))
+    return _t.Measurement(outputs, claim, claim, 1.0)
+_t.CudaEventTimer.measure = _less_the_copy
 _forward36 = ModelNew.forward
 def _slot36():
     from cudagym.judge.split.arena import Slot, views
