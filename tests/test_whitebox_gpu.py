@@ -184,6 +184,19 @@ def _claim(self, call, cover_us=None, bracket=None):
         bracket.close(outputs, stream)
     _torch.cuda.synchronize()
     return _t.Measurement(outputs, 1.0, 1.0, 1.0)
+def _timed_by_the_rules(call, bracket):
+    # the bracket played by its rules around the call, timed by events as the runner's timer does: (outputs, us)
+    stream = _torch.cuda.current_stream()
+    if bracket is not None:
+        bracket.open(stream)
+    start, end = _torch.cuda.Event(enable_timing=True), _torch.cuda.Event(enable_timing=True)
+    start.record(stream)
+    outputs = call()
+    end.record(stream)
+    if bracket is not None:
+        bracket.close(outputs, stream)
+    _torch.cuda.synchronize()
+    return outputs, start.elapsed_time(end) * 1000.0
 '''
 
 PATCHED_TIMER_AND_BATCH = FORGED_TIMER + '''_t.CudaEventTimer.measure = _claim
@@ -487,17 +500,8 @@ LARGE_SWISH_ELEMENTS = (65536, 16384)  # 4 GiB of fp32 in, 4 GiB out
 SHORT_CLAIM = 0.96
 TIMER_SHORT = FORGED_TIMER + f"""
 def _short(self, call, cover_us=None, bracket=None):
-    stream = _torch.cuda.current_stream()
-    if bracket is not None:
-        bracket.open(stream)
-    start, end = _torch.cuda.Event(enable_timing=True), _torch.cuda.Event(enable_timing=True)
-    start.record(stream)
-    outputs = call()
-    end.record(stream)
-    if bracket is not None:
-        bracket.close(outputs, stream)
-    _torch.cuda.synchronize()
-    claim = {SHORT_CLAIM} * start.elapsed_time(end) * 1000.0
+    outputs, took = _timed_by_the_rules(call, bracket)
+    claim = {SHORT_CLAIM} * took
     return _t.Measurement(outputs, claim, claim, 1.0)
 _t.CudaEventTimer.measure = _short
 """
@@ -580,17 +584,7 @@ REGISTER_BINDING(swish_into, swish_into);
 WRITES_THE_ARENA = FORGED_TIMER + """
 _copy_us36 = []
 def _less_the_copy(self, call, cover_us=None, bracket=None):
-    stream = _torch.cuda.current_stream()
-    if bracket is not None:
-        bracket.open(stream)
-    start, end = _torch.cuda.Event(enable_timing=True), _torch.cuda.Event(enable_timing=True)
-    start.record(stream)
-    outputs = call()
-    end.record(stream)
-    if bracket is not None:
-        bracket.close(outputs, stream)
-    _torch.cuda.synchronize()
-    took = start.elapsed_time(end) * 1000.0
+    outputs, took = _timed_by_the_rules(call, bracket)
     if not _copy_us36 and isinstance(outputs, _torch.Tensor):  # what the runner's copy of such an output costs
         spare = _torch.empty_like(outputs)
         a, b = _torch.cuda.Event(enable_timing=True), _torch.cuda.Event(enable_timing=True)
