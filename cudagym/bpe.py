@@ -33,6 +33,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Literal
 
+from cudagym import pyparse
 from cudagym.errors import ConfigError, DataUnavailableError
 
 log = logging.getLogger(__name__)
@@ -301,7 +302,7 @@ class CorpusSource:
 def _prose_of(python_source: str) -> str:
     """Long string literals with several words (docstrings, help texts) of a Python file, blank-line separated."""
     try:
-        tree = ast.parse(python_source)
+        tree = pyparse.parse(python_source)
     except (SyntaxError, ValueError):
         return ""
     strings = [

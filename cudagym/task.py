@@ -18,6 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from cudagym import pyparse
 from cudagym.errors import TaskFormatError
 
 REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
@@ -176,7 +177,7 @@ def parse_task_source(source: str, *, origin: str) -> ast.Module:
         raise TaskFormatError(f"{origin}: expected text, got an undecodable character {source[exc.start]!r} at "
                               f"offset {exc.start} (a file read with errors='surrogateescape'?)") from None
     try:
-        tree = ast.parse(source, filename=origin)
+        tree = pyparse.parse(source, filename=origin)
     except SyntaxError as exc:
         raise TaskFormatError(f"{origin}: not valid Python (line {exc.lineno}: {exc.msg})") from None
     except (RecursionError, MemoryError) as exc:
@@ -201,7 +202,7 @@ def parse_task_source(source: str, *, origin: str) -> ast.Module:
 
 def content_hash(source: str) -> str:
     """sha256 of the source's syntax tree: equal for sources that differ only in comments and layout."""
-    return content_hash_of_tree(ast.parse(source))
+    return content_hash_of_tree(pyparse.parse(source))
 
 
 def content_hash_of_tree(tree: ast.AST) -> str:

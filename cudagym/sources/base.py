@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import threading
 from collections.abc import Iterator, Sequence
 
 from cudagym.errors import TaskFormatError, UnknownTaskError
@@ -21,6 +22,16 @@ class TaskSource(abc.ABC):
     def __init__(self) -> None:
         self._tasks: tuple[Task, ...] | None = None
         self._by_id: dict[str, Task] = {}
+        self._load_lock = threading.Lock()  # tasks() loads once even when many threads call it at once
+
+    def __getstate__(self) -> dict[str, object]:
+        state = dict(self.__dict__)
+        state.pop("_load_lock", None)  # a lock does not pickle; the copy gets its own
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._load_lock = threading.Lock()
 
     @abc.abstractmethod
     def _load(self) -> Sequence[Task]:
@@ -32,19 +43,23 @@ class TaskSource(abc.ABC):
 
     def tasks(self) -> tuple[Task, ...]:
         """All tasks, in a stable order."""
-        if self._tasks is None:
-            by_id: dict[str, Task] = {}
-            for task in self._load():
-                held = by_id.setdefault(task.id, task)
-                if held.content_hash != task.content_hash:  # one id, two problems: get() could not tell them apart
-                    raise TaskFormatError(
-                        f"{self.describe()}: two different tasks have the id {task.id!r} (from "
-                        f"{held.metadata.get('origin', '?')} and {task.metadata.get('origin', '?')}); "
-                        "each task needs its own id"
-                    )
-            self._by_id = by_id
-            self._tasks = tuple(by_id.values())  # a task listed twice (same id, same source) counts once
-        return self._tasks
+        tasks = self._tasks
+        if tasks is not None:
+            return tasks
+        with self._load_lock:
+            if self._tasks is None:
+                by_id: dict[str, Task] = {}
+                for task in self._load():
+                    held = by_id.setdefault(task.id, task)
+                    if held.content_hash != task.content_hash:  # one id, two problems: get() could not tell them apart
+                        raise TaskFormatError(
+                            f"{self.describe()}: two different tasks have the id {task.id!r} (from "
+                            f"{held.metadata.get('origin', '?')} and {task.metadata.get('origin', '?')}); "
+                            "each task needs its own id"
+                        )
+                self._by_id = by_id
+                self._tasks = tuple(by_id.values())  # a task listed twice (same id, same source) counts once
+            return self._tasks
 
     def ids(self) -> list[str]:
         """All task ids, in order."""

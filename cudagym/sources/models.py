@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from cudagym import pyparse
 from cudagym.errors import DataUnavailableError
 from cudagym.task import Task
 
@@ -26,7 +27,7 @@ def pretrained_models(source: str) -> list[str]:
     ``AutoConfig.from_pretrained(model_name)``).
     """
     try:
-        tree = ast.parse(source)
+        tree = pyparse.parse(source)
     except SyntaxError:
         return []
     names = {target.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib.resources import files
 
+from cudagym import pyparse
 from cudagym.task import Task, make_task
 
 
@@ -56,7 +57,7 @@ def task_operators(task: Task) -> frozenset[str]:
     """
     names = {str(op).rsplit(".", 1)[-1].lower() for op in task.ops}
     try:
-        tree = ast.parse(task.source)
+        tree = pyparse.parse(task.source)
     except (SyntaxError, ValueError):  # make_task parsed it already; tolerate a Task built by hand
         return frozenset(names)
     for node in ast.walk(tree):

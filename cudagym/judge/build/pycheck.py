@@ -25,6 +25,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from cudagym import pyparse
 from cudagym.judge.records import BuildResult, BuildStatus, Diagnostic, Severity
 
 PYTHON_FILE = "model_new.py"
@@ -110,8 +111,8 @@ def _compile(source: str) -> tuple[ast.Module | None, tuple[Diagnostic, ...]]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            tree = ast.parse(source, filename=PYTHON_FILE)
-            compile(tree, PYTHON_FILE, "exec", dont_inherit=True)  # bytecode only: 'return' outside function
+            tree = pyparse.parse(source, filename=PYTHON_FILE)
+            pyparse.compile_tree(tree, PYTHON_FILE, "exec")  # bytecode only: 'return' outside function
         except SyntaxError as exc:
             text = f"{type(exc).__name__}: {exc.msg}" + (f": {exc.text.strip()}" if exc.text else "")
             return None, (_error(f"{NOT_PYTHON} ({text})", exc.lineno or 0, exc.offset or 0),)

@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from cudagym import pyparse
 from cudagym.task import dotted_name as dotted
 
 PYTHON_FILE = "model_new.py"
@@ -37,7 +38,7 @@ def parse_python(text: str) -> ast.Module | None:
     modify the tree.
     """
     try:
-        return ast.parse(text)
+        return pyparse.parse(text)
     except (SyntaxError, ValueError):
         return None
 
