@@ -323,6 +323,23 @@ def test_a_capture_leaves_the_heap_and_routing_resumes_after(monkeypatch) -> Non
     assert heap.routing  # a capture that never began gives the routing back
 
 
+def test_a_newer_heap_is_guarded_and_the_class_patched_once(monkeypatch) -> None:
+    from cudagym.judge.split.heap import _guard_captures
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", type("CUDAGraph", (_Graph,), {}))
+    older, newer = _Heap(), _Heap()
+    _guard_captures(older)
+    begin = torch.cuda.CUDAGraph.capture_begin
+    _guard_captures(newer)
+    assert torch.cuda.CUDAGraph.capture_begin is begin  # not wrapped twice
+    newer.route(True)
+    graph = torch.cuda.CUDAGraph(newer)
+    graph.capture_begin()
+    graph.capture_end()
+    assert graph.seen == [("begin", False), ("end", False)] and newer.routing  # the newer heap came back
+    assert older.calls == [] and newer.calls == [True, False, True]
+
+
 def test_another_threads_capture_leaves_the_routing_alone(monkeypatch) -> None:
     import threading
 

@@ -52,7 +52,8 @@ def sides(tmp_path: Path):
     mapped.close()
     signals.close()
     trusted.close()
-    os.close(fd)
+    # fd stays open: the loader knows a library by its name, and a later test given this fd number again would get
+    # this library (and its allocator's state) back instead of its own copy
 
 
 def test_what_a_forward_makes_while_routed_lies_in_the_heap_and_comes_back(sides) -> None:

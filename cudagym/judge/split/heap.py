@@ -297,6 +297,9 @@ class RunnerHeap:
         return self.arena.tensor[offset:end].view(getattr(torch, slot.dtype)).view(slot.shape)
 
 
+_CAPTURED_HEAP: list[Any] = [None]  # the heap a capture leaves (the runner's)
+
+
 def _guard_captures(heap: Any) -> None:
     """Stop routing to the heap while a CUDA graph is captured, and route again once it is.
 
@@ -306,32 +309,42 @@ def _guard_captures(heap: Any) -> None:
     ``torch.cuda.CUDAGraph`` (``torch.cuda.graph``, ``make_graphed_callables`` and torch.compile's CUDA graphs all
     capture through it) leaves the heap while it captures: a graph's outputs lie in its own pool, and the runner
     copies them into the heap's reserve in their call's time.
+
+    The class is patched once per process; the patch serves the heap given last (a runner has one; a process that
+    made several, as the GPU tests do, guards the newest, and a heap made before it is left alone).
     """
     graph_class = torch.cuda.CUDAGraph
+    _CAPTURED_HEAP[0] = heap
+    if graph_class.__dict__.get("_cudagym_guarded"):
+        return
     begin, end = graph_class.capture_begin, graph_class.capture_end
 
     def capture_begin(self: Any, *args: Any, **kwargs: Any) -> Any:
-        resume = heap.routing and threading.get_ident() == heap.thread  # another thread's capture is its own
+        held = _CAPTURED_HEAP[0]
+        # another thread's capture is its own
+        resume = held is not None and held.routing and threading.get_ident() == held.thread
         if resume:
-            heap.route(False)
+            held.route(False)
         try:
             result = begin(self, *args, **kwargs)
         except BaseException:
             if resume:
-                heap.route(True)
+                held.route(True)
             raise
-        self.__dict__["_cudagym_resume"] = resume
+        self.__dict__["_cudagym_resume"] = held if resume else None
         return result
 
     def capture_end(self: Any) -> Any:
         try:
             return end(self)
         finally:
-            if self.__dict__.pop("_cudagym_resume", False) and threading.get_ident() == heap.thread:
-                heap.route(True)
+            held = self.__dict__.pop("_cudagym_resume", None)
+            if held is not None and threading.get_ident() == held.thread:
+                held.route(True)
 
     graph_class.capture_begin = capture_begin  # type: ignore[method-assign]
     graph_class.capture_end = capture_end  # type: ignore[method-assign]
+    graph_class._cudagym_guarded = True  # type: ignore[attr-defined]
 
 
 # ----------------------------------------------------------------------------------------------- the trusted side
