@@ -16,7 +16,8 @@
 # default the runner's reference one call a request against ten: issue 15) attrib (benchmarks/attribution_probe.py: does
 # ncu name a forward's kernels from outside its Python, plain and sandboxed, and at what cost: issue 13) raw_rt raw_full (its full evaluation alone) vec (LocalJudge then RayJudge, $VEC_SECONDS each, default 60: give it vec:300) scaling (two GPUs) memory repeat (benchmarks/repeat_probe.py on
 # $REPEAT_TASK, a KernelBench task: carry .data/kb) sanit (default: the first list but soak) hostbound (a host-bound forward under the default
-# arm wait and a long one). A step may carry its own limit: NAME:SECONDS.
+# arm wait and a long one). A step may carry its own limit: NAME:SECONDS. A step that runs out its limit leaves
+# NAME.stacks beside NAME.log: py-spy's dump of every Python process then (stage py-spy into .whl to get it).
 # Wheels the host lacks (gymnasium) are installed from .whl/ when it exists (../shared/tools/stage-wheels.sh);
 # bubblewrap from .debs/ (carry both).
 # The caches live in /tmp/cudagym-cache (outside the synced tree), so a later call on a still-warm host reuses them.
@@ -27,14 +28,30 @@ deadline=$(( $(date +%s) + total ))
 out=${OUT:-gpu-logs}; mkdir -p "$out"
 source benchmarks/gpu_setup.sh
 summary=()
+dump_stacks() {  # every Python process's stack, by py-spy where staged (stage-wheels.sh .whl py-spy), else a note
+  local spy; spy=$(command -v py-spy || echo /tmp/site/bin/py-spy)
+  if [ ! -x "$spy" ]; then echo "no py-spy: stage it (../shared/tools/stage-wheels.sh .whl filelock py-spy)"; return; fi
+  local p
+  for p in $(pgrep -f 'python|cudagym'); do
+    [[ $(readlink "/proc/$p/exe" 2>/dev/null) == *python* ]] || continue  # not timeout, bash or bwrap
+    echo "=== $p: $(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | cut -c1-200)"
+    # native frames too: a hang inside the CUDA driver or the heap's allocator shows below the Python ones
+    { timeout 20 "$spy" dump --native --pid "$p" 2>&1 || timeout 15 "$spy" dump --pid "$p" 2>&1; } | head -150
+  done
+}
 run_step() {  # run_step NAME COMMAND...: one command under min(limit, time left), its log, one summary row
   local name=$1; shift
   local start rc passed failed left budget
   start=$(date +%s); left=$(( deadline - start ))
   if (( left < 20 )); then summary+=("$(printf '%-11s skipped: total budget spent' "$name")"); return; fi
   budget=$(( left < limit ? left : limit ))
+  # a step about to run out its limit leaves its processes' stacks (worker, runners, sandboxed ones included):
+  # slow and hung read alike in a log that just stops
+  ( sleep $(( budget > 36 ? budget - 12 : budget * 2 / 3 )); dump_stacks > "$out/$name.stacks" 2>&1 ) &
+  local watcher=$!
   timeout "$budget" "$@" > "$out/$name.log" 2>&1
   rc=$?
+  kill "$watcher" 2>/dev/null; wait "$watcher" 2>/dev/null
   # from pytest's closing line when it finished; else the per-test words so far (-s output can split them off)
   local last; last=$(grep -E "^=+ .*(passed|failed|error|skipped|deselected).* in [0-9.]+s" "$out/$name.log" | tail -1)
   if [ -n "$last" ]; then
