@@ -159,6 +159,17 @@ def test_the_reserve_lays_outputs_out_on_the_heaps_alignment() -> None:
     assert heap_bytes(4 << 30, total, 10 << 30) == total + (12 << 30)  # the reference's need, and half a set
 
 
+def test_heap_sizes_round_the_reserve_and_offer_one_output_set_second() -> None:
+    from cudagym.judge.split.heap import SPAN_ALIGN, heap_sizes
+
+    slots = [Slot(0, (3,), "float16"), Slot(0, (1 << 20,), "float32")]  # 6 bytes and 4 MiB
+    reserve, (full, one_set) = heap_sizes(slots, (4 << 20) + 6, need_bytes=8 << 30)
+    assert reserve % SPAN_ALIGN == 0 and reserve >= reserve_layout(slots)[1] and reserve == 6 << 20
+    assert full == heap_bytes((4 << 20) + 6, reserve, 8 << 30)
+    assert one_set == reserve + (6 << 20)  # one output set, rounded up to the span
+    assert heap_sizes([], 0)[1][1] == SPAN_ALIGN  # no outputs: still a span to map
+
+
 # --------------------------------------------------------------------------------------------- the trusted gather
 
 def words_for(calls: int) -> torch.Tensor:

@@ -68,8 +68,8 @@ def descriptor_word(call: int, output: int) -> int:
     return DESCRIPTORS // 4 + call * MAX_OUTPUTS + output
 
 
-def _aligned(n: int) -> int:
-    return -(-n // HEAP_ALIGN) * HEAP_ALIGN
+def _aligned(n: int, to: int = HEAP_ALIGN) -> int:
+    return -(-n // to) * to
 
 
 def reserve_layout(slots: list[Slot]) -> tuple[list[int], int]:
@@ -93,6 +93,16 @@ def heap_bytes(output_bytes: int, reserve_bytes: int, need_bytes: int = 0) -> in
     """
     room = max(need_bytes, output_bytes) + output_bytes // 2
     return reserve_bytes + max(HEAP_MIN_BYTES, _aligned(room))
+
+
+SPAN_ALIGN = 2 << 20  # the heap's reserve and sizes round up to this (the VMM allocation's granularity)
+
+
+def heap_sizes(slots: list[Slot], output_bytes: int, need_bytes: int = 0) -> tuple[int, tuple[int, int]]:
+    """The reserve for outputs ``slots``, then the heaps to try in turn: :func:`heap_bytes`, else one output set."""
+    reserve = _aligned(reserve_layout(slots)[1], SPAN_ALIGN)
+    one_set = reserve + _aligned(max(output_bytes, 1), SPAN_ALIGN)
+    return reserve, (heap_bytes(output_bytes, reserve, need_bytes), one_set)
 
 
 # ----------------------------------------------------------------------------------------------- the allocator

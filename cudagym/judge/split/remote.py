@@ -29,7 +29,7 @@ from cudagym.judge.harness.timing import Measurement
 from cudagym.judge.split import RUNNER_PHASES
 from cudagym.judge.split.arena import Arena, ArenaError, ArenaView, Slot, layout, new_arena, place, views
 from cudagym.judge.split.channel import MAX_MESSAGE_BYTES, Channel, RunnerLost
-from cudagym.judge.split.heap import gather, heap_bytes, library_fd, reserve_layout, reset_words, undelivered
+from cudagym.judge.split.heap import gather, heap_sizes, library_fd, reset_words, undelivered
 from cudagym.judge.split.signals import CALL_DONE, CALL_GO, CALL_SPIN_S, SIGNAL_BYTES
 
 MIN_REPLY_S = 5.0  # the least time a request gets, whatever the job's budget says
@@ -560,12 +560,10 @@ class RunnerLink:
         """
         import os
 
-        reserve = -(-reserve_layout(slots)[1] // (2 << 20)) * (2 << 20)  # the allocator's spans start on 2 MiB
+        reserve, sizes = heap_sizes(slots, output_bytes, need_bytes)
         for arena in self.arenas.values():  # the output arena will be the heap's reserve
             arena.close()
         self.arenas = {}
-        one_set = reserve + -(-max(output_bytes, 1) // (2 << 20)) * (2 << 20)  # room for one output set
-        sizes = [heap_bytes(output_bytes, reserve, need_bytes), one_set]
         for i, size in enumerate(sizes):  # the full room, else room for one output set (the rest from the runner's)
             try:
                 self.heap = new_arena(size, self.device)
