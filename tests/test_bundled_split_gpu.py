@@ -11,7 +11,8 @@ too large for a series of two (``SERIES_ARENA_BYTES``): white-box 33 and 34 test
 
 from __future__ import annotations
 
-from concurrent.futures import Future
+import time
+from concurrent.futures import Future, as_completed
 
 import pytest
 
@@ -30,11 +31,22 @@ IDS = SOURCE.ids()
 
 @pytest.fixture(scope="module")
 def verdicts() -> dict[str, EvalResult]:
-    """All bundled solutions submitted at once (the judge's lanes take them in turn), their verdicts by task."""
+    """All bundled solutions submitted at once (the judge's lanes take them in turn), their verdicts by task.
+
+    Each verdict is printed as it arrives, with the seconds since the submissions: a run cut short by its step's
+    limit still shows which tasks were judged and how long each took to come back.
+    """
+    start = time.perf_counter()
     with LocalJudge(DEFAULT_PROTOCOL, devices=list(probe_gpus("auto").device_ids[:1])) as judge:
-        futures: dict[str, Future[EvalResult]] = {
-            task_id: judge.submit(SOURCE.get(task_id), SOURCE.solution(task_id), EvalMode.SUBMIT) for task_id in IDS}
-        return {task_id: future.result() for task_id, future in futures.items()}
+        futures: dict[Future[EvalResult], str] = {
+            judge.submit(SOURCE.get(task_id), SOURCE.solution(task_id), EvalMode.SUBMIT): task_id for task_id in IDS}
+        verdicts = {}
+        for future in as_completed(futures):
+            task_id, result = futures[future], future.result()
+            verdicts[task_id] = result
+            print(f"[{time.perf_counter() - start:6.1f} s] {len(verdicts)}/{len(IDS)} {task_id}: "
+                  f"{result.status.value} {result.message[:160]}", flush=True)
+        return verdicts
 
 
 @pytest.mark.parametrize("task_id", IDS)
