@@ -74,6 +74,7 @@ from cudagym.judge.sandbox import (
     scrub_env,
     set_cpu_budget,
 )
+from cudagym.judge.split.trace import folders as trace_folders
 from cudagym.judge.watchdog import Watch, kill_and_reap, kill_process_group, shared_watchdog
 
 log = logging.getLogger(__name__)
@@ -297,7 +298,11 @@ class _Worker:
         try:
             self.isolation = confine.isolation(limits=policy_limits(options.policy))
             # confined: the GPU's device nodes, the toolchain and Python, and this worker's own folder
-            view = confine.view_for(reads=options.reads(), writes=(str(self.root),), gpu=True, chdir=self.root)
+            # (and, for a trusted worker of the split, which loads no candidate code, the folder of a diagnostic
+            # trace where CUDAGYM_TRACE asks for one: cudagym.judge.split.trace)
+            traces = trace_folders() if options.uses_runner else ()
+            view = confine.view_for(reads=options.reads(), writes=(str(self.root), *traces), gpu=True,
+                                    chdir=self.root)
             command = confine.wrap(argv, view)
             self.proc = confine.popen(
                 command, cwd=self.root, env=self._env(home, tmp), stdin=subprocess.DEVNULL,
@@ -554,7 +559,11 @@ class _Runner:
                 "--policy", inner_policy(options.policy).to_json()]
         env = _runner_env(device, options, self.root)
         try:
-            view = confine.view_for(reads=options.reads(), writes=(str(self.root),), gpu=True, chdir=self.root)
+            # (and, for a trusted worker of the split, which loads no candidate code, the folder of a diagnostic
+            # trace where CUDAGYM_TRACE asks for one: cudagym.judge.split.trace)
+            traces = trace_folders() if options.uses_runner else ()
+            view = confine.view_for(reads=options.reads(), writes=(str(self.root), *traces), gpu=True,
+                                    chdir=self.root)
             self.proc = confine.popen(confine.wrap(argv, view), cwd=self.root, env=env, stdin=subprocess.DEVNULL,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                                       pass_fds=(runner_end.fileno(),))
@@ -964,7 +973,7 @@ def _serve(
             os.chdir(workdir)
             set_cpu_budget(policy.cpu_time_s)
             artifact = os.path.dirname(job.build.artifact_path) if job.build.artifact_path else ""
-            escape.start_job(workdir, extra=[artifact] if artifact else [])
+            escape.start_job(workdir, extra=([artifact] if artifact else []) + list(trace_folders()))
             try:
                 result = job_fn(job, **kwargs)
             finally:

@@ -92,6 +92,7 @@ from dataclasses import dataclass, field
 import torch
 
 from cudagym.judge.harness.memhistory import record_from_env
+from cudagym.judge.split.trace import trace
 
 # Elements per chunk of an elementwise pass: 16M elements, 64 MB of fp32 per temporary.
 CHUNK_ELEMENTS = 1 << 24
@@ -336,10 +337,12 @@ class PhaseClock:
     def phase(self, name: str) -> Iterator[None]:
         """Add the time spent in the ``with`` body to ``name``."""
         began = time.monotonic()
+        trace("phase", name=name, begins=True)
         try:
             yield
         finally:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.monotonic() - began
+            trace("phase", name=name, begins=False, seconds=time.monotonic() - began)
 
     def get(self, name: str) -> float:
         """Seconds spent in ``name`` (0.0 when it never ran)."""

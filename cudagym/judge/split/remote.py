@@ -31,6 +31,7 @@ from cudagym.judge.split.arena import Arena, ArenaError, ArenaView, Slot, layout
 from cudagym.judge.split.channel import MAX_MESSAGE_BYTES, Channel, RunnerLost
 from cudagym.judge.split.heap import gather, heap_sizes, library_fd, reset_words, undelivered
 from cudagym.judge.split.signals import CALL_DONE, CALL_GO, CALL_SPIN_S, SIGNAL_BYTES
+from cudagym.judge.split.trace import trace, tracing
 
 MIN_REPLY_S = 5.0  # the least time a request gets, whatever the job's budget says
 SERIES_CALLS = 32  # calls in one series (RemoteModel.series), where the arenas' cap allows that many ...
@@ -392,6 +393,9 @@ class RunnerLink:
         t1 = time.perf_counter()
         reply = self._reply(message, expect, max_bytes, arrived)
         self.last_parts_us = [(t1 - t0) * 1e6, (time.perf_counter() - t1) * 1e6, 0.0]
+        if tracing():
+            trace("request", kind=message.get("kind"), parts_us=self.last_parts_us,
+                  runner_heap=str(reply.get("heap", ""))[:300])
         return reply
 
     def chained_request(self, message: dict[str, Any], calls: int, between: Callable[[int], None],
@@ -518,6 +522,9 @@ class RunnerLink:
             outputs = [v.clone() for v in views(self.arenas["outputs"].tensor, out_slots)] if keep else []
         t1 = t0
         self.last_late = False
+        if tracing():  # this process's part queued: a trace that stops here never sent the runner its request
+            trace("queued", kind=message.get("kind"), round=first, calls=calls,
+                  queue_us=(time.perf_counter() - t0) * 1e6)
         try:
             self.channel.send({**message, "round": first})
             t1 = time.perf_counter()
@@ -537,6 +544,10 @@ class RunnerLink:
         self.last_intervals_us = [a.elapsed_time(b) * 1000.0 for a, b in zip(marks, marks[1:], strict=False)]
         self.last_parts_us = [(t1 - t0) * 1e6, (t2 - t1) * 1e6, (time.perf_counter() - t2) * 1e6]
         self.last_undelivered = "" if valid is None or bool(valid.item()) else undelivered(0)
+        if tracing():
+            trace("bracketed", kind=message.get("kind"), round=first, calls=calls, late=self.last_late,
+                  bracket_us=bracket_us, staged_us=self.last_staged_us, parts_us=self.last_parts_us,
+                  claim_us=reply.get("time_us"), runner_heap=str(reply.get("heap", ""))[:300])
         return reply, bracket_us, outputs
 
     def gather(self, call: int, slots: list[Slot]) -> tuple[list[torch.Tensor], torch.Tensor]:

@@ -10,6 +10,7 @@ from cudagym.judge.records import EvalResult
 from cudagym.judge.split import RunnerHandoff
 from cudagym.judge.split.channel import Channel
 from cudagym.judge.split.remote import RunnerLink
+from cudagym.judge.split.trace import trace
 
 
 def run_job(job: Job, runner: RunnerHandoff | None = None) -> EvalResult:
@@ -40,8 +41,11 @@ def _run(job: Job, runner: RunnerHandoff | None, device: str | None) -> EvalResu
         return evaluate(job, device)
     link = RunnerLink(Channel.from_fd(runner.fd), time.monotonic() + job.protocol.eval_timeout_s)
     link.on_candidate = runner.on_candidate
+    trace("job", task=job.task.id, job_id=job.job_id, mode=job.mode.value, protocol=job.protocol.id)
     try:
         result = evaluate(job, device, runner=link, runner_job=runner.job)
+        trace("verdict", task=job.task.id, job_id=job.job_id, status=result.status.value,
+              message=result.message[:300])
     finally:
         try:  # the verdict is made: nothing the runner says while it ends can replace it
             files, network = link.end()

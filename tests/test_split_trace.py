@@ -1,0 +1,133 @@
+"""The diagnostic trace (``CUDAGYM_TRACE``): written by the confined trusted worker, as the job goes, changing nothing.
+
+Through the real worker pool on the CPU path (bubblewrap where the host has it): the trusted worker, confined to its
+own folder, writes the trace's folder too, the job's phases and its runner requests land there line by line, and
+the verdict is the one an untraced judge gives (the trace file is no ``file_access`` attempt of the job).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from cudagym.judge.interface import EvalMode
+from cudagym.judge.job import Job, KnownBaselines
+from cudagym.judge.protocol import CUDAGYM_V0
+from cudagym.judge.records import BuildResult, BuildStatus, EvalResult, EvalStatus
+from cudagym.judge.split import trace as trace_module
+from cudagym.judge.split.trace import TRACE_ENV, trace
+from cudagym.judge.worker import PoolOptions, WorkerPool
+from cudagym.solution import Solution
+from cudagym.task import make_task
+
+TASK = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+
+def get_inputs():
+    return [torch.randn(8, 32)]
+
+def get_init_inputs():
+    return [32]
+'''
+
+HONEST = '''
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+
+    def forward(self, x):
+        return torch.relu(torch.addmm(self.lin.bias, x, self.lin.weight.t()))
+'''
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_untraced_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(TRACE_ENV, raising=False)
+    trace("phase", name="load")
+    assert not trace_module.tracing() and trace_module.folders() == ()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_trace_is_one_json_line_per_event(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "sub" / "run.trace"
+    monkeypatch.setenv(TRACE_ENV, str(path))
+    assert trace_module.folders() == (str(path.parent),)  # made, for a confined process's view
+    trace("request", kind="timed", parts_us=[1.0, 2.5, 0.0], odd=object())
+    trace("phase", name="check", begins=True)
+    lines = _lines(path)
+    assert [line["event"] for line in lines] == ["request", "phase"]
+    assert lines[0]["kind"] == "timed" and lines[0]["parts_us"] == [1.0, 2.5, 0.0]
+    assert lines[0]["pid"] == os.getpid() and isinstance(lines[0]["odd"], str)
+
+
+def test_an_unwritable_trace_is_given_up_without_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv(TRACE_ENV, str(blocker / "run.trace"))  # a folder that is a file: no open can succeed
+    trace("phase", name="load")
+    trace("phase", name="load")  # given up: no second attempt, no error
+    assert str(blocker / "run.trace") in trace_module._failed
+
+
+def _job(job_id: str) -> Job:
+    return Job(
+        job_id=job_id,
+        task=make_task(textwrap.dedent(TASK), id="test/trace", suite="test", level=1, name="trace", origin="test"),
+        solution=Solution("inline", {"model_new.py": HONEST}),
+        build=BuildResult(BuildStatus.OK, "inline"),
+        mode=EvalMode.SUBMIT,
+        protocol=CUDAGYM_V0.with_changes(id="test-trace", guards=("file_access", "network"), num_inputs=2,
+                                         warmup_runs=1, warmup_ms=0.0, min_runs=5, max_runs=5, target_ci_pct=0.0),
+        baselines=KnownBaselines(),
+    )
+
+
+def _judged(job_id: str) -> EvalResult:
+    options = PoolOptions(job_fn="cudagym.judge.split.trusted:run_job_on_cpu", runner=True, startup_timeout_s=180.0,
+                          spare_runners=1)
+    with WorkerPool(["0"], options=options) as pool:
+        return pool.submit(_job(job_id)).result(timeout=300)
+
+
+def test_the_confined_trusted_worker_traces_a_job_and_judges_it_as_untraced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "traces" / "split.trace"
+    monkeypatch.setenv(TRACE_ENV, str(path))
+    result = _judged("traced")
+    assert result.status is EvalStatus.OK, result.message + result.log[-2000:]
+    assert result.violations == ()  # the trace's writes are no file_access attempt of the job
+    lines = _lines(path)
+    assert {line["pid"] for line in lines} != {os.getpid()}  # written by the worker, not this process
+    events = [line["event"] for line in lines]
+    assert events[0] == "job" and lines[0]["task"] == "test/trace" and lines[0]["mode"] == "submit"
+    verdict = next(line for line in lines if line["event"] == "verdict")
+    assert verdict["status"] == "ok"
+    phases = [(line["name"], line["begins"]) for line in lines if line["event"] == "phase"]
+    for name in ("load", "check", "timing", "profile"):
+        assert (name, True) in phases and (name, False) in phases, phases
+    timed = [line for line in lines if line["event"] == "request" and line["kind"] == "timed"]
+    assert len(timed) >= 5 and all(len(line["parts_us"]) == 3 for line in timed)
+
+    monkeypatch.delenv(TRACE_ENV)
+    plain = _judged("untraced")
+    assert plain.status is EvalStatus.OK and plain.violations == ()
