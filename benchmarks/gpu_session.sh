@@ -25,7 +25,7 @@ set -u
 default_limit=${1:-150}; total=${2:-570}; shift 2 2>/dev/null || shift $#
 steps=${*:-prebuild build formats local env hacks judge bundled bench_bld bench_eval}
 deadline=$(( $(date +%s) + total ))
-out=${OUT:-gpu-logs}; mkdir -p "$out"
+out=${OUT:-gpu-logs}; mkdir -p "$out"; out=$(cd "$out" && pwd)  # absolute: the trace is written from a worker's folder
 source benchmarks/gpu_setup.sh
 summary=()
 dump_stacks() {  # every Python process's stack, by py-spy where staged (stage-wheels.sh .whl py-spy), else a note
@@ -47,9 +47,14 @@ run_step() {  # run_step NAME COMMAND...: one command under min(limit, time left
   budget=$(( left < limit ? left : limit ))
   # a step about to run out its limit leaves its processes' stacks (worker, runners, sandboxed ones included):
   # slow and hung read alike in a log that just stops
-  ( sleep $(( budget > 36 ? budget - 12 : budget * 2 / 3 )); dump_stacks > "$out/$name.stacks" 2>&1 ) &
+  # (before pytest-timeout's own cut of a test, which ends the judge and its workers before a later dump)
+  local at=$(( budget > 36 ? budget - 12 : budget * 2 / 3 ))
+  (( test_limit - 10 < at )) && at=$(( test_limit - 10 ))
+  ( sleep "$at"; dump_stacks > "$out/$name.stacks" 2>&1 ) &
   local watcher=$!
-  timeout "$budget" "$@" > "$out/$name.log" 2>&1
+  # CUDAGYM_TRACE: the trusted workers' line per phase and runner request (cudagym.judge.split.trace), kept
+  # as they go: a step cut short shows how far each job got and whether its calls were late
+  CUDAGYM_TRACE="$out/$name.trace" timeout "$budget" "$@" > "$out/$name.log" 2>&1
   rc=$?
   kill "$watcher" 2>/dev/null; wait "$watcher" 2>/dev/null
   # from pytest's closing line when it finished; else the per-test words so far (-s output can split them off)
@@ -72,7 +77,8 @@ has_timeout=0; python3 -c "import pytest_timeout" 2>/dev/null && has_timeout=1
 noproxy="env -u http_proxy -u https_proxy -u HTTP_PROXY -u HTTPS_PROXY -u ALL_PROXY"  # the stand-in is on loopback
 for s in $steps; do
   if [[ $s == *:* ]]; then limit=${s#*:}; s=${s%%:*}; else limit=$default_limit; fi
-  (( has_timeout )) && pyt="$base --timeout=$(( limit > 220 ? limit - 20 : 200 ))"
+  test_limit=$(( limit > 220 ? limit - 20 : 200 ))  # one test's limit (pytest-timeout, where installed)
+  (( has_timeout )) && pyt="$base --timeout=$test_limit"
   case $s in
     prebuild)   run_step prebuild   python3 benchmarks/prebuild.py ;;
     prebuild1)  run_step prebuild1  python3 benchmarks/prebuild.py --no-hacks ;;
