@@ -89,6 +89,18 @@ def test_an_unwritable_trace_is_given_up_without_an_error(tmp_path: Path, monkey
     assert str(blocker / "run.trace") in trace_module._failed
 
 
+def test_a_runner_gets_no_trace_path_only_the_word_to_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cudagym.judge.worker import PoolOptions as Options
+    from cudagym.judge.worker import _runner_env
+
+    monkeypatch.setenv(TRACE_ENV, str(tmp_path / "run.trace"))
+    env = _runner_env("0", Options(), tmp_path)
+    assert TRACE_ENV not in env and env[trace_module.RUNNER_ENV] == "1"
+    monkeypatch.delenv(TRACE_ENV)
+    monkeypatch.setenv(trace_module.RUNNER_ENV, "1")  # a parent's leftover is not passed on untraced
+    assert trace_module.RUNNER_ENV not in _runner_env("0", Options(), tmp_path)
+
+
 def _job(job_id: str) -> Job:
     return Job(
         job_id=job_id,
@@ -127,6 +139,8 @@ def test_the_confined_trusted_worker_traces_a_job_and_judges_it_as_untraced(
         assert (name, True) in phases and (name, False) in phases, phases
     timed = [line for line in lines if line["event"] == "request" and line["kind"] == "timed"]
     assert len(timed) >= 5 and all(len(line["parts_us"]) == 3 for line in timed)
+    last = [line for line in lines if line["event"] == "rounds"][-1]  # the timing loop's end, and why
+    assert last["done"] == 5 and last["stop"] and set(last["medians_us"]) >= {"candidate"}, last
 
     monkeypatch.delenv(TRACE_ENV)
     plain = _judged("untraced")

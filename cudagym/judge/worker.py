@@ -75,6 +75,7 @@ from cudagym.judge.sandbox import (
     set_cpu_budget,
 )
 from cudagym.judge.split.trace import folders as trace_folders
+from cudagym.judge.split.trace import runner_env as trace_runner_env
 from cudagym.judge.watchdog import Watch, kill_and_reap, kill_process_group, shared_watchdog
 
 log = logging.getLogger(__name__)
@@ -534,10 +535,10 @@ class _Worker:
 
 def _runner_env(device: str, options: PoolOptions, root: Path) -> dict[str, str]:
     """The scrubbed environment of a runner (the job's, or a sanitized one) whose private folder is ``root``."""
-    return scrub_env(os.environ, home=str(root / "home"), tmpdir=str(root / "tmp"), extra={
+    return trace_runner_env(scrub_env(os.environ, home=str(root / "home"), tmpdir=str(root / "tmp"), extra={
         "CUDA_VISIBLE_DEVICES": device, "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
         "TRITON_CACHE_DIR": str(root / "triton"), "TORCHINDUCTOR_COMPILE_THREADS": "1",
-        "PYTHONPATH": child_pythonpath(options.pythonpath), **options.model_env(), **options.env})
+        "PYTHONPATH": child_pythonpath(options.pythonpath), **options.model_env(), **options.env}))
 
 
 class _Runner:

@@ -53,7 +53,10 @@ import torch
 from cudagym.errors import ConfigError
 from cudagym.judge.harness.inputs import clone_tree, poison_tree_, tensors_in
 from cudagym.judge.harness.integrity import PRISTINE
-from cudagym.judge.harness.stats import StoppingRule
+from cudagym.judge.harness.stats import StoppingRule, median
+from cudagym.judge.split.trace import trace, tracing
+
+TRACE_EVERY = 50  # a traced loop's line every this many timed rounds (cudagym.judge.split.trace)
 
 MAX_WARMUP_ROUNDS = 10_000  # a time-based warm-up of a microsecond kernel stops here
 
@@ -368,6 +371,12 @@ class NoHook:
         """Nothing."""
 
 
+def _trace_rounds(group: list[Contender], run: TimingRun, done: int, warm_ups: int, stop: str) -> None:
+    """A trace line (:mod:`cudagym.judge.split.trace`): the timed rounds so far, each contender's median, the stop."""
+    medians = {c.name: median(run.samples[c.name].time_us) if run.samples[c.name].time_us else None for c in group}
+    trace("rounds", done=done, warm_ups=warm_ups, medians_us=medians, stop=stop)
+
+
 @dataclass
 class TimingLoop:
     """The timing schedule of one evaluation.
@@ -437,6 +446,8 @@ class TimingLoop:
                 retakes += not kept
                 round_index += 1
                 reason = self._stop_reason(group, run, deadline)
+                if tracing() and (reason or round_index % TRACE_EVERY == 0):  # how far the loop got, and why it ended
+                    _trace_rounds(group, run, round_index, warm, reason)
                 if reason:
                     run.stop_reason = reason
                     break

@@ -35,7 +35,7 @@ from cudagym.judge.guards import escape
 from cudagym.judge.sandbox import SandboxPolicy, enter_sandbox, forbid_sysv_ipc, set_cpu_budget
 from cudagym.judge.split.channel import Channel, RunnerLost
 from cudagym.judge.split.signals import CALL_DONE, CALL_GO, CALL_SPIN_S
-from cudagym.judge.split.trace import tracing
+from cudagym.judge.split.trace import runner_reports
 
 # what the runner's start spends its time on, in order (reported to the trusted side, which notes it)
 LOAD_STAGES = ("setup", "source checks", "reference", "candidate module", "models", "guards")
@@ -151,7 +151,7 @@ class _Server:
             reply["violations"] = []
             reply["handled_us"] = (time.perf_counter() - t0) * 1e6
             reply["peak_bytes"] = device_peak_bytes(self.device, self.heap)
-            if self.heap is not None and tracing():
+            if self.heap is not None and runner_reports():
                 reply["heap"] = self.heap.allocator.stats()
             self.channel.send(reply)
         reply = self._start(job, start)
@@ -174,7 +174,7 @@ class _Server:
             reply["handled_us"] = (time.perf_counter() - t0) * 1e6
             reply["violations"] = self._new_violations()
             reply["peak_bytes"] = device_peak_bytes(self.device, self.heap)
-            if self.heap is not None and tracing():  # the runner's word on its heap, for the judge's trace only
+            if self.heap is not None and runner_reports():  # the runner's word on its heap, for the judge's trace only
                 reply["heap"] = self.heap.allocator.stats()
             self.channel.send(reply)
             if reply["kind"] == "failure" and reply.get("cuda"):

@@ -16,6 +16,8 @@ import time
 from typing import IO, Any
 
 TRACE_ENV = "CUDAGYM_TRACE"
+# What a runner gets instead of the path (it writes nothing; it only adds its heap counters to its replies)
+RUNNER_ENV = "CUDAGYM_TRACE_RUNNER"
 
 _lock = threading.Lock()
 _open: dict[str, IO[str]] = {}
@@ -53,6 +55,23 @@ def trace(event: str, **fields: Any) -> None:
         except (OSError, ValueError):
             _failed.add(path)
             _open.pop(path, None)
+
+
+def runner_env(env: dict[str, str]) -> dict[str, str]:
+    """A runner's environment ``env`` without the trace's path, and with :data:`RUNNER_ENV` set where tracing.
+
+    The runner is confined with no view of the trace (an attempt to open it would be the candidate's
+    ``file_access``), and its word is never written anywhere by itself: the trusted side records what it says.
+    """
+    env = {k: v for k, v in env.items() if k not in (TRACE_ENV, RUNNER_ENV)}
+    if tracing():
+        env[RUNNER_ENV] = "1"
+    return env
+
+
+def runner_reports() -> bool:
+    """In a runner: whether to add its heap counters to its replies (its judge traces)."""
+    return os.environ.get(RUNNER_ENV) == "1"
 
 
 def folders() -> tuple[str, ...]:
