@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from test_split import HONEST, TASK  # the tiny linear+relu task and its honest answer
 
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import Job, KnownBaselines
@@ -23,38 +24,6 @@ from cudagym.judge.split.trace import TRACE_ENV, trace
 from cudagym.judge.worker import PoolOptions, WorkerPool
 from cudagym.solution import Solution
 from cudagym.task import make_task
-
-TASK = '''
-import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def __init__(self, n):
-        super().__init__()
-        self.lin = nn.Linear(n, n)
-
-    def forward(self, x):
-        return torch.relu(self.lin(x))
-
-def get_inputs():
-    return [torch.randn(8, 32)]
-
-def get_init_inputs():
-    return [32]
-'''
-
-HONEST = '''
-import torch
-import torch.nn as nn
-
-class ModelNew(nn.Module):
-    def __init__(self, n):
-        super().__init__()
-        self.lin = nn.Linear(n, n)
-
-    def forward(self, x):
-        return torch.relu(torch.addmm(self.lin.bias, x, self.lin.weight.t()))
-'''
 
 
 def _lines(path: Path) -> list[dict]:
