@@ -974,7 +974,9 @@ def _serve(
             os.chdir(workdir)
             set_cpu_budget(policy.cpu_time_s)
             artifact = os.path.dirname(job.build.artifact_path) if job.build.artifact_path else ""
-            escape.start_job(workdir, extra=([artifact] if artifact else []) + list(trace_folders()))
+            # a trusted worker of the split may write its trace (candidate code runs in its runner, never here)
+            traces = list(trace_folders()) if "runner_job" in msg else []
+            escape.start_job(workdir, extra=([artifact] if artifact else []) + traces)
             try:
                 result = job_fn(job, **kwargs)
             finally:
