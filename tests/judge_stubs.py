@@ -60,6 +60,10 @@ class StubGpus(GpuService):
         self.job_s = job_s
         self.started: list[JobSpec] = []
         self.lock = threading.Lock()
+        self.running = 0  # jobs inside their run now, and the most there were at once
+        self.most_running = 0
+        self.together = 0  # n > 0: a job waits (10 s at most) until n run at once, a test's proof that they can
+        self._cond = threading.Condition(self.lock)
         self.pool = ThreadPoolExecutor(16)
         self.closed = False
 
@@ -81,7 +85,20 @@ class StubGpus(GpuService):
 
     def _run(self, spec: JobSpec) -> EvalResult:
         self.gate.wait(timeout=60)
-        time.sleep(self.job_s)
+        with self._cond:
+            self.running += 1
+            self.most_running = max(self.most_running, self.running)
+            self._cond.notify_all()
+            if self.together:
+                self._cond.wait_for(lambda: self.running >= self.together, timeout=10)
+        try:
+            time.sleep(self.job_s)
+            return self._result(spec)
+        finally:
+            with self._cond:
+                self.running -= 1
+
+    def _result(self, spec: JobSpec) -> EvalResult:
         if spec.job_id.startswith("baselines:"):
             return EvalResult(EvalStatus.OK, "baselines", build=spec.build, hardware=STUB_GPU,
                               eager=TimingStats(median_us=100.0, runs=10),
