@@ -7,10 +7,14 @@ timed in the runner. Honest candidates must keep their claims and their tier und
 on how far the clock ran past the claims, the candidate's and the reference's, are printed (the allowance's
 measure). A series of calls back to back would floor a claim too, but the bundled tasks' input and output sets are
 too large for a series of two (``SERIES_ARENA_BYTES``): white-box 33 and 34 test it on a tiny kernel.
+
+``CUDAGYM_BUNDLED_PROTOCOL`` names another protocol to judge them under (``cudagym[delivery=copy]``: the copy
+delivery, to compare against the default's heap).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import Future, as_completed
 
@@ -19,7 +23,7 @@ import pytest
 from cudagym.judge.harness.claims import ON_TIME_CHARGE_NOTE, SERIES_NOTE, SHOWN_SPREAD_NOTE
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.local import LocalJudge, probe_gpus
-from cudagym.judge.protocol import DEFAULT_PROTOCOL
+from cudagym.judge.protocol import DEFAULT_PROTOCOL, get_protocol
 from cudagym.judge.records import EvalResult, EvalStatus
 from cudagym.sources.bundled import BundledSource
 
@@ -27,6 +31,7 @@ pytestmark = pytest.mark.gpu
 
 SOURCE = BundledSource()
 IDS = SOURCE.ids()
+PROTOCOL = get_protocol(os.environ.get("CUDAGYM_BUNDLED_PROTOCOL") or DEFAULT_PROTOCOL)
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +42,7 @@ def verdicts() -> dict[str, EvalResult]:
     limit still shows which tasks were judged and how long each took to come back.
     """
     start = time.perf_counter()
-    with LocalJudge(DEFAULT_PROTOCOL, devices=list(probe_gpus("auto").device_ids[:1])) as judge:
+    with LocalJudge(PROTOCOL, devices=list(probe_gpus("auto").device_ids[:1])) as judge:
         futures: dict[Future[EvalResult], str] = {
             judge.submit(SOURCE.get(task_id), SOURCE.solution(task_id), EvalMode.SUBMIT): task_id for task_id in IDS}
         verdicts = {}
@@ -55,7 +60,8 @@ def test_a_bundled_solution_keeps_its_claims_and_its_tier_through_the_split(verd
     assert result.status is EvalStatus.OK, f"{task_id}: {result.message[:1500]}\n{result.log[-3000:]}"
     assert result.violations == ()
     assert "made by the trusted process" in result.log
-    assert "outputs read from the heap shared with the runner" in result.log  # the runner copied nothing it forgave
+    if PROTOCOL.extra.get("delivery", "heap") == "heap":  # the runner copied nothing it forgave
+        assert "outputs read from the heap shared with the runner" in result.log
     for line in result.log.splitlines():
         if line.startswith("the runner's heap:"):  # its own word: outputs it moved into the reserve, in their time
             print(f"{task_id}: {line}")

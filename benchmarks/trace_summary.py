@@ -1,0 +1,103 @@
+"""A short table of a split trace (``CUDAGYM_TRACE``): per job, its phases, its runner requests and timed rounds.
+
+    python benchmarks/trace_summary.py gpu-logs/wb_36.trace [more.trace ...]
+
+Per worker pid: the jobs and verdicts, each phase's seconds (an unfinished phase says so), the requests by kind
+(count, late count, median and max of the bracket and of the host parts), and the last ``rounds`` line (how far the
+timing loop got and why it stopped). Lines that are not JSON are counted, not fatal: a trace cut mid-line is normal.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+
+def _median(values: list[float]) -> str:
+    return f"{statistics.median(values):.0f}" if values else "-"
+
+
+def _max(values: list[float]) -> str:
+    return f"{max(values):.0f}" if values else "-"
+
+
+def summarize(path: Path) -> list[str]:
+    """The table's lines for one trace file."""
+    lines = [f"## {path}"]
+    if not path.exists():
+        return [*lines, "(no trace written)"]
+    by_pid: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    broken = 0
+    for raw in path.read_text(errors="replace").splitlines():
+        try:
+            event = json.loads(raw)
+        except json.JSONDecodeError:
+            broken += 1
+            continue
+        if isinstance(event, dict):
+            by_pid[event.get("pid")].append(event)
+    if broken:
+        lines.append(f"({broken} lines not JSON)")
+    for pid, events in by_pid.items():
+        t0 = events[0].get("t", 0.0)
+        lines.append(f"- worker pid {pid}: {len(events)} events over {events[-1].get('t', t0) - t0:.1f} s")
+        open_phases: dict[str, float] = {}
+        kinds: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        last_rounds: dict[str, Any] | None = None
+        rounds_lines = 0
+        for e in events:
+            ev, t = e.get("event"), e.get("t", 0.0) - t0
+            if ev in ("job", "verdict"):
+                extra = {k: v for k, v in e.items() if k not in ("event", "t", "pid")}
+                lines.append(f"  {t:8.2f}s {ev} {json.dumps(extra)[:200]}")
+            elif ev == "phase":
+                if e.get("begins"):
+                    open_phases[e["name"]] = t
+                else:
+                    open_phases.pop(e.get("name"), None)
+                    lines.append(f"  {t:8.2f}s phase {e.get('name')} {e.get('seconds', 0.0):.2f} s")
+            elif ev in ("request", "bracketed", "queued"):
+                k = kinds[f"{ev}:{e.get('kind')}"]
+                k["n"].append(1.0)
+                if e.get("late"):
+                    k["late"].append(1.0)
+                if e.get("bracket_us") is not None:
+                    k["bracket"].append(float(e["bracket_us"]))
+                for i, part in enumerate(e.get("parts_us") or []):
+                    k[f"part{i}"].append(float(part))
+                if e.get("claim_us") is not None:
+                    k["claim"].append(float(e["claim_us"]))
+            elif ev == "rounds":
+                rounds_lines += 1
+                last_rounds = e
+        for name, began in open_phases.items():
+            lines.append(f"  {began:8.2f}s phase {name} begun, never ended")
+        for kind, k in sorted(kinds.items()):
+            lines.append(f"  {kind:28s} n={len(k['n']):6d} late={len(k['late']):5d}"
+                         f" bracket_us med={_median(k['bracket'])} max={_max(k['bracket'])}"
+                         f" claim med={_median(k['claim'])}"
+                         f" host parts med=({_median(k['part0'])}, {_median(k['part1'])}, {_median(k['part2'])})"
+                         f" max=({_max(k['part0'])}, {_max(k['part1'])}, {_max(k['part2'])})")
+        if last_rounds is not None:
+            lines.append(f"  rounds lines={rounds_lines}, last: done={last_rounds.get('done')}"
+                         f" warm_ups={last_rounds.get('warm_ups')} stop={last_rounds.get('stop')!r}"
+                         f" medians_us={json.dumps(last_rounds.get('medians_us'))[:200]}")
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    """Print the table of each trace named."""
+    if not argv:
+        print(__doc__)
+        return 2
+    for name in argv:
+        print("\n".join(summarize(Path(name))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
