@@ -340,6 +340,7 @@ class RunnerLink:
         self.bracket = False  # time the candidate's calls on the GPU's clock (set by the harness on the GPU path)
         self.flusher: Any = None  # the trusted side's L2 flush, queued inside each bracket
         self.arm_wait_s = ARM_WAIT_S  # how long a bracketed call may take to be queued before the go is given
+        self._rehearsed: set[tuple[Any, ...]] = set()  # the brackets whose kernels this process has run (rehearse)
         # per kind of timed request: how many calls were not queued in time, of how many (their go was given anyway)
         self.unqueued: dict[str, list[int]] = {}
         self.last_late = False  # whether the latest bracketed call was not queued before its go
@@ -499,6 +500,8 @@ class RunnerLink:
         n, base = self._round, self.arenas["signals"].tensor.data_ptr()
         start, staged, end = self._events
         stream = torch.cuda.current_stream(self.device)
+        self.rehearse((str(message.get("kind")), calls, keep, between is not None, tuple(out_slots)), stage,
+                      out_slots if keep else [], calls)
         wait_value(stream.cuda_stream, base + ARMED, n)  # until the runner has queued the whole request
         start.record(stream)
         stage()
@@ -549,6 +552,29 @@ class RunnerLink:
                   bracket_us=bracket_us, staged_us=self.last_staged_us, parts_us=self.last_parts_us,
                   claim_us=reply.get("time_us"), runner_heap=str(reply.get("heap", ""))[:300])
         return reply, bracket_us, outputs
+
+    def rehearse(self, key: tuple[Any, ...], stage: Callable[[], None] | None, slots: list[Slot],
+                 calls: int = 1) -> None:
+        """Run once, outside any bracket, the kernels this process queues inside a bracket of kind ``key``.
+
+        Inside a bracket this process's stream waits for the runner's word, which comes only after the request
+        is sent; a kernel launched there for the first time may make CUDA load its module, and a module load may
+        wait for the whole context (CUDA's lazy loading): that wait would never end. So the staging, the words'
+        reset, the L2 flush and the heap's gather of ``slots`` run here first, with nothing waiting, and the
+        stream is synchronized. ``stage`` runs again in the bracket (it only places inputs and poisons outputs).
+        """
+        if key in self._rehearsed or self.device.type != "cuda":
+            return
+        if stage is not None:
+            stage()
+        if self.heap is not None:
+            reset_words(self.arenas["signals"].tensor.view(torch.int32), calls)
+            if slots:
+                self.gather(0, slots)
+        if self.flusher is not None:
+            self.flusher.flush()
+        torch.cuda.current_stream(self.device).synchronize()
+        self._rehearsed.add(key)
 
     def gather(self, call: int, slots: list[Slot]) -> tuple[list[torch.Tensor], torch.Tensor]:
         """Queue the copy of call ``call``'s outputs out of the heap, from where the runner's words say.
@@ -1018,6 +1044,8 @@ class RemoteModel:
         message = {"kind": kind, "sets": items, "container": self.container}
         if self.bracketed:
             wait = min(len(sets) * self.link.arm_wait_s, ARM_WAIT_MAX_S)  # each call as long to queue as one alone
+            if heap:  # between's gathers run inside the bracket: their kernels loaded before it (rehearse)
+                self.link.rehearse(("series gather", tuple(self.out_slots)), None, self.out_slots)
             reply, _, _ = self.link.bracketed(message, stage, [], expect, False, wait, calls=len(sets),
                                               between=between)
             return reply, self.link.last_intervals_us, outs, seen
