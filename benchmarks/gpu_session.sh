@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU evidence in device calls: every GPU test file, then the GPU benchmarks, each under its own time limit so one
 # slow file cannot starve the rest, and all of them under a total budget; logs under $OUT (or ./gpu-logs), a
-# summary table last (also written to $OUT/summary.txt after every step, so a call cut short keeps its rows).
+# summary table last (also written to $OUT/summary.txt after every step, so a call cut short keeps its rows; the
+# logs themselves in $GPU_LOGS, packed into $OUT/logs.tgz after every step).
 #   bash benchmarks/gpu_session.sh [SECONDS_PER_STEP [TOTAL_SECONDS [STEP ...]]]    (repository root, GPU host)
 # Steps: prebuild (prebuild1: bundled only) build formats local sandbox split split_gpu heap (the shared heap in one
 # process; wb_36 is its attack through the worker) heapcmp (benchmarks/heap_probe.py: the bundled solutions' medians
@@ -25,7 +26,11 @@ set -u
 default_limit=${1:-150}; total=${2:-570}; shift 2 2>/dev/null || shift $#
 steps=${*:-prebuild build formats local env hacks judge bundled bench_bld bench_eval}
 deadline=$(( $(date +%s) + total ))
-out=${OUT:-gpu-logs}; mkdir -p "$out"; out=$(cd "$out" && pwd)  # absolute: the trace is written from a worker's folder
+ret=${OUT:-gpu-logs}; mkdir -p "$ret"; ret=$(cd "$ret" && pwd)
+# the steps' logs, traces and stacks lie outside $OUT (a device call brings back at most 8 files: session 34 lost its
+# summary that way) and are packed into $OUT/logs.tgz after every step; $GPU_LOGS names the folder (absolute: the
+# trace is written from a worker's folder), emptied first (a warm host keeps an earlier call's)
+out=${GPU_LOGS:-/tmp/cudagym-gpu-logs/$(basename "$ret")}; rm -rf "$out"; mkdir -p "$out"; out=$(cd "$out" && pwd)
 source benchmarks/gpu_setup.sh
 summary=()
 dump_stacks() {  # every Python process's stack, by py-spy where staged (stage-wheels.sh .whl py-spy), else a note
@@ -67,7 +72,8 @@ run_step() {  # run_step NAME COMMAND...: one command under min(limit, time left
   fi
   summary+=("$(printf '%-11s rc=%-4s passed=%-4s failed=%-4s %4ss (limit %ss)' "$name" "$rc" "$passed" "$failed" \
     "$(( $(date +%s) - start ))" "$budget")")
-  printf '%s\n' "${summary[@]}" > "$out/summary.txt"
+  printf '%s\n' "${summary[@]}" > "$ret/summary.txt"
+  tar czf "$ret/logs.tgz.part" -C "$out" . 2>/dev/null && mv "$ret/logs.tgz.part" "$ret/logs.tgz"
 }
 base="python3 -m pytest -p no:cacheprovider -v -s --tb=short --durations=15"
 pyt=$base
