@@ -140,3 +140,72 @@ def test_a_cuda_graph_captured_while_routed_keeps_its_own_pool(sides) -> None:
         torch.cuda.synchronize()
     assert torch.allclose(static_out, torch.sigmoid(x * 3) * (x * 3))
     assert all(bool((h == 7.0).all()) for h in held)  # the replay wrote nothing of theirs
+
+
+# A fresh process (CUDA's lazy module loading is per process): its stream waits for a word, as the trusted side's
+# stream waits for the runner's in a bracket, and the gather is queued behind that wait; a thread writes the word
+# only after RELEASE_S. ``rehearse`` runs the gather once first, with nothing waiting (as RunnerLink.rehearse does).
+GATHER_BEHIND_A_WAIT = r'''
+import json, sys, threading, time
+import torch
+from cudagym.judge.split.arena import DeviceArena, Slot
+from cudagym.judge.split.heap import gather
+from cudagym.judge.split.signals import SIGNAL_BYTES, wait_value, write_value
+
+rehearse, release_s = sys.argv[1] == "rehearse", float(sys.argv[2])
+device = torch.device("cuda", 0)
+heap, signals, gate = DeviceArena(64 << 20, device), DeviceArena(SIGNAL_BYTES, device), DeviceArena(4096, device)
+signals.tensor.zero_()
+gate.tensor.zero_()
+words, slots = signals.tensor.view(torch.int32), [Slot(0, (1024, 1024), "float32"), Slot(0, (3,), "float16")]
+torch.cuda.synchronize()
+if rehearse:
+    gather(heap.tensor, words, 0, slots)
+    torch.cuda.synchronize()
+released = threading.Event()
+side = torch.cuda.Stream(device)
+
+def release():
+    time.sleep(release_s)
+    released.set()
+    write_value(side.cuda_stream, gate.tensor.data_ptr(), 1)
+
+threading.Thread(target=release, daemon=True).start()
+wait_value(torch.cuda.current_stream(device).cuda_stream, gate.tensor.data_ptr(), 1)
+began = time.monotonic()
+gather(heap.tensor, words, 0, slots)
+queued_s, released_first = time.monotonic() - began, released.is_set()
+torch.cuda.synchronize()
+print(json.dumps({"queued_s": queued_s, "released_first": released_first}))
+'''
+
+
+@pytest.mark.parametrize("rehearse", ["rehearse", "cold"])
+def test_a_gather_queued_behind_a_wait_does_not_wait_once_rehearsed(tmp_path: Path, rehearse: str) -> None:
+    """Session 34's deadlock, in one process: a bracket's first gather, queued behind the wait for the runner's word.
+
+    Rehearsed, the gather is queued before the word comes. Cold, it is printed, not asserted: under lazy module
+    loading its first launch waited for the context, so for the word (in a bracket, the runner's word that comes
+    only after the request this thread had not yet sent).
+    """
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "gather_behind_a_wait.py"
+    script.write_text(GATHER_BEHIND_A_WAIT)
+    path = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "CUDA_MODULE_LOADING": "LAZY", "PYTHONPATH": path}
+    try:
+        done = subprocess.run([sys.executable, str(script), rehearse, "20"], capture_output=True, text=True,
+                              timeout=120, env=env)
+    except subprocess.TimeoutExpired:
+        assert rehearse == "cold", "rehearsed, the gather still hung behind the wait"
+        print("cold: hung (the release itself could not be queued) until the 120 s limit")
+        return
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"{rehearse}: the gather queued in {result['queued_s']:.3f} s, "
+          f"{'after' if result['released_first'] else 'before'} the word was written")
+    if rehearse == "rehearse":
+        assert not result["released_first"], result
