@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from script_module import load_script
 from test_split import HONEST, TASK  # the tiny linear+relu task and its honest answer
 
 from cudagym.judge.interface import EvalMode
@@ -110,6 +111,10 @@ def test_the_confined_trusted_worker_traces_a_job_and_judges_it_as_untraced(
     assert len(timed) >= 5 and all(len(line["parts_us"]) == 3 for line in timed)
     last = [line for line in lines if line["event"] == "rounds"][-1]  # the timing loop's end, and why
     assert last["done"] == 5 and last["stop"] and set(last["medians_us"]) >= {"candidate"}, last
+    table = "\n".join(load_script("benchmarks/trace_summary.py", "trace_summary").summarize(path))  # its reader
+    assert "job {" in table and "verdict {" in table and "begun, never ended" not in table, table
+    assert f"request:timed                n={len(timed):6d} late=    0" in table, table
+    assert "rounds lines=" in table and "stop=" in table, table
 
     monkeypatch.delenv(TRACE_ENV)
     plain = _judged("untraced")
