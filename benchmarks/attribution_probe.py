@@ -16,7 +16,9 @@ reports to the front end over a connection (the report's host is ``127.0.0.1``),
 so four confined runs: ``ncu``'s folder in the view, then that with the host's network kept (is the connection
 the channel?), the front end itself inside the sandbox with the child (the two share its loopback; the front end
 is then in reach of the child), and the child launched under ``ncu --mode=launch`` in the sandbox with the front
-end outside, attaching through the sandbox's network alone (``nsenter --net``). It prints per run the kernels
+end outside, attaching through the sandbox's network alone (``nsenter --net``); and the networked run again with
+one isolation lifted at a time (:func:`lifted`: the PID, user or IPC namespace, the private ``/tmp`` or
+``/dev/shm``, then all of them), which shows what keeps the injection from its front end. It prints per run the kernels
 ``ncu`` named with their summed ``gpu__time_duration``, the wall time against the plain run's, and ``ncu``'s
 first warning or error.
 
@@ -125,6 +127,44 @@ def confined_ways(confine: Any, profile: list[str], child: list[str], work: Path
             "sandbox(ncu)": confine.wrap([*profile, *child], seen)}
 
 
+LIFTS = ("pid", "user", "ipc", "tmp", "shm", "all")
+
+
+def lifted(argv: list[str], lift: str) -> list[str]:
+    """``argv`` (bubblewrap's, perhaps behind a front end) with one of the sandbox's isolations lifted.
+
+    ``pid``, ``user``, ``ipc``: the host's namespace kept; ``tmp``, ``shm``: the host's ``/tmp`` or ``/dev/shm``
+    bound in place of the sandbox's own; ``all``: every one of them (the mounts' view and the network stay as
+    they were). Session 34: ``ncu`` named no kernel of a child in the sandbox even with its folder in view and
+    the network kept; each lift shows whether that isolation is what keeps its injection from its front end.
+    """
+    if lift not in LIFTS:
+        raise ValueError(f"unknown lift {lift!r}: one of {', '.join(LIFTS)}")
+    start = next(i for i, a in enumerate(argv) if Path(a).name == "bwrap")
+    end = argv.index("--", start)
+    head, options, tail = argv[:start + 1], argv[start + 1:end], argv[end:]
+    lifts = LIFTS[:-1] if lift == "all" else (lift,)
+    out: list[str] = []
+    i = 0
+    while i < len(options):
+        a = options[i]
+        if ("pid" in lifts and a == "--unshare-pid") or ("ipc" in lifts and a == "--unshare-ipc") or (
+                "user" in lifts and a in ("--unshare-user", "--disable-userns")):
+            i += 1
+        elif "user" in lifts and a in ("--uid", "--gid"):
+            i += 2
+        elif "tmp" in lifts and a == "--size" and options[i + 2:i + 4] == ["--tmpfs", "/tmp"]:
+            out += ["--bind", "/tmp", "/tmp"]
+            i += 4
+        elif "shm" in lifts and options[i:i + 2] == ["--remount-ro", "/dev"]:
+            out += ["--bind", "/dev/shm", "/dev/shm", *options[i:i + 2]]  # over the private one, before /dev is sealed
+            i += 2
+        else:
+            out.append(a)
+            i += 1
+    return [*head, *out, *tail]
+
+
 INFO_WAIT_S = 30.0  # how long bubblewrap may take to say its sandbox's process id
 ATTACH_TRIES_S = 30.0  # how long the front end keeps trying to reach the launched child
 LAUNCHED_WAIT_S = 120.0  # how long the launched child may take to finish once its front end is done
@@ -228,6 +268,9 @@ def main(args: list[str] | None = None) -> int:
         child = [sys.executable, str(work / "child.py"), variant, str(opts.calls)]
         ways = {"plain": child, "ncu": [*profile, *child]}
         ways.update(confined_ways(confine, profile, child, work, opts.ncu))
+        if Path(ways["ncu+sandbox+folder+net"][len(profile)]).name == "bwrap":  # which isolation stops ncu
+            ways.update({f"ncu+sandbox+folder+net-{lift}": lifted(ways["ncu+sandbox+folder+net"], lift)
+                         for lift in LIFTS})
         plain_s = 0.0
         for way, argv in [*ways.items(), ("sandbox(launch)+attach", [])]:
             status, text, wall = (attached_run(confine, opts.ncu, child, work, profile[1:-2]) if not argv

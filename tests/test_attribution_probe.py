@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
 from script_module import load_script
 
 probe = load_script("benchmarks/attribution_probe.py", "attribution_probe")
@@ -142,3 +147,45 @@ def test_the_attached_run_says_why_it_did_not_run_without_the_sandbox(tmp_path, 
     monkeypatch.setenv("CUDAGYM_SANDBOX", "off")
     status, report, wall = probe.attached_run(confine, "/opt/ncu/ncu", ["python3", "child.py"], tmp_path, [])
     assert (status, wall) == (-1, 0.0) and report.startswith("not run: needs bubblewrap"), report
+
+
+def test_each_lift_takes_one_isolation_off_and_bubblewrap_still_runs_it(monkeypatch) -> None:
+    import subprocess
+
+    from cudagym.judge import confine
+
+    monkeypatch.setenv("CUDAGYM_SANDBOX", "bwrap")
+    marker, shm = Path(f"/tmp/cudagym-lift-probe-{os.getpid()}"), Path(f"/dev/shm/cudagym-lift-probe-{os.getpid()}")
+    shown = (f"echo pid=$$; id -u; ls {marker} 2>/dev/null || echo no-marker; ls {shm} 2>/dev/null || echo no-shm; "
+             "readlink /proc/self/ns/ipc")
+    host_ipc = os.readlink("/proc/self/ns/ipc")
+    profile = ["/usr/bin/env"]  # a front end that only runs its command
+    view = dataclasses.replace(confine.view_for(gpu=False), network=True)
+    base = [*profile, *confine.wrap(["/bin/sh", "-c", shown], view)]
+    marker.write_text("the host's /tmp")
+    shm.write_text("the host's /dev/shm")
+    try:
+        runs = {}
+        for lift in (None, *probe.LIFTS):
+            argv = base if lift is None else probe.lifted(base, lift)
+            assert argv[:len(profile)] == profile and argv[-3:] == base[-3:]  # the front end and child as they were
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, (lift, done.stderr)
+            runs[lift] = done.stdout.split()
+    finally:
+        marker.unlink()
+        shm.unlink()
+    sandboxed = runs[None]
+    assert sandboxed[0] in ("pid=1", "pid=2") and sandboxed[1] != "0" and sandboxed[2:4] == ["no-marker", "no-shm"]
+    assert sandboxed[4] != host_ipc
+    assert runs["pid"][0] not in ("pid=1", "pid=2") and runs["pid"][1:4] == sandboxed[1:4]  # the host's pid
+    assert runs["user"][1] == str(os.getuid()) and runs["user"][2:4] == sandboxed[2:4]  # the host's user
+    assert runs["ipc"][4] == host_ipc and runs["ipc"][1:4] == sandboxed[1:4]
+    assert all(runs[lift][4] != host_ipc for lift in ("pid", "user", "tmp", "shm"))  # each lifts one alone
+    assert runs["tmp"][2] == str(marker) and runs["tmp"][3] == "no-shm"
+    assert runs["shm"][2] == "no-marker" and runs["shm"][3] == str(shm)
+    assert runs["all"][0] not in ("pid=1", "pid=2") and runs["all"][1:] == [str(os.getuid()), str(marker), str(shm),
+                                                                                host_ipc]
+    assert "--unshare-ipc" in base and "--unshare-ipc" not in probe.lifted(base, "ipc")
+    with pytest.raises(ValueError, match="unknown lift"):
+        probe.lifted(base, "net")
