@@ -137,6 +137,14 @@ GPU_ENVS = 16
 GPU_SECONDS = float(os.environ.get("CUDAGYM_BENCH_SECONDS", "120"))
 
 
+def need_gpu() -> None:
+    """Skip, saying why, where ``CUDAGYM_BENCH_GPU=1`` was set on a host without a CUDA GPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("CUDAGYM_BENCH_GPU=1, but this host has no CUDA GPU (torch.cuda.is_available() is False)")
+
+
 def evaluations_per_gpu_hour(judge: Any, protocol: str | None = None) -> tuple[float, int]:
     """16 sub-envs of ``make_vec`` write their task's reference solution, then ``profile`` every step (under
     ``protocol``, else the judge's own)."""
@@ -307,6 +315,7 @@ def _write(files: dict[str, str], k: int) -> str:
 
 @pytest.mark.skipif(not GPU, reason="set CUDAGYM_BENCH_GPU=1 on a GPU host")
 def test_gpu_evaluations_per_hour_local_vs_ray(benchmark):
+    need_gpu()
     from cudagym.judge.local import LocalJudge
 
     with LocalJudge() as local:
@@ -330,6 +339,7 @@ SPARES = [int(n) for n in os.environ.get("CUDAGYM_BENCH_SPARES", "").split(",") 
 @pytest.mark.skipif(not (GPU and SPARES), reason="set CUDAGYM_BENCH_GPU=1 and CUDAGYM_BENCH_SPARES=8,12 on a GPU host")
 def test_gpu_evaluations_per_hour_by_spare_runners(benchmark):
     """LocalJudge with each count of spare runners per GPU in turn, in one run: the rate, and the runners' supply."""
+    need_gpu()
     from cudagym.judge.local import LocalJudge
     from cudagym.judge.worker import PoolOptions
 
@@ -352,6 +362,7 @@ PROTOCOLS = [p.strip() for p in os.environ.get("CUDAGYM_BENCH_PROTOCOLS", "").sp
 def test_gpu_evaluations_per_hour_by_protocol(benchmark):
     """LocalJudge under each protocol in turn, in one run (e.g. the runner's reference one call a request against
     ten): the rate and where each job's time went."""
+    need_gpu()
     from cudagym.judge.local import LocalJudge
 
     rates = {}

@@ -14,7 +14,8 @@
 # and its GPU test: does the forward wait for the GPU inside, how many launches, how its time moves) watched
 # (benchmarks/watched_timing_probe.py on two bundled tasks and $WATCH_TASKS, default L1/57 and L3/10: what profiling every timed call costs) placement (benchmarks/placement_probe.py on $REPEAT_TASK,
 # default allocator and expandable segments, each with inputs from the allocator, from an arena, and beside 8 idle contexts) retake (the baselines' retaken rounds) batch (bench_vec's LocalJudge rate under each of $PROTOCOLS, ';'-separated,
-# default the runner's reference one call a request against ten: issue 15) attrib (benchmarks/attribution_probe.py: does
+# default the runner's reference one call a request against ten: issue 15) spy_batch (that rate under py-spy,
+# --nonblocking: each process kind's inclusive and self time, benchmarks/spy_summary.py, in spy_batch.summary) attrib (benchmarks/attribution_probe.py: does
 # ncu name a forward's kernels from outside its Python, plain and sandboxed, and at what cost: issue 13) raw_rt raw_full (its full evaluation alone) vec (LocalJudge then RayJudge, $VEC_SECONDS each, default 60: give it vec:300) scaling (two GPUs) memory repeat (benchmarks/repeat_probe.py on
 # $REPEAT_TASK, a KernelBench task: carry .data/kb) sanit (default: the first list but soak) hostbound (a host-bound forward under the default
 # arm wait and a long one). A step may carry its own limit: NAME:SECONDS. A step that runs out its limit leaves
@@ -162,6 +163,15 @@ for s in $steps; do
     batch)      run_step batch      env CUDAGYM_BENCH_GPU=1 CUDAGYM_BENCH_SECONDS=${VEC_SECONDS:-60} \
                                       CUDAGYM_BENCH_PROTOCOLS="${PROTOCOLS:-cudagym;cudagym[runner_reference_batch=10]}" \
                                       $base benchmarks/bench_vec.py -k by_protocol --benchmark-json "$out/bench_batch.json" ;;
+    spy_batch)  # the batch's rate under py-spy (not pausing them): where each process kind's wall goes; read in one go
+                # py-spy writes its file when interrupted (SIGINT), not when killed: its own limit comes first
+                export SPY_BIN=$(command -v py-spy || echo /tmp/site/bin/py-spy) SPY_OUT=$out SPY_BASE=$base \
+                       SPY_SECONDS=${VEC_SECONDS:-60} SPY_LIMIT=$(( limit > 60 ? limit - 30 : limit / 2 ))
+                run_step spy_batch bash -c 'env CUDAGYM_BENCH_GPU=1 CUDAGYM_BENCH_SECONDS=$SPY_SECONDS \
+                  CUDAGYM_BENCH_PROTOCOLS=cudagym timeout -s INT $SPY_LIMIT "$SPY_BIN" record --subprocesses --idle --nonblocking --threads \
+                  --format raw --rate 250 -o "$SPY_OUT/spy_batch.txt" -- $SPY_BASE benchmarks/bench_vec.py -k by_protocol
+                  rc=$?; python3 benchmarks/spy_summary.py "$SPY_OUT/spy_batch.txt" --top 30 > "$SPY_OUT/spy_batch.summary" 2>&1
+                  exit $rc' ;;
     spares)     run_step spares     env CUDAGYM_BENCH_GPU=1 CUDAGYM_BENCH_SECONDS=60 CUDAGYM_BENCH_SPARES=${SPARES:-8,12} \
                                       $base benchmarks/bench_vec.py -k spare_runners --benchmark-json "$out/bench_spares.json" ;;
     sandbox)    run_step sandbox    $pyt tests/test_sandbox_gpu.py tests/test_sandbox_escapes.py ;;
