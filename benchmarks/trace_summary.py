@@ -3,7 +3,8 @@
     python benchmarks/trace_summary.py gpu-logs/wb_36.trace [more.trace ...]
 
 Per worker pid: the jobs and verdicts, each phase's seconds (an unfinished phase says so), the requests by kind
-(count, late count, median and max of the bracket and of the host parts), and the last ``rounds`` line (how far the
+(count, late count, median and max of the bracket and of the host parts; for ``queued`` lines the first part is
+the time this process took to queue its part of the bracket), and the last ``rounds`` line (how far the
 timing loop got and why it stopped). Lines that are not JSON are counted, not fatal: a trace cut mid-line is normal.
 """
 
@@ -67,6 +68,8 @@ def summarize(path: Path) -> list[str]:
                     k["late"].append(1.0)
                 if e.get("bracket_us") is not None:
                     k["bracket"].append(float(e["bracket_us"]))
+                if e.get("queue_us") is not None:  # this process's part queued, before the request went out
+                    k["part0"].append(float(e["queue_us"]))
                 for i, part in enumerate(e.get("parts_us") or []):
                     k[f"part{i}"].append(float(part))
                 if e.get("claim_us") is not None:
