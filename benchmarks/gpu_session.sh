@@ -6,7 +6,7 @@
 #   bash benchmarks/gpu_session.sh [SECONDS_PER_STEP [TOTAL_SECONDS [STEP ...]]]    (repository root, GPU host)
 # Steps: prebuild (prebuild1: bundled only) build formats local sandbox split split_gpu heap (the shared heap in one
 # process; wb_36 is its attack through the worker) heapcmp (benchmarks/heap_probe.py: the bundled solutions' medians
-# with the heap and with the copy delivery) whitebox templates env hacks judge
+# with the heap and with the copy delivery; $HEAP_TASKS: some bundled ids, $HEAP_ROUNDS) whitebox templates env hacks judge
 # bundled bundled_split (the bundled suite through LocalJudge and its runners; bundled_copy: under the copy delivery) bench_bld bench_eval soak, and the later issues' runs: cupy sb3 ppo ray bench_gpu chat tuning bench
 # bench_rs (the bench resumed from $BENCH_DIR, carried) yardstick (the runner's reference time) spares (bench_vec's
 # LocalJudge rate by spare runners, $SPARES, default 8,12) memprobe (memory_probe.py on $PROBE_TASK, default L1/87,
@@ -103,7 +103,8 @@ for s in $steps; do
     split)      run_step split      $pyt tests/test_split_gpu.py tests/test_split.py ;;
     split_gpu)  run_step split_gpu  $pyt tests/test_split_gpu.py ;;  # the split's GPU tests alone (test_split.py is CPU)
     heap)       run_step heap       $pyt -m gpu tests/test_heap_gpu.py ;;  # the shared heap in one process (wb_36: through the worker)
-    heapcmp)    run_step heapcmp    python3 benchmarks/heap_probe.py --out "$out/heap" --rounds "${HEAP_ROUNDS:-2}" ;;  # heap vs copy
+    heapcmp)    run_step heapcmp    python3 benchmarks/heap_probe.py --out "$out/heap" --rounds "${HEAP_ROUNDS:-2}" \
+                                      ${HEAP_TASKS:+--tasks $HEAP_TASKS} ;;  # heap vs copy; HEAP_TASKS: some bundled ids
     templates)  run_step templates  $pyt tests/test_templates.py -m gpu ;;
     tmpl_*)     run_step "$s"       $pyt tests/test_templates.py -m gpu -k "${s#tmpl_}" ;;  # one format: tmpl_raw
     whitebox)   run_step whitebox   $pyt tests/test_whitebox_gpu.py ;;
