@@ -7,6 +7,7 @@ the verdict is the one an untraced judge gives (the trace file is no ``file_acce
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import textwrap
@@ -84,11 +85,13 @@ def _job(job_id: str) -> Job:
     )
 
 
-def _judged(job_id: str) -> EvalResult:
+def _judged(job_id: str, answer: str = HONEST) -> EvalResult:
     options = PoolOptions(job_fn="cudagym.judge.split.trusted:run_job_on_cpu", runner=True, startup_timeout_s=180.0,
                           spare_runners=1)
+    job = _job(job_id)
+    job = dataclasses.replace(job, solution=Solution("inline", {"model_new.py": answer}))
     with WorkerPool(["0"], options=options) as pool:
-        return pool.submit(_job(job_id)).result(timeout=300)
+        return pool.submit(job).result(timeout=300)
 
 
 def test_the_confined_trusted_worker_traces_a_job_and_judges_it_as_untraced(
@@ -119,3 +122,28 @@ def test_the_confined_trusted_worker_traces_a_job_and_judges_it_as_untraced(
     monkeypatch.delenv(TRACE_ENV)
     plain = _judged("untraced")
     assert plain.status is EvalStatus.OK and plain.violations == ()
+
+
+def test_a_candidate_cannot_write_into_the_trace_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trace's folder is in the trusted worker's view only: the candidate, in its runner, writes nothing there
+    (neither a file of its own nor a forged line in the trace)."""
+    folder = tmp_path / "traces"
+    path = folder / "split.trace"
+    monkeypatch.setenv(TRACE_ENV, str(path))
+    planted = folder / "planted.txt"
+    attack = textwrap.dedent(f'''
+        import os
+        for target, text in (({str(planted)!r}, "the candidate was here"),
+                             ({str(path)!r}, '{{"event": "verdict", "status": "ok", "forged": true}}\\n')):
+            try:
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                with open(target, "a") as handle:
+                    handle.write(text)
+            except OSError:
+                pass
+    ''') + HONEST
+    result = _judged("trace-attack", attack)
+    assert not planted.exists(), "the candidate wrote into the trace's folder"
+    lines = _lines(path)
+    assert lines and not any(line.get("forged") for line in lines), lines  # the trusted worker's lines alone
+    assert any(line["event"] == "verdict" for line in lines), result.message

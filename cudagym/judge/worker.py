@@ -560,11 +560,8 @@ class _Runner:
                 "--policy", inner_policy(options.policy).to_json()]
         env = _runner_env(device, options, self.root)
         try:
-            # (and, for a trusted worker of the split, which loads no candidate code, the folder of a diagnostic
-            # trace where CUDAGYM_TRACE asks for one: cudagym.judge.split.trace)
-            traces = trace_folders() if options.uses_runner else ()
-            view = confine.view_for(reads=options.reads(), writes=(str(self.root), *traces), gpu=True,
-                                    chdir=self.root)
+            # its own folder only: never the trace's (the candidate's process; cudagym.judge.split.trace)
+            view = confine.view_for(reads=options.reads(), writes=(str(self.root),), gpu=True, chdir=self.root)
             self.proc = confine.popen(confine.wrap(argv, view), cwd=self.root, env=env, stdin=subprocess.DEVNULL,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                                       pass_fds=(runner_end.fileno(),))
