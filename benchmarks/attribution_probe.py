@@ -11,18 +11,19 @@ shows, on a GPU host, whether that path works at all and what it costs, for two 
 
 each plain (no ``ncu``), under ``ncu`` directly, and under ``ncu`` with the child confined as the runner is
 (``cudagym.judge.confine.wrap``: bubblewrap, no network, private ``/tmp`` and ``/dev/shm``). Confined, the child
-needs ``ncu``'s injection libraries in its view (session 25: without them it ran unprofiled), and its injection
+needs ``ncu``'s injection libraries in its view (:func:`ncu_folders`; sessions 25 and 34: without them it ran
+unprofiled, the loader refusing the preloaded libraries of the install CUDA's ``bin/ncu`` runs), and its injection
 reports to the front end over a connection (the report's host is ``127.0.0.1``), which a private network cuts;
 so four confined runs: ``ncu``'s folder in the view, then that with the host's network kept (is the connection
 the channel?), the front end itself inside the sandbox with the child (the two share its loopback; the front end
 is then in reach of the child), and the child launched under ``ncu --mode=launch`` in the sandbox with the front
-end outside, attaching through the sandbox's network alone (``nsenter --net``); and the networked run again with
-one isolation lifted at a time (:func:`lifted`: the PID, user or IPC namespace, the private ``/tmp`` or
+end outside, attaching through the sandbox's network alone (``nsenter --net``); with ``--lifts``, the networked run
+again with one isolation lifted at a time (:func:`lifted`: the PID, user or IPC namespace, the private ``/tmp`` or
 ``/dev/shm``, then all of them), which shows what keeps the injection from its front end. It prints per run the kernels
 ``ncu`` named with their summed ``gpu__time_duration``, the wall time against the plain run's, and ``ncu``'s
 first warning or error.
 
-    python benchmarks/attribution_probe.py [--calls 3] [--ncu ncu] [--out DIR]     (a GPU host)
+    python benchmarks/attribution_probe.py [--calls 3] [--ncu ncu] [--out DIR] [--lifts]     (a GPU host)
 """
 
 from __future__ import annotations
@@ -104,10 +105,27 @@ def first_complaint(report: str) -> str:
                  if line.startswith(("==WARNING==", "==ERROR==", "ERROR:"))), "")
 
 
+INSTALL_ROOTS = ("/opt/nvidia",)  # where CUDA's ``ncu`` launcher looks for Nsight Compute besides the toolkit
+
+
+def ncu_folders(ncu: str, roots: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The folders ``ncu`` and its injection libraries live in: its own, and the Nsight Compute installs its launcher
+    searches (``<toolkit>/nsight-compute*``, ``<root>/nsight-compute``).
+
+    CUDA's ``bin/ncu`` is a script that runs the front end of an install elsewhere, which preloads its injection
+    libraries from that install's ``target/`` folder into the child: session 35's log shows the loader refusing
+    them in the sandbox (``cannot open shared object file``) with only ``bin/`` in view.
+    """
+    own = Path(os.path.realpath(ncu)).parent
+    found = [own]
+    for base in (own.parent, *map(Path, INSTALL_ROOTS if roots is None else roots)):
+        found += sorted(p for p in base.glob("nsight-compute*") if p.is_dir())
+    return tuple(dict.fromkeys(str(p) for p in found))
+
+
 def ncu_view(confine: Any, work: Path, ncu: str) -> Any:
-    """The runner's view with ``ncu``'s folder in it (its injection libraries lie below the front end's folder)."""
-    folder = str(Path(os.path.realpath(ncu)).parent)
-    return confine.view_for(reads=(str(work), folder), gpu=True, chdir=str(work), shm=True)
+    """The runner's view with ``ncu``'s folders in it (:func:`ncu_folders`)."""
+    return confine.view_for(reads=(str(work), *ncu_folders(ncu)), gpu=True, chdir=str(work), shm=True)
 
 
 def child_env() -> dict[str, str]:
@@ -239,10 +257,19 @@ def attached_run(confine: Any, ncu: str, child: list[str], work: Path, metrics: 
     return status, report + out, time.perf_counter() - began
 
 
-def run(argv: list[str], cwd: Path) -> tuple[int, str, float]:
-    """``argv``'s exit status, its stdout and stderr together, and its wall time (s)."""
+RUN_TIMEOUT_S = 90.0  # one run's limit: session 35's first lifted run hung past the step's 240 s
+
+
+def run(argv: list[str], cwd: Path, timeout_s: float = RUN_TIMEOUT_S) -> tuple[int, str, float]:
+    """``argv``'s exit status, its stdout and stderr together, and its wall time (s); a run past ``timeout_s`` is
+    killed and its row says so (status -1)."""
     began = time.perf_counter()
-    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=600, env=child_env())
+    try:
+        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout_s, env=child_env())
+    except subprocess.TimeoutExpired as late:
+        text = (late.stdout or b"") + (late.stderr or b"")
+        text = text.decode(errors="replace") if isinstance(text, bytes) else text
+        return -1, f"==ERROR== killed: still running after {timeout_s:.0f} s\n{text}", time.perf_counter() - began
     return done.returncode, done.stdout + done.stderr, time.perf_counter() - began
 
 
@@ -251,6 +278,8 @@ def main(args: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=3, help="forwards per run (default 3)")
     parser.add_argument("--ncu", default=shutil.which("ncu") or "/usr/local/cuda/bin/ncu", help="the ncu to run")
     parser.add_argument("--out", default=None, help="keep each run's output here")
+    parser.add_argument("--lifts", action="store_true",
+                        help="also the networked run with each isolation lifted in turn (what keeps ncu out)")
     opts = parser.parse_args(args)
     if not Path(opts.ncu).exists():
         print(f"no ncu at {opts.ncu} (--ncu names one)")
@@ -268,7 +297,7 @@ def main(args: list[str] | None = None) -> int:
         child = [sys.executable, str(work / "child.py"), variant, str(opts.calls)]
         ways = {"plain": child, "ncu": [*profile, *child]}
         ways.update(confined_ways(confine, profile, child, work, opts.ncu))
-        if Path(ways["ncu+sandbox+folder+net"][len(profile)]).name == "bwrap":  # which isolation stops ncu
+        if opts.lifts and Path(ways["ncu+sandbox+folder+net"][len(profile)]).name == "bwrap":
             ways.update({f"ncu+sandbox+folder+net-{lift}": lifted(ways["ncu+sandbox+folder+net"], lift)
                          for lift in LIFTS})
         plain_s = 0.0

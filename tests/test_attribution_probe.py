@@ -189,3 +189,36 @@ def test_each_lift_takes_one_isolation_off_and_bubblewrap_still_runs_it(monkeypa
     assert "--unshare-ipc" in base and "--unshare-ipc" not in probe.lifted(base, "ipc")
     with pytest.raises(ValueError, match="unknown lift"):
         probe.lifted(base, "net")
+
+
+def test_the_view_holds_the_install_cudas_ncu_launcher_runs(tmp_path, monkeypatch) -> None:
+    """CUDA's ``bin/ncu`` is a launcher: the injection libraries lie in an Nsight Compute install beside the toolkit
+    or under ``/opt/nvidia``, and the sandboxed child must see that install, not only ``bin/``."""
+    from cudagym.judge import confine
+
+    monkeypatch.setenv("CUDAGYM_SANDBOX", "bwrap")
+    toolkit, opt = tmp_path / "cuda-13.0", tmp_path / "opt" / "nvidia"
+    (toolkit / "bin").mkdir(parents=True)
+    (toolkit / "nsight-compute-2025.3.1" / "target").mkdir(parents=True)
+    (opt / "nsight-compute" / "2025.3.1" / "target").mkdir(parents=True)
+    (toolkit / "nsight-compute-readme.txt").write_text("not a folder")
+    launcher = toolkit / "bin" / "ncu"
+    launcher.write_text("#!/bin/sh\n")
+    folders = probe.ncu_folders(str(launcher), roots=(str(opt),))
+    assert folders == (str(toolkit / "bin"), str(toolkit / "nsight-compute-2025.3.1"), str(opt / "nsight-compute"))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.setattr(probe, "INSTALL_ROOTS", (str(opt),))
+    view = probe.ncu_view(confine, work, str(launcher))
+    argv = confine.wrap(["true"], view)
+    bound = {argv[i + 1] for i, a in enumerate(argv) if a == "--ro-bind"}
+    assert set(folders) <= bound, argv
+
+
+def test_a_run_past_its_limit_is_a_row_not_a_lost_step(tmp_path) -> None:
+    import sys
+
+    status, text, wall = probe.run([sys.executable, "-c", "import time; print('begun', flush=True); time.sleep(30)"],
+                                   tmp_path, timeout_s=2.0)
+    assert status == -1 and "killed: still running after 2 s" in text and wall < 20
+    assert probe.first_complaint(text).startswith("==ERROR== killed")
