@@ -280,9 +280,18 @@ def main(args: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="keep each run's output here")
     parser.add_argument("--lifts", action="store_true",
                         help="also the networked run with each isolation lifted in turn (what keeps ncu out)")
+    parser.add_argument("--variants", default="own,fallback", help="forwards, comma-separated (default own,fallback)")
+    parser.add_argument("--ways", default="",
+                        help="runs, comma-separated, in this order (default all; e.g. plain,ncu+sandbox+folder+net)")
+    parser.add_argument("--run-timeout", type=float, default=RUN_TIMEOUT_S,
+                        help=f"one run's limit in seconds (default {RUN_TIMEOUT_S:.0f})")
     opts = parser.parse_args(args)
     if not Path(opts.ncu).exists():
         print(f"no ncu at {opts.ncu} (--ncu names one)")
+        return 2
+    variants = [v for v in opts.variants.split(",") if v]
+    if not variants or set(variants) - {"own", "fallback"}:
+        print(f"--variants: own and/or fallback, not {opts.variants!r}")
         return 2
     from cudagym.judge import confine
 
@@ -292,28 +301,35 @@ def main(args: list[str] | None = None) -> int:
     if out:
         out.mkdir(parents=True, exist_ok=True)
     profile = [opts.ncu, "--csv", "--metrics", DURATION, "--clock-control", "none", "--target-processes", "all"]
-    rows = []
-    for variant in ("own", "fallback"):
+    # the rows as they come: a step cut short keeps the ones done
+    print("| forward | run | exit | wall (vs plain) | kernels ncu named, summed duration | ncu's first warning |")
+    print("|---|---|---|---|---|---|")
+    for variant in variants:
         child = [sys.executable, str(work / "child.py"), variant, str(opts.calls)]
-        ways = {"plain": child, "ncu": [*profile, *child]}
+        ways: dict[str, list[str]] = {"plain": child, "ncu": [*profile, *child]}
         ways.update(confined_ways(confine, profile, child, work, opts.ncu))
         if opts.lifts and Path(ways["ncu+sandbox+folder+net"][len(profile)]).name == "bwrap":
             ways.update({f"ncu+sandbox+folder+net-{lift}": lifted(ways["ncu+sandbox+folder+net"], lift)
                          for lift in LIFTS})
+        ways["sandbox(launch)+attach"] = []
+        chosen = [w for w in opts.ways.split(",") if w] or list(ways)
+        unknown = [w for w in chosen if w not in ways]
+        if unknown:
+            print(f"--ways: unknown {', '.join(unknown)}; the runs are {', '.join(ways)}")
+            return 2
         plain_s = 0.0
-        for way, argv in [*ways.items(), ("sandbox(launch)+attach", [])]:
+        for way in chosen:
+            argv = ways[way]
             status, text, wall = (attached_run(confine, opts.ncu, child, work, profile[1:-2]) if not argv
-                                  else run(argv, work))
+                                  else run(argv, work, opts.run_timeout))
             if out:
                 (out / f"{variant}-{way.replace('+', '-').replace('(', '-').replace(')', '')}.log").write_text(text)
             plain_s = wall if way == "plain" else plain_s
             times = kernel_times(text)
             named = ", ".join(f"{k[:60]} {v:.1f} us" for k, v in sorted(times.items())) or "(no kernels named)"
-            rows.append(f"| {variant} | {way} | {status} | {wall:.2f} s ({wall / max(plain_s, 1e-9):.2f}x) | {named} "
-                        f"| {first_complaint(text)[:160]} |")
-    print("| forward | run | exit | wall (vs plain) | kernels ncu named, summed duration | ncu's first warning |")
-    print("|---|---|---|---|---|---|")
-    print("\n".join(rows))
+            versus = f"{wall / plain_s:.2f}x" if plain_s else "no plain run"
+            print(f"| {variant} | {way} | {status} | {wall:.2f} s ({versus}) | {named} "
+                  f"| {first_complaint(text)[:160]} |", flush=True)
     shutil.rmtree(work, ignore_errors=True)
     return 0
 
