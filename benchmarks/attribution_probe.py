@@ -43,6 +43,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cudagym.judge.attribution import ncu_folders
+
 CHILD = r'''
 import sys
 import torch
@@ -103,24 +105,6 @@ def first_complaint(report: str) -> str:
     """``ncu``'s (or the loader's) first warning or error line in ``report``; ``""`` where none."""
     return next((line.strip() for line in report.splitlines()
                  if line.startswith(("==WARNING==", "==ERROR==", "ERROR:"))), "")
-
-
-INSTALL_ROOTS = ("/opt/nvidia",)  # where CUDA's ``ncu`` launcher looks for Nsight Compute besides the toolkit
-
-
-def ncu_folders(ncu: str, roots: tuple[str, ...] | None = None) -> tuple[str, ...]:
-    """The folders ``ncu`` and its injection libraries live in: its own, and the Nsight Compute installs its launcher
-    searches (``<toolkit>/nsight-compute*``, ``<root>/nsight-compute``).
-
-    CUDA's ``bin/ncu`` is a script that runs the front end of an install elsewhere, which preloads its injection
-    libraries from that install's ``target/`` folder into the child: session 35's log shows the loader refusing
-    them in the sandbox (``cannot open shared object file``) with only ``bin/`` in view.
-    """
-    own = Path(os.path.realpath(ncu)).parent
-    found = [own]
-    for base in (own.parent, *map(Path, INSTALL_ROOTS if roots is None else roots)):
-        found += sorted(p for p in base.glob("nsight-compute*") if p.is_dir())
-    return tuple(dict.fromkeys(str(p) for p in found))
 
 
 def ncu_view(confine: Any, work: Path, ncu: str) -> Any:

@@ -208,7 +208,9 @@ def test_the_view_holds_the_install_cudas_ncu_launcher_runs(tmp_path, monkeypatc
     assert folders == (str(toolkit / "bin"), str(toolkit / "nsight-compute-2025.3.1"), str(opt / "nsight-compute"))
     work = tmp_path / "work"
     work.mkdir()
-    monkeypatch.setattr(probe, "INSTALL_ROOTS", (str(opt),))
+    from cudagym.judge import attribution
+
+    monkeypatch.setattr(attribution, "INSTALL_ROOTS", (str(opt),))
     view = probe.ncu_view(confine, work, str(launcher))
     argv = confine.wrap(["true"], view)
     bound = {argv[i + 1] for i, a in enumerate(argv) if a == "--ro-bind"}

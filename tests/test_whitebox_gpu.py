@@ -755,3 +755,24 @@ def test_21_a_rewritten_profile_reply_is_believed(swish) -> None:
         raise RuntimeError(f"{result.status.value}: {result.message}\n{result.log[-2000:]}")
     assert result.status is EvalStatus.RULE_VIOLATION, result.message
     assert {v.guard for v in result.violations} == {"decoy_kernels"}, result.message
+
+
+# (21b) The same rewritten reply under the kernel attribution gate (cudagym.judge.attribution): Nsight Compute's front
+# end, outside the runner, names the forward's kernels in a fresh runner of its own, so the rewritten reply no longer
+# decides. The honest Swish passes the gate, the fallback is named, and so is the forgery.
+ATTRIBUTED = DECOY_ONLY.with_changes(id="whitebox-gpu-attributed", extra={"attribution": "ncu"})
+
+
+def test_21b_outside_the_runner_the_rewritten_reply_does_not_decide(swish) -> None:
+    with LocalJudge(ATTRIBUTED, devices=list(probe_gpus("auto").device_ids[:1])) as judge:
+        honest = _submit(swish, judge, "")
+        plain = _submit(swish, judge, TORCH_DOES_THE_WORK)
+        forged = _submit(swish, judge, REWRITTEN_PROFILE)
+    assert honest.status is EvalStatus.OK, honest.message + honest.log[-2000:]
+    notes = [n for n in honest.notes if n.startswith("kernel_attribution")]
+    assert notes and "swish" in notes[0].lower(), honest.notes
+    print("honest:", notes[0])
+    assert plain.status is EvalStatus.RULE_VIOLATION, plain.message
+    assert forged.status is EvalStatus.RULE_VIOLATION, forged.message + forged.log[-2000:]
+    assert "kernel_attribution" in {v.guard for v in forged.violations}, forged.message
+    assert "sigmoid" in forged.message, forged.message

@@ -100,6 +100,8 @@ EXTRA_SETTINGS: dict[str, Rule] = {
     "claim_slack_us": Rule("number"),  # harness: a timed call's claim may exceed its bracket by this much
     "bracket_slack_us": Rule("number"),  # harness: the late-call bracket's slack
     "allow_fast_math": FLAG,  # build: the inline format's fast-math flags allowed
+    # SUBMIT: the forward's kernels named by Nsight Compute from outside the runner (cudagym.judge.attribution)
+    "attribution": Rule("text", choices=("ncu",)),
     "build_timeout_s": POSITIVE,  # build: BuildLimits.timeout_s (else Protocol.build_timeout_s)
     "build_max_output_bytes": Rule("whole", 1),
     "build_max_artifact_bytes": Rule("whole", 1),

@@ -403,6 +403,24 @@ def gate(job: Job, result: EvalResult, launch: Launch) -> EvalResult:
     return apply_verdicts(result, verdicts, time.monotonic() - started)
 
 
+def hand_job(job: Job, root: Path) -> Path:
+    """A fresh run's own copy of the job's artifact and working folder under ``root``, and the job naming them.
+
+    Pickled; its path is returned: what a gate's runner loads, so nothing it writes reaches the job's own files.
+    """
+    from cudagym.judge.build.artifact import export_artifact
+    from cudagym.judge.sandbox import prepare_workdir
+
+    handed = root / "job"
+    build = export_artifact(job.build, handed / "build")
+    work = handed / "work"
+    workdir = str(shutil.copytree(job.workdir, work, symlinks=True) if job.workdir
+                  else prepare_workdir(work, job.solution))
+    path = root / "job.pickle"
+    path.write_bytes(pickle.dumps(dataclasses.replace(job, build=build, workdir=workdir)))
+    return path
+
+
 class _SanitizedRun:
     """One tool's run: its own folder, copy of the job, confined process, output pipe and report file."""
 
@@ -439,18 +457,7 @@ class _SanitizedRun:
         self.reader.start()
 
     def _hand(self, job: Job) -> Path:
-        """The run's own copy of the artifact and the working folder, and the job naming them, pickled."""
-        from cudagym.judge.build.artifact import export_artifact
-        from cudagym.judge.sandbox import prepare_workdir
-
-        handed = self.root / "job"
-        build = export_artifact(job.build, handed / "build")
-        work = handed / "work"
-        workdir = str(shutil.copytree(job.workdir, work, symlinks=True) if job.workdir
-                      else prepare_workdir(work, job.solution))
-        path = self.root / "job.pickle"
-        path.write_bytes(pickle.dumps(dataclasses.replace(job, build=build, workdir=workdir)))
-        return path
+        return hand_job(job, self.root)
 
     def _env(self, launch: Launch) -> dict[str, str]:
         env = launch.env(self.root)

@@ -52,7 +52,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from cudagym.judge import confine, sanitizer
+from cudagym.judge import attribution, confine, sanitizer
 from cudagym.judge.build.artifact import export_artifact
 from cudagym.judge.guards import escape
 from cudagym.judge.harness import is_context_poisoned
@@ -742,7 +742,7 @@ class _Lane:
                 runner.close()
         gating = time.monotonic()
         outcome.result = self._sanitized(job, outcome.result)
-        gated_s = time.monotonic() - gating  # the sanitizer gates' own runs (SUBMIT, where the protocol asks)
+        gated_s = time.monotonic() - gating  # the gates' own runs (SUBMIT, where the protocol asks)
         remove_tree(self.worker.root / "artifacts")
         self.teardown_s += time.monotonic() - judged - gated_s if judged else 0.0
         outcome.result = dataclasses.replace(outcome.result, isolation=self.worker.isolation)
@@ -757,13 +757,17 @@ class _Lane:
         return outcome.result
 
     def _sanitized(self, job: Job, result: EvalResult) -> EvalResult:
-        """The protocol's compute-sanitizer gates on a passing SUBMIT (:mod:`cudagym.judge.sanitizer`)."""
-        if not sanitizer.gates(job, result):
+        """The protocol's gates on a passing SUBMIT.
+
+        compute-sanitizer's (:mod:`cudagym.judge.sanitizer`), then the kernels' attribution from outside the runner
+        (:mod:`cudagym.judge.attribution`).
+        """
+        if not sanitizer.gates(job, result) and not attribution.wanted(job, result):
             return result
         launch = sanitizer.Launch(self.root, self.options.policy, self.options.reads(),
                                   functools.partial(_runner_env, self.device, self.options), self.closing,
                                   self.options.job_timeout_s)
-        return sanitizer.gate(job, result, launch)
+        return attribution.gate(job, sanitizer.gate(job, result, launch), launch)
 
     def info(self) -> WorkerInfo:
         w = self.worker
