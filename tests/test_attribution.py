@@ -24,7 +24,7 @@ def test_the_report_is_read_in_launch_order_in_microseconds_other_metrics_left_o
                        (0, "a", "gpu__time_duration.sum", "nsecond", "1,500"),
                        (1, "a", "sm__cycles_elapsed.avg", "cycle", "99"),
                        (1, "m", "gpu__time_duration.sum", "msecond", "0.01")])
-    assert read_report(text) == [Launch(0, "a", 1.5), Launch(1, "m", 10.0), Launch(2, "b", 2.5)]
+    assert read_report(text) == [Launch(0, "a", 1.5, 7), Launch(1, "m", 10.0, 7), Launch(2, "b", 2.5, 7)]
     assert read_report("==PROF== Target process terminated before first instrumented API call.\n") == []
 
 
@@ -93,6 +93,18 @@ def test_who_a_failure_belongs_to() -> None:
     assert not infra and problem.startswith("the candidate's forwards under Nsight Compute did not finish (it ran out")
     note, problem, infra = attribution.judge_run(run(report=good), job, result)  # type: ignore[arg-type]
     assert not infra and "holds 0 of the 6 marker launches" in problem
+
+
+def test_only_the_runners_process_counts_and_a_foreign_numbering_is_the_tools() -> None:
+    from cudagym.judge.records import EvalResult, EvalStatus
+
+    result = EvalResult(status=EvalStatus.OK)
+    good = csv_report([(0, "setup", "gpu__time_duration.sum", "usecond", "1")])  # process 7
+    # the runner said it is 7: the report's rows are its own (then judged: here no markers, the candidate's)
+    assert not attribution.judge_run(run(report=good, pid=7), None, result)[2]  # type: ignore[arg-type]
+    # the runner said 3 and the report names only 7: no row is known to be the runner's
+    note, problem, infra = attribution.judge_run(run(report=good, pid=3), None, result)  # type: ignore[arg-type]
+    assert infra and "names processes [7], not the runner's 3" in problem
 
 
 def test_the_setting_is_a_protocol_of_its_own_and_only_ncu() -> None:

@@ -42,10 +42,11 @@ if sys.argv[1] == "--mode=launch":
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     server.bind(("127.0.0.1", {port}))
     server.listen(1)
-    code = subprocess.run(sys.argv[2:]).returncode  # the program's output goes where the tool's own does
+    program = subprocess.Popen(sys.argv[2:])  # its output goes where the tool's own does
+    code = program.wait()
     server.settimeout(60)
     conn, _ = server.accept()
-    conn.sendall(str(code).encode())
+    conn.sendall(f"{{code}} {{program.pid}}".encode())
     conn.close()
     sys.exit(code if code >= 0 else 128 - code)
 assert sys.argv[1] == "--mode=attach", sys.argv
@@ -55,13 +56,14 @@ except OSError as exc:
     print("==ERROR== could not connect:", exc)
     sys.exit(1)
 conn.settimeout(120)
-code = conn.recv(64).decode()
-print("==PROF== Disconnected from process 4242 (exit status", code + ")")
+code, pid = conn.recv(64).decode().split()
+print("==PROF== Disconnected from process", pid, "(exit status", code + ")")
 out = io.StringIO()
 writer = csv.writer(out, quoting=csv.QUOTE_ALL)
 writer.writerow(["ID", "Process ID", "Process Name", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value"])
-for i, (name, us) in enumerate(json.loads(open(os.environ["{report_env}"]).read())):
-    writer.writerow([i, 4242, "python3", name, "gpu__time_duration.sum", "nsecond", f"{{us * 1000:,.0f}}"])
+for i, (name, us, *other) in enumerate(json.loads(open(os.environ["{report_env}"]).read())):
+    process = int(pid) + 1 if other else pid  # a row marked "other": a process beside the program
+    writer.writerow([i, process, "python3", name, "gpu__time_duration.sum", "nsecond", f"{{us * 1000:,.0f}}"])
 print(out.getvalue(), end="")
 '''
 
@@ -100,7 +102,7 @@ TORCH = ("void at::native::vectorized_elementwise_kernel<4, clamp_min_scalar_ker
 INPUTS = ("void at::native::distribution_elementwise_grid_stride_kernel<float, 4>", 3.0)
 
 
-def report(*forwards: list[tuple[str, float]]) -> list[tuple[str, float]]:
+def report(*forwards: list[tuple]) -> list[tuple]:
     rows = list(SETUP)
     for kernels in forwards:
         rows += [INPUTS, MARK, *kernels, MARK]
@@ -198,6 +200,15 @@ def test_markers_missing_once_the_tool_profiles_are_the_candidates(pool, ncu, tm
     result = judge(pool, HONEST, report([OWN])[:-1], tmp_path, monkeypatch)
     assert result.status is EvalStatus.RULE_VIOLATION, result.message + result.log[-3000:]
     assert "the profile holds 1 of the 6 marker launches" in result.violations[0].message
+
+
+def test_kernels_of_another_process_are_a_violation(pool, ncu, tmp_path, monkeypatch) -> None:
+    # a process the candidate started inherits the injection: its own kernels would pad the forward's
+    helper = ("relu_kernel(const float *, float *, long long)", 50.0, "other")
+    result = judge(pool, HONEST, report([OWN], [TORCH, helper], [TORCH, helper]), tmp_path, monkeypatch)
+    assert result.status is EvalStatus.RULE_VIOLATION, result.message + result.log[-3000:]
+    message = result.violations[0].message
+    assert message.startswith("2 kernel(s) of another process than the runner ran under the profiler"), message
 
 
 def test_verify_and_a_failed_submit_run_no_gate(pool, ncu, tmp_path, monkeypatch) -> None:

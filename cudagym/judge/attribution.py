@@ -26,7 +26,9 @@ one thread for one cycle); the first forward is a warm-up (one-time library set-
   while profiled and a faster fallback when timed gains at most that;
 - the marker kernel launched more often than the judge launched it (the candidate launched it, to move a
   forward's bounds) is a violation, as is a run that ends before its forwards (the candidate's doing once it
-  loaded); a tool that cannot start, attach or name the markers before the candidate loaded is ``infra_error``.
+  loaded), and so are kernels of any process but the runner (its children inherit the injection, and their
+  kernels would otherwise mix into the forward's: the runner says its process id before the candidate loads);
+  a tool that cannot start, attach or name a kernel is ``infra_error``.
 
 The violation is ``kernel_attribution``. Not closed: the candidate can tell it is profiled (the injection library
 is in its process, and the tool serializes launches), which the fit above bounds; and it shares its address space
@@ -133,11 +135,12 @@ def ncu_folders(ncu: str, roots: Sequence[str] | None = None) -> tuple[str, ...]
 
 @dataclass(frozen=True)
 class Launch:
-    """One kernel launch in the report: its place in the process's launch order, name and GPU time (µs)."""
+    """One kernel launch in the report: its place in the launch order, name, GPU time (µs) and process id."""
 
     index: int
     name: str
     duration_us: float
+    process: int = 0
 
 
 def read_report(text: str) -> list[Launch]:
@@ -146,18 +149,19 @@ def read_report(text: str) -> list[Launch]:
     start = next((i for i, line in enumerate(lines) if '"Kernel Name"' in line and '"Metric Value"' in line), None)
     if start is None:
         return []
-    found: dict[int, Launch] = {}
+    found: dict[tuple[int, int], Launch] = {}
     for row in csv.DictReader(io.StringIO("\n".join(lines[start:]))):
         if row.get("Metric Name") != DURATION:
             continue
         try:
             index = int(str(row.get("ID", "")).strip())
             value = float(str(row.get("Metric Value", "")).replace(",", ""))
+            process = int(str(row.get("Process ID", "0")).strip() or 0)
         except ValueError:
             continue
         scale = UNITS_US.get(str(row.get("Metric Unit", "")).strip(), 1.0)
-        found[index] = Launch(index, str(row.get("Kernel Name", "")), value * scale)
-    return [found[i] for i in sorted(found)]
+        found[(index, process)] = Launch(index, str(row.get("Kernel Name", "")), value * scale, process)
+    return [found[k] for k in sorted(found)]
 
 
 def is_marker(name: str) -> bool:
@@ -230,6 +234,8 @@ class AttributedRun:
         output: The runner's stdout and stderr (the candidate's prints among them), capped.
         wall_s: Seconds from start to end.
         why: What kept the tool from running ("" when it ran).
+        pid: The runner's process id as it said before the candidate loaded (0: unknown): only its kernels are
+            the forward's.
     """
 
     report: str
@@ -240,6 +246,7 @@ class AttributedRun:
     output: str
     wall_s: float
     why: str = ""
+    pid: int = 0
 
 
 def judge_run(run: AttributedRun, job: Job, result: EvalResult) -> tuple[str, str, bool]:
@@ -261,6 +268,18 @@ def judge_run(run: AttributedRun, job: Job, result: EvalResult) -> tuple[str, st
     if not launches:
         return "", (f"{RULE}: Nsight Compute's front end named no kernel of the attributed runner (status "
                     f"{run.front_status}){_tail(run.report, 'the front end said')}"), True
+    if run.pid:
+        own = [k for k in launches if k.process == run.pid]
+        if not own:  # the tool numbers processes otherwise than the sandbox does: the judge's to fix
+            seen = sorted({k.process for k in launches})
+            return "", (f"{RULE}: Nsight Compute's report names processes {seen}, not the runner's {run.pid}"), True
+        others = [k for k in launches if k.process != run.pid]
+        if others:  # the runner's children inherit the injection: their kernels could shape the report
+            names = ", ".join(sorted({k.name[:80] for k in others})[:_SHOWN])
+            return "", (f"{len(others)} kernel(s) of another process than the runner ran under the profiler "
+                        f"(process {others[0].process}: {names}): the forward's kernels must be the runner's own"
+                        ), False
+        launches = own
     per_forward, problem = forwards_of(launches, FORWARDS)
     if not run.done:
         why = "it ran out of time" if run.timed_out else "it ended"
@@ -357,6 +376,7 @@ class _Run:
         self.started = time.monotonic()
         self.output = CappedLog(launch.policy.log_bytes)
         self.loaded = self.done = False
+        self.runner_pid = 0  # as the runner says it (its own namespace's), not the sandbox's as the host sees it
         self.watch = shared_watchdog().watch(self.proc.pid, launch.policy, dirs=(str(self.root),))
         self.reader = threading.Thread(target=self._read, name="cudagym-attribution", daemon=True)
         self.reader.start()
@@ -366,6 +386,14 @@ class _Run:
         loading, done, seen = LOADING_MARKER.encode(), DONE_MARKER.encode(), b""
         for chunk in iter(lambda: os.read(self.proc.stdout.fileno(), 65536), b""):  # type: ignore[union-attr]
             window = seen + chunk
+            if not self.loaded and loading in window:  # the runner's own words, before the candidate's code loads
+                said = window.split(loading, 1)[1].split(b"\n", 1)
+                if len(said) < 2:  # the line is not whole yet: read on
+                    seen = window[-4096:]
+                    self.output.feed(chunk)
+                    continue
+                words = said[0].split()
+                self.runner_pid = int(words[1]) if len(words) == 2 and words[0] == b"pid" and words[1].isdigit() else 0
             self.loaded = self.loaded or loading in window
             self.done = self.done or (self.loaded and done in window)
             seen = window[-4096:]
@@ -422,7 +450,7 @@ class _Run:
             if self.watch.violation:
                 output += f"\n(killed: {self.watch.violation})"
             return AttributedRun(report, status, self.loaded, self.done, timed_out, output,
-                                 time.monotonic() - self.started)
+                                 time.monotonic() - self.started, pid=self.runner_pid)
         finally:
             kill_and_reap(self.proc)
             shared_watchdog().unwatch(self.watch)
@@ -500,7 +528,7 @@ def marked_forwards(job: Job, device: Any, mark: Any) -> int:
     torch.set_grad_enabled(False)
     reference = load_reference(job.task)
     seeds = [protocol.input_seeds()[n % protocol.num_inputs] for n in range(FORWARDS)]
-    os.write(1, f"\n{LOADING_MARKER}\n".encode())  # from here on, a failure is the candidate's
+    os.write(1, f"\n{LOADING_MARKER} pid {os.getpid()}\n".encode())  # from here on, a failure is the candidate's
     with candidate_module(job.build, Path(job.workdir)) as module:
         train = protocol.extra.get("module_mode", "eval") == "train"
         ref_model, model = build_models(reference, module, device, protocol.seed, train)
