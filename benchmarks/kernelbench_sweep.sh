@@ -24,6 +24,8 @@
 # tasks fail at load, naming the models). The baseline cache travels in the same file.
 # Needs a KernelBench checkout: CUDAGYM_KERNELBENCH_DIR (default .data/kb). Uses every GPU (DEVICES=auto).
 # RETRY=1 runs once more the tasks whose journaled result is not OK (`baselines check --retry-failed`).
+# TRACE=1 writes each step's trace (CUDAGYM_TRACE) as $OUT/NAME.trace: for a recheck of a few tasks (a device call
+# returns at most 8 files); benchmarks/trace_summary.py reads it.
 set -u
 total=${1:-570}; shift 2>/dev/null || true
 steps=${*:-kernelbench cudagym}
@@ -70,6 +72,8 @@ check() {  # check NAME PROTOCOL LEVEL JOURNAL [ARG...]: one `cudagym baselines 
   left=$(( deadline - $(date +%s) ))
   if (( left < tail_s + 30 )); then summary+=("$name: skipped (budget spent)"); return; fi
   start=$(date +%s)
+  # TRACE=1: the trusted workers' trace (cudagym.judge.split.trace) beside the returned files, not in sweep.tgz
+  ${TRACE:+env CUDAGYM_TRACE="$ret/$name.trace"} \
   timeout $(( left - 10 )) python3 -c "from cudagym.cli import main; raise SystemExit(main())" baselines check \
     --suite kernelbench --level "$level" --protocol "$p" --devices "${DEVICES:-auto}" \
     --journal "$journal" --table "$out/$name.md" --stop-after-s $(( left - tail_s )) --deadline-s $(( left - 45 )) \

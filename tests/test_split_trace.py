@@ -147,3 +147,17 @@ def test_a_candidate_cannot_write_into_the_trace_folder(tmp_path: Path, monkeypa
     lines = _lines(path)
     assert lines and not any(line.get("forged") for line in lines), lines  # the trusted worker's lines alone
     assert any(line["event"] == "verdict" for line in lines), result.message
+
+
+def test_the_summary_gives_each_kinds_staging_beside_its_bracket(tmp_path: Path) -> None:
+    """The GPU path's lines (written only there): the judge's staging per kind of request, to set a task's timed
+    calls' staging beside its empty calls' (session 35's `L2/19`: 4,194 against 2,112 us)."""
+    path = tmp_path / "gpu.trace"
+    rows = [{"event": "bracketed", "kind": kind, "pid": 7, "t": i, "bracket_us": 100.0 + staged, "staged_us": staged,
+             "late": False, "parts_us": [1.0, 2.0, 3.0]}
+            for i, (kind, staged) in enumerate([("calibrate", 2112.0), ("calibrate", 2100.0), ("timed", 4194.0),
+                                                ("timed", 4300.0), ("timed", 4100.0)])]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    table = "\n".join(load_script("benchmarks/trace_summary.py", "trace_summary").summarize(path))
+    assert "bracketed:calibrate" in table and "staged med=2106 max=2112" in table, table
+    assert "staged med=4194 max=4300" in table, table
