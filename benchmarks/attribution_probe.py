@@ -32,9 +32,7 @@ import argparse
 import csv
 import dataclasses
 import io
-import json
 import os
-import select
 import shutil
 import subprocess
 import sys
@@ -43,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cudagym.judge.attribution import ncu_folders
+from cudagym.judge.attribution import ncu_folders, read_sandbox_pid
 
 CHILD = r'''
 import sys
@@ -167,7 +165,6 @@ def lifted(argv: list[str], lift: str) -> list[str]:
     return [*head, *out, *tail]
 
 
-INFO_WAIT_S = 30.0  # how long bubblewrap may take to say its sandbox's process id
 ATTACH_TRIES_S = 30.0  # how long the front end keeps trying to reach the launched child
 LAUNCHED_WAIT_S = 120.0  # how long the launched child may take to finish once its front end is done
 
@@ -179,19 +176,7 @@ def sandbox_pid(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[subpro
     started = subprocess.Popen(wrapped, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                pass_fds=(write_fd,))
     os.close(write_fd)
-    data, deadline = b"", time.monotonic() + INFO_WAIT_S
-    with os.fdopen(read_fd, "rb") as info:
-        while time.monotonic() < deadline:
-            if not select.select([info], [], [], max(0.0, deadline - time.monotonic()))[0]:
-                break
-            chunk = os.read(info.fileno(), 4096)
-            data += chunk
-            try:
-                return started, int(json.loads(data)["child-pid"])
-            except (ValueError, KeyError, TypeError):
-                if not chunk:
-                    break
-    return started, 0
+    return started, read_sandbox_pid(read_fd)
 
 
 def attached_run(confine: Any, ncu: str, child: list[str], work: Path, metrics: list[str]) -> tuple[int, str, float]:

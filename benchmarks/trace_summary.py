@@ -5,7 +5,8 @@
 Per worker pid: the jobs and verdicts, each phase's seconds (an unfinished phase says so), the requests by kind
 (count, late count, median and max of the bracket, of the judge's own staging in it before the go, and of the
 host parts; for ``queued`` lines the first part is the time this process took to queue its part of the bracket),
-and the last ``rounds`` line (how far the timing loop got and why it stopped). Lines that are not JSON are counted, not fatal: a trace cut mid-line is normal.
+and the last ``rounds`` line (how far the timing loop got and why it stopped). Lines that are not JSON are
+counted, not fatal: a trace cut mid-line is normal.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_sanitizer_pool import HONEST, TASK, ZEROS  # the tiny relu task, an honest answer and a wrong one
 
 from cudagym.judge import attribution
 from cudagym.judge.interface import EvalMode
@@ -67,31 +68,6 @@ for i, (name, us, *other) in enumerate(json.loads(open(os.environ["{report_env}"
 print(out.getvalue(), end="")
 '''
 
-TASK = '''
-import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-def get_inputs():
-    return [torch.randn(8, 32)]
-
-def get_init_inputs():
-    return []
-'''
-
-HONEST = '''
-import torch
-import torch.nn as nn
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        return torch.clamp(x, min=0.0)
-'''
-
-ZEROS = HONEST.replace("torch.clamp(x, min=0.0)", "torch.zeros_like(x)")
 
 # the runner's CUDA set-up before the candidate loads, then each forward between the judge's markers
 SETUP = [("void at::native::vectorized_elementwise_kernel<4, FillFunctor<float>>", 1.5),

@@ -40,7 +40,6 @@ The gate itself has not yet run on a GPU (its CPU tests drive a stand-in for ``n
 
 from __future__ import annotations
 
-import argparse
 import csv
 import dataclasses
 import io
@@ -366,7 +365,7 @@ class _Run:
                                           stderr=subprocess.STDOUT, start_new_session=True, pass_fds=(write_fd,))
             finally:
                 os.close(write_fd)
-            self.pid = _sandbox_pid(read_fd)
+            self.pid = read_sandbox_pid(read_fd)
         except BaseException:
             remove_tree(self.root)
             raise
@@ -405,7 +404,9 @@ class _Run:
         It attaches through the sandbox's network, retrying until the launched runner listens (its Python start
         and CUDA set-up come first).
         """
-        metrics = ["--csv", "--metrics", DURATION, "--clock-control", "none"]
+        # the GPU's own clocks (ncu would lock them to base) and no cache flush before each kernel (the timed call
+        # flushes the L2 once, before the forward): each kernel's time is the nearest ncu comes to the timed call's
+        metrics = ["--csv", "--metrics", DURATION, "--clock-control", "none", "--cache-control", "none"]
         argv = [self.nsenter, "--target", str(self.pid), "--net", "--", self.ncu, "--mode=attach", "--hostname",
                 "127.0.0.1", *metrics]
         tries_until = min(deadline, time.monotonic() + ATTACH_TRIES_S)
@@ -428,13 +429,13 @@ class _Run:
         from cudagym.judge.watchdog import kill_and_reap, shared_watchdog
 
         began = time.monotonic()
-        if self.proc is None or not self.pid:
-            why = self.why or "bubblewrap did not name its sandbox's process"
-            if self.proc is not None:
-                kill_and_reap(self.proc)
+        if self.proc is None:  # nothing started: the host lacks what the gate needs
             remove_tree(self.root)
-            return AttributedRun("", -1, False, False, False, "", time.monotonic() - began, why)
+            return AttributedRun("", -1, False, False, False, "", time.monotonic() - began, self.why)
         try:
+            if not self.pid:
+                return AttributedRun("", -1, False, False, False, "", time.monotonic() - began,
+                                     "bubblewrap did not name its sandbox's process")
             status, report = self._attach(deadline)
             timed_out = False
             while self.proc.poll() is None:
@@ -460,8 +461,11 @@ class _Run:
             remove_tree(self.root)
 
 
-def _sandbox_pid(read_fd: int) -> int:
-    """The sandbox's first process id, from bubblewrap's ``--info-fd`` (0: it said none in time)."""
+def read_sandbox_pid(read_fd: int) -> int:
+    """The sandbox's first process id, as the host numbers it, from bubblewrap's ``--info-fd`` pipe.
+
+    ``read_fd`` is the pipe's read end, closed here; 0 where bubblewrap said none within :data:`INFO_WAIT_S`.
+    """
     data, deadline = b"", time.monotonic() + INFO_WAIT_S
     with os.fdopen(read_fd, "rb") as info:
         while time.monotonic() < deadline:
@@ -483,30 +487,17 @@ def _sandbox_pid(read_fd: int) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Enter the sandbox, set up CUDA (the front end attaches here), load the candidate, run the marked forwards."""
-    from cudagym.judge.sandbox import SandboxPolicy, enter_sandbox, forbid_sysv_ipc
-
-    parser = argparse.ArgumentParser(prog=f"python -m {__name__}")
-    parser.add_argument("--job", required=True)
-    parser.add_argument("--root", required=True)
-    parser.add_argument("--policy", required=True)
-    args = parser.parse_args(argv)
-    enter_sandbox(SandboxPolicy.from_json(args.policy))
     import pickle
 
-    import torch
+    from cudagym.judge.sanitizer import forbid_sysv_ipc, start_gate_runner
 
-    device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    args, device = start_gate_runner(__name__, argv)
     mark = None
-    if device.type == "cuda":  # the launched process waits here for its front end: before anything of the candidate
-        torch.cuda.set_device(device)
-        torch.ones(1, device=device).add_(1)
+    if device.type == "cuda":  # the judge's marker, loaded before anything of the candidate's
         from cudagym.judge.harness.cover import _kernel
 
         mark = _kernel()
-        torch.cuda.synchronize(device)
-    confined, why = forbid_sysv_ipc()  # as in the job's runner, before anything of the candidate's loads
-    if not confined:
-        print(f"cudagym attribution: System V IPC left open: {why}", file=sys.stderr, flush=True)
+    forbid_sysv_ipc("attribution")  # as in the job's runner, before anything of the candidate's loads
     job: Job = pickle.loads(Path(args.job).read_bytes())
     forwards = marked_forwards(job, device, mark)
     sys.stdout.flush()

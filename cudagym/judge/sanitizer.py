@@ -552,9 +552,24 @@ def read_report_file(path: Path, cap_bytes: int = 1 << 20) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Enter the sandbox, set up CUDA, announce the candidate, run its checked calls, exit."""
+    args, device = start_gate_runner(__name__, argv)
+    forbid_sysv_ipc("sanitizer")
+    job: Job = pickle.loads(Path(args.job).read_bytes())
+    calls = checked_calls(job, device)
+    sys.stdout.flush()
+    os.write(1, f"\n{DONE_MARKER} {calls} input sets\n".encode())
+    return 0
+
+
+def start_gate_runner(module: str, argv: Sequence[str] | None) -> tuple[argparse.Namespace, Any]:
+    """A gate's runner's start (``python -m MODULE --job ... --root ... --policy ...``); its arguments and device.
+
+    Its arguments read, the sandbox's policy applied, and CUDA set up (a tool attaches at that first call, before
+    anything of the candidate's); the device is the CPU on the test path.
+    """
     from cudagym.judge.sandbox import SandboxPolicy, enter_sandbox
 
-    parser = argparse.ArgumentParser(prog=f"python -m {__name__}")
+    parser = argparse.ArgumentParser(prog=f"python -m {module}")
     parser.add_argument("--job", required=True)
     parser.add_argument("--root", required=True)
     parser.add_argument("--policy", required=True)
@@ -569,15 +584,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.cuda.synchronize(device)
     else:
         torch.set_num_threads(1)  # the CPU test path
-    _forbid_sysv_ipc()
-    job: Job = pickle.loads(Path(args.job).read_bytes())
-    calls = checked_calls(job, device)
-    sys.stdout.flush()
-    os.write(1, f"\n{DONE_MARKER} {calls} input sets\n".encode())
-    return 0
+    return args, device
 
 
-def _forbid_sysv_ipc() -> None:
+def forbid_sysv_ipc(gate: str) -> None:
     """No System V IPC for the candidate, as in the job's runner: a segment no process maps is memory no limit counts.
 
     Installed here, in the Python child, once the tool has attached (the CUDA warm-up above) and before anything
@@ -588,11 +598,11 @@ def _forbid_sysv_ipc() -> None:
     end, or here before or after the warm-up; older versions were not tried, and this placement does not depend on
     what they do before the candidate loads.
     """
-    from cudagym.judge.sandbox import forbid_sysv_ipc
+    from cudagym.judge.sandbox import forbid_sysv_ipc as forbid
 
-    confined, note = forbid_sysv_ipc()
+    confined, note = forbid()
     if not confined:
-        print(f"cudagym sanitizer: System V IPC left open: {note}", file=sys.stderr, flush=True)
+        print(f"cudagym {gate}: System V IPC left open: {note}", file=sys.stderr, flush=True)
 
 
 def checked_calls(job: Job, device: Any) -> int:
