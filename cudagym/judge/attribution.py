@@ -94,22 +94,10 @@ def find_ncu(homes: Sequence[str] | None = None) -> str:
     Raises:
         ConfigError: None is found (or the variable names no executable).
     """
-    explicit = os.environ.get(BINARY_ENV, "")
-    if explicit:
-        if os.path.isfile(explicit) and os.access(explicit, os.X_OK):
-            return explicit
-        raise ConfigError(f"expected {BINARY_ENV} to name the ncu executable, got {explicit!r}; fix or unset it")
-    if homes is None:
-        homes = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"]
-    for home in filter(None, homes):
-        found = os.path.join(home, "bin", "ncu")
-        if os.path.isfile(found) and os.access(found, os.X_OK):
-            return found
-    on_path = shutil.which("ncu")
-    if on_path:
-        return on_path
-    raise ConfigError(f"no ncu found (looked in the CUDA toolkit's bin and on PATH); install Nsight Compute or "
-                      f"point {BINARY_ENV} at it, or judge with a protocol without attribution=ncu")
+    from cudagym.judge.sanitizer import find_cuda_tool
+
+    return find_cuda_tool("ncu", BINARY_ENV, "install Nsight Compute (or judge with a protocol without "
+                          "attribution=ncu)", homes)
 
 
 def ncu_folders(ncu: str, roots: Sequence[str] | None = None) -> tuple[str, ...]:

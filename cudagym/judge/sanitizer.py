@@ -93,24 +93,32 @@ def find_compute_sanitizer(homes: Sequence[str] | None = None) -> str:
     Raises:
         ConfigError: None is found (or the variable names no executable).
     """
-    explicit = os.environ.get(BINARY_ENV, "")
+    return find_cuda_tool("compute-sanitizer", BINARY_ENV, "install the CUDA toolkit's compute-sanitizer", homes)
+
+
+def find_cuda_tool(name: str, variable: str, install: str, homes: Sequence[str] | None = None) -> str:
+    """Path of a CUDA tool ``name``: the environment ``variable``, else a CUDA toolkit's ``bin``, else ``PATH``.
+
+    Raises:
+        ConfigError: None is found (``install`` says how to get it), or the variable names no executable.
+    """
+    explicit = os.environ.get(variable, "")
     if explicit:
         if os.path.isfile(explicit) and os.access(explicit, os.X_OK):
             return explicit
-        raise ConfigError(f"expected {BINARY_ENV} to name the compute-sanitizer executable, got {explicit!r}; "
-                          "fix or unset it")
+        raise ConfigError(f"expected {variable} to name the {name} executable, got {explicit!r}; fix or unset it")
     if homes is None:
         homes = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"]
     for home in filter(None, homes):
-        candidate = os.path.join(home, "bin", "compute-sanitizer")
+        candidate = os.path.join(home, "bin", name)
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
-    found = shutil.which("compute-sanitizer")
+    found = shutil.which(name)
     if found:
         return found
     looked = ", ".join(os.path.join(h, "bin") for h in filter(None, homes))
-    raise ConfigError(f"no compute-sanitizer found (looked in {looked or 'no CUDA toolkit folder'} and on PATH); "
-                      f"install the CUDA toolkit's compute-sanitizer or point {BINARY_ENV} at it")
+    raise ConfigError(f"no {name} found (looked in {looked or 'no CUDA toolkit folder'} and on PATH); {install} or "
+                      f"point {variable} at it")
 
 
 def require_compute_sanitizer(protocol: Protocol) -> str:
