@@ -93,6 +93,10 @@ def test_who_a_failure_belongs_to() -> None:
     assert not infra and problem.startswith("the candidate's forwards under Nsight Compute did not finish (it ran out")
     note, problem, infra = attribution.judge_run(run(report=good), job, result)  # type: ignore[arg-type]
     assert not infra and "holds 0 of the 6 marker launches" in problem
+    # killed for a limit once it loaded, whatever the report holds: the candidate's (its flood cut the report short)
+    note, problem, infra = attribution.judge_run(run(killed_for="memory 32 GiB", done=False), job,  # type: ignore[arg-type]
+                                                 result)
+    assert not infra and problem.startswith("the candidate's forwards under Nsight Compute did not finish (memory")
 
 
 def test_only_the_runners_process_counts_and_a_foreign_numbering_is_the_tools() -> None:

@@ -187,6 +187,22 @@ def test_kernels_of_another_process_are_a_violation(pool, ncu, tmp_path, monkeyp
     assert message.startswith("2 kernel(s) of another process than the runner ran under the profiler"), message
 
 
+# Flood the output only in the attributed runner (its argv names the gate's module): killed for it, after it loaded
+FLOODS_UNDER_THE_TOOL = HONEST.replace("        return torch.clamp(x, min=0.0)", """        import os, sys
+        if sys.argv[0].endswith("attribution.py"):
+            chunk = b"x" * (1 << 20)
+            for _ in range(64):
+                os.write(1, chunk)
+        return torch.clamp(x, min=0.0)""")
+
+
+def test_a_runner_killed_for_its_output_is_the_candidates_failure(pool, ncu, tmp_path, monkeypatch) -> None:
+    result = judge(pool, FLOODS_UNDER_THE_TOOL, report([OWN], [OWN], [OWN]), tmp_path, monkeypatch)
+    assert result.status is EvalStatus.RULE_VIOLATION, result.message + result.log[-3000:]
+    message = result.violations[0].message
+    assert message.startswith("the candidate's forwards under Nsight Compute did not finish (wrote more than"), message
+
+
 def test_verify_and_a_failed_submit_run_no_gate(pool, ncu, tmp_path, monkeypatch) -> None:
     result = judge(pool, HONEST, report([TORCH], [TORCH], [TORCH]), tmp_path, monkeypatch, EvalMode.VERIFY)
     assert result.status is EvalStatus.OK and not _gate_notes(result), result.message

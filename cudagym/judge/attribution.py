@@ -223,6 +223,7 @@ class AttributedRun:
         why: What kept the tool from running ("" when it ran).
         pid: The runner's process id as it said before the candidate loaded (0: unknown): only its kernels are
             the forward's.
+        killed_for: Why the lane killed it before its end (a watchdog limit, its output's size; "" if it did not).
     """
 
     report: str
@@ -234,6 +235,7 @@ class AttributedRun:
     wall_s: float
     why: str = ""
     pid: int = 0
+    killed_for: str = ""
 
 
 def judge_run(run: AttributedRun, job: Job, result: EvalResult) -> tuple[str, str, bool]:
@@ -241,8 +243,9 @@ def judge_run(run: AttributedRun, job: Job, result: EvalResult) -> tuple[str, st
 
     The tool's own failures are the judge's (``infra``): it could not start or attach, the runner stopped before
     the candidate loaded, or the report names no kernel at all (the runner's CUDA set-up, before the candidate
-    loads, launches kernels the report must hold). Once the candidate has loaded and the tool profiles, a run that
-    does not finish its forwards, or markers out of place, are the candidate's.
+    loads, launches kernels the report must hold). Once the candidate has loaded (so the tool had attached: the
+    runner's CUDA set-up waits for it), a run killed for a limit or out of time, one that does not finish its
+    forwards, and markers out of place are the candidate's.
     """
     from cudagym.judge.guards.kernels import calls_libraries
 
@@ -252,6 +255,9 @@ def judge_run(run: AttributedRun, job: Job, result: EvalResult) -> tuple[str, st
     if not run.loaded:
         return "", (f"{RULE}: the attributed runner stopped before the candidate loaded (front end status "
                     f"{run.front_status}){_tail(run.output)}{_tail(run.report, 'the front end said')}"), True
+    if run.killed_for or (run.timed_out and not run.done):  # the tool had attached: the candidate's code was running
+        why = run.killed_for or "it ran out of time"
+        return "", f"the candidate's forwards under Nsight Compute did not finish ({why}){_tail(run.output)}", False
     if not launches:
         return "", (f"{RULE}: Nsight Compute's front end named no kernel of the attributed runner (status "
                     f"{run.front_status}){_tail(run.report, 'the front end said')}"), True
@@ -363,6 +369,7 @@ class _Run:
         self.started = time.monotonic()
         self.output = CappedLog(launch.policy.log_bytes)
         self.loaded = self.done = False
+        self.overflow = ""
         self.runner_pid = 0  # as the runner says it (its own namespace's), not the sandbox's as the host sees it
         self.watch = shared_watchdog().watch(self.proc.pid, launch.policy, dirs=(str(self.root),))
         self.reader = threading.Thread(target=self._read, name="cudagym-attribution", daemon=True)
@@ -385,6 +392,11 @@ class _Run:
             self.done = self.done or (self.loaded and done in window)
             seen = window[-4096:]
             self.output.feed(chunk)
+            if self.output.total_bytes > self.launch.policy.output_bytes and not self.overflow:
+                from cudagym.judge.watchdog import kill_process_group
+
+                self.overflow = f"wrote more than {self.launch.policy.output_bytes >> 20} MiB to stdout/stderr"
+                kill_process_group(self.proc.pid)
 
     def _attach(self, deadline: float) -> tuple[int, str]:
         """The front end's exit status and report.
@@ -427,7 +439,7 @@ class _Run:
             status, report = self._attach(deadline)
             timed_out = False
             while self.proc.poll() is None:
-                if self.watch.violation or closing.is_set():
+                if self.watch.violation or self.overflow or closing.is_set():
                     break
                 if time.monotonic() > deadline:
                     timed_out = True
@@ -436,10 +448,9 @@ class _Run:
             kill_and_reap(self.proc)
             self.reader.join(timeout=5)
             output = self.output.text()
-            if self.watch.violation:
-                output += f"\n(killed: {self.watch.violation})"
+            killed_for = self.watch.violation or self.overflow
             return AttributedRun(report, status, self.loaded, self.done, timed_out, output,
-                                 time.monotonic() - self.started, pid=self.runner_pid)
+                                 time.monotonic() - self.started, pid=self.runner_pid, killed_for=killed_for)
         finally:
             kill_and_reap(self.proc)
             shared_watchdog().unwatch(self.watch)
