@@ -25,9 +25,10 @@ one thread for one cycle); the first forward is a warm-up (one-time library set-
   :data:`~cudagym.judge.guards.kernels.PROFILE_OVER_TIMED_SLACK_US`): a candidate that runs its own kernels only
   while profiled and a faster fallback when timed gains at most that;
 - the marker kernel launched more often than the judge launched it (the candidate launched it, to move a
-  forward's bounds) is a violation, as is a run that ends before its forwards (the candidate's doing once it
-  loaded), and so are kernels of any process but the runner (its children inherit the injection, and their
-  kernels would otherwise mix into the forward's: the runner says its process id before the candidate loads);
+  forward's bounds) is a violation, as is a run that ends before its forwards or is killed for a limit or out of
+  time (the candidate's doing once it loaded: the runner's CUDA set-up waits for the front end), and so are
+  kernels of any process but the runner (its children inherit the injection, and their kernels would otherwise
+  mix into the forward's: the runner says its process id before the candidate loads);
   a tool that cannot start, attach or name a kernel is ``infra_error``.
 
 The violation is ``kernel_attribution``. Not closed: the candidate can tell it is profiled (the injection library
