@@ -334,70 +334,37 @@ class _Run:
     def __init__(self, job: Job, ncu: str, launch: Any) -> None:
         from cudagym.judge import confine
         from cudagym.judge.sandbox import inner_policy, remove_tree
-        from cudagym.judge.sanitizer import hand_job
+        from cudagym.judge.sanitizer import GateProcess, hand_job
 
-        self.ncu, self.launch, self.proc = ncu, launch, None
-        self.root = Path(tempfile.mkdtemp(prefix="attribution-", dir=launch.root))
-        self.why = ""
+        self.ncu, self.process, self.pid, self.why = ncu, None, 0, ""
+        root = Path(tempfile.mkdtemp(prefix="attribution-", dir=launch.root))
         try:
             for sub in ("home", "tmp"):
-                (self.root / sub).mkdir()
-            job_file = hand_job(job, self.root)
+                (root / sub).mkdir()
+            job_file = hand_job(job, root)
             argv = [ncu, "--mode=launch", sys.executable, "-m", __name__, "--job", str(job_file), "--root",
-                    str(self.root), "--policy", inner_policy(launch.policy).to_json()]
-            view = confine.view_for(reads=(*launch.pythonpath, *ncu_folders(ncu)), writes=(str(self.root),),
-                                    gpu=True, chdir=self.root, tools=(ncu,), shm=True)
+                    str(root), "--policy", inner_policy(launch.policy).to_json()]
+            view = confine.view_for(reads=(*launch.pythonpath, *ncu_folders(ncu)), writes=(str(root),),
+                                    gpu=True, chdir=root, tools=(ncu,), shm=True)
             wrapped = confine.wrap(argv, view)
             self.nsenter = shutil.which("nsenter") or ""
             if Path(wrapped[0]).name != "bwrap" or not self.nsenter:
                 self.why = ("needs the bubblewrap sandbox (CUDAGYM_SANDBOX=bwrap) and nsenter: the front end reaches "
                             "the runner through the sandbox's own network")
+                remove_tree(root)
                 return
             read_fd, write_fd = os.pipe()
             try:
-                self.proc = confine.popen([wrapped[0], "--info-fd", str(write_fd), *wrapped[1:]], cwd=self.root,
-                                          env=launch.env(self.root), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                          stderr=subprocess.STDOUT, start_new_session=True, pass_fds=(write_fd,))
+                proc = confine.popen([wrapped[0], "--info-fd", str(write_fd), *wrapped[1:]], cwd=root,
+                                     env=launch.env(root), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, start_new_session=True, pass_fds=(write_fd,))
             finally:
                 os.close(write_fd)
-            self.pid = read_sandbox_pid(read_fd)
         except BaseException:
-            remove_tree(self.root)
+            remove_tree(root)
             raise
-        from cudagym.judge.sandbox import CappedLog
-        from cudagym.judge.watchdog import shared_watchdog
-
-        self.started = time.monotonic()
-        self.output = CappedLog(launch.policy.log_bytes)
-        self.loaded = self.done = False
-        self.overflow = ""
-        self.runner_pid = 0  # as the runner says it (its own namespace's), not the sandbox's as the host sees it
-        self.watch = shared_watchdog().watch(self.proc.pid, launch.policy, dirs=(str(self.root),))
-        self.reader = threading.Thread(target=self._read, name="cudagym-attribution", daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
-        loading, done, seen = LOADING_MARKER.encode(), DONE_MARKER.encode(), b""
-        for chunk in iter(lambda: os.read(self.proc.stdout.fileno(), 65536), b""):  # type: ignore[union-attr]
-            window = seen + chunk
-            if not self.loaded and loading in window:  # the runner's own words, before the candidate's code loads
-                said = window.split(loading, 1)[1].split(b"\n", 1)
-                if len(said) < 2:  # the line is not whole yet: read on
-                    seen = window[-4096:]
-                    self.output.feed(chunk)
-                    continue
-                words = said[0].split()
-                self.runner_pid = int(words[1]) if len(words) == 2 and words[0] == b"pid" and words[1].isdigit() else 0
-            self.loaded = self.loaded or loading in window
-            self.done = self.done or (self.loaded and done in window)
-            seen = window[-4096:]
-            self.output.feed(chunk)
-            if self.output.total_bytes > self.launch.policy.output_bytes and not self.overflow:
-                from cudagym.judge.watchdog import kill_process_group
-
-                self.overflow = f"wrote more than {self.launch.policy.output_bytes >> 20} MiB to stdout/stderr"
-                kill_process_group(self.proc.pid)
+        self.process = GateProcess(proc, root, launch.policy, "cudagym-attribution", LOADING_MARKER, DONE_MARKER)
+        self.pid = read_sandbox_pid(read_fd)
 
     def _attach(self, deadline: float) -> tuple[int, str]:
         """The front end's exit status and report.
@@ -405,6 +372,7 @@ class _Run:
         It attaches through the sandbox's network, retrying until the launched runner listens (its Python start
         and CUDA set-up come first).
         """
+        assert self.process is not None
         # the GPU's own clocks (ncu would lock them to base) and no cache flush before each kernel (the timed call
         # flushes the L2 once, before the forward): each kernel's time is the nearest ncu comes to the timed call's
         metrics = ["--csv", "--metrics", DURATION, "--clock-control", "none", "--cache-control", "none"]
@@ -414,51 +382,35 @@ class _Run:
         status, report = -1, ""
         while True:
             try:
-                done = subprocess.run(argv, cwd=self.root, capture_output=True, text=True, errors="replace",
+                done = subprocess.run(argv, cwd=self.process.root, capture_output=True, text=True, errors="replace",
                                       timeout=max(1.0, deadline - time.monotonic()))
                 status, report = done.returncode, done.stdout + done.stderr
             except subprocess.TimeoutExpired:
                 return -1, report + "\n(the front end did not finish in time)"
-            assert self.proc is not None
-            if status == 0 or self.proc.poll() is not None or time.monotonic() > tries_until:
+            if status == 0 or self.process.proc.poll() is not None or time.monotonic() > tries_until:
                 return status, report
             time.sleep(0.5)
 
     def wait(self, deadline: float, closing: threading.Event) -> AttributedRun:
         """Attach, wait for the runner to end (killing it at ``deadline`` or a watchdog limit), and clean up."""
-        from cudagym.judge.sandbox import remove_tree
-        from cudagym.judge.watchdog import kill_and_reap, shared_watchdog
+        from cudagym.judge.sanitizer import CLOSED
 
-        began = time.monotonic()
-        if self.proc is None:  # nothing started: the host lacks what the gate needs
-            remove_tree(self.root)
-            return AttributedRun("", -1, False, False, False, "", time.monotonic() - began, self.why)
+        run = self.process
+        if run is None:  # nothing started: the host lacks what the gate needs
+            return AttributedRun("", -1, False, False, False, "", 0.0, self.why)
         try:
             if not self.pid:
-                return AttributedRun("", -1, False, False, False, "", time.monotonic() - began,
+                return AttributedRun("", -1, False, False, False, "", time.monotonic() - run.started,
                                      "bubblewrap did not name its sandbox's process")
             status, report = self._attach(deadline)
-            timed_out = False
-            while self.proc.poll() is None:
-                if self.watch.violation or self.overflow or closing.is_set():
-                    break
-                if time.monotonic() > deadline:
-                    timed_out = True
-                    break
-                time.sleep(0.05)
-            kill_and_reap(self.proc)
-            self.reader.join(timeout=5)
-            output = self.output.text()
-            killed_for = self.watch.violation or self.overflow
-            return AttributedRun(report, status, self.loaded, self.done, timed_out, output,
-                                 time.monotonic() - self.started, pid=self.runner_pid, killed_for=killed_for)
+            _, timed_out, killed_for = run.wait_end(deadline, closing)
+            words = (run.loading_line or b"").split()  # "pid N": the runner's own words, before the candidate loaded
+            pid = int(words[1]) if len(words) == 2 and words[0] == b"pid" and words[1].isdigit() else 0
+            return AttributedRun(report, status, run.loaded, run.done, timed_out, run.output.text(),
+                                 time.monotonic() - run.started, why=CLOSED if killed_for == CLOSED else "",
+                                 pid=pid, killed_for="" if killed_for == CLOSED else killed_for)
         finally:
-            kill_and_reap(self.proc)
-            shared_watchdog().unwatch(self.watch)
-            self.reader.join(timeout=5)
-            if self.proc.stdout is not None:
-                self.proc.stdout.close()
-            remove_tree(self.root)
+            run.close()
 
 
 def read_sandbox_pid(read_fd: int) -> int:

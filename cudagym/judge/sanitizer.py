@@ -429,59 +429,43 @@ def hand_job(job: Job, root: Path) -> Path:
     return path
 
 
-class _SanitizedRun:
-    """One tool's run: its own folder, copy of the job, confined process, output pipe and report file."""
+class GateProcess:
+    """A gate's confined runner as the lane holds it, from its start to its folder's removal.
 
-    def __init__(self, job: Job, tool: str, binary: str, launch: Launch) -> None:
-        from cudagym.judge import confine
-        from cudagym.judge.sandbox import CappedLog, inner_policy, remove_tree
+    Its output is drained (the runner's markers read, its size capped), its limits watched, its end awaited, its
+    folder removed on :meth:`close`. The loading marker's line, the runner's own words before any candidate code
+    loads, is kept (:attr:`loading_line`); the candidate cannot take back what reached the pipe.
+    """
+
+    def __init__(self, proc: subprocess.Popen[bytes], root: Path, policy: Any, name: str, loading: str,
+                 done: str) -> None:
+        from cudagym.judge.sandbox import CappedLog
         from cudagym.judge.watchdog import shared_watchdog
 
-        self.tool = tool
-        self.policy = launch.policy
-        self.root = Path(tempfile.mkdtemp(prefix=f"sanitizer-{tool}-", dir=launch.root))
-        try:
-            for sub in ("home", "tmp", "report"):
-                (self.root / sub).mkdir()
-            self.report_file = self.root / "report" / "report.txt"
-            job_file = self._hand(job)
-            argv = [sys.executable, "-m", __name__, "--job", str(job_file), "--root", str(self.root),
-                    "--policy", inner_policy(launch.policy).to_json()]
-            command = sanitizer_argv(binary, tool, str(self.report_file), argv)
-            view = confine.view_for(reads=launch.pythonpath, writes=(str(self.root),), gpu=True, chdir=self.root,
-                                    tools=(binary,), shm=True)
-            self.proc = confine.popen(confine.wrap(command, view), cwd=self.root, env=self._env(launch),
-                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      start_new_session=True)
-        except BaseException:
-            remove_tree(self.root)
-            raise
+        self.proc, self.root, self.policy = proc, root, policy
         self.started = time.monotonic()
-        self.output = CappedLog(launch.policy.log_bytes)
+        self.output = CappedLog(policy.log_bytes)
         self.loaded = self.done = False
+        self.loading_line: bytes | None = None  # the rest of the loading marker's line, once whole
         self.overflow = ""
-        self.watch = shared_watchdog().watch(self.proc.pid, launch.policy, dirs=(str(self.root),))
-        self.reader = threading.Thread(target=self._read, name=f"cudagym-sanitizer-{tool}", daemon=True)
+        self._markers = (loading.encode(), done.encode())
+        self.watch = shared_watchdog().watch(proc.pid, policy, dirs=(str(root),))
+        self.reader = threading.Thread(target=self._read, name=name, daemon=True)
         self.reader.start()
 
-    def _hand(self, job: Job) -> Path:
-        return hand_job(job, self.root)
-
-    def _env(self, launch: Launch) -> dict[str, str]:
-        env = launch.env(self.root)
-        env.pop("PYTORCH_CUDA_ALLOC_CONF", None)  # expandable segments give the tools false alarms
-        env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"  # one cudaMalloc per tensor: exact bounds, first writes seen
-        return env
-
     def _read(self) -> None:
-        """Drain the output pipe (the candidate cannot take back what reached it: the marker among it)."""
         from cudagym.judge.watchdog import kill_process_group
 
         assert self.proc.stdout is not None
-        loading, done, seen = LOADING_MARKER.encode(), DONE_MARKER.encode(), b""
+        loading, done = self._markers
+        seen = b""
         for chunk in iter(lambda: os.read(self.proc.stdout.fileno(), 65536), b""):  # type: ignore[union-attr]
             window = seen + chunk
             self.loaded = self.loaded or loading in window
+            if self.loaded and self.loading_line is None and loading in window:
+                rest = window.split(loading, 1)[1]
+                if b"\n" in rest:
+                    self.loading_line = rest.split(b"\n", 1)[0]
             self.done = self.done or (self.loaded and done in window)
             seen = window[-4096:]
             self.output.feed(chunk)
@@ -489,30 +473,30 @@ class _SanitizedRun:
                 self.overflow = f"wrote more than {self.policy.output_bytes >> 20} MiB to stdout/stderr"
                 kill_process_group(self.proc.pid)
 
-    def wait(self, deadline: float, closing: threading.Event) -> GateRun:
-        """Wait for the run to end (killing it at ``deadline``, on a watchdog limit or when the pool closes)."""
-        from cudagym.judge import confine
+    def wait_end(self, deadline: float, closing: threading.Event) -> tuple[int, bool, str]:
+        """Wait for the runner to end; its exit status, whether it ran out of time, and why it was killed.
+
+        It is killed at ``deadline``, on a watchdog limit, for its output, or when the pool closes. The status is
+        -9 where it could not be reaped; the reason "" where it was not killed.
+        """
         from cudagym.judge.watchdog import kill_and_reap
 
         timed_out, killed_for = False, ""
         while self.proc.poll() is None:
             if self.watch.violation or self.overflow or closing.is_set():
-                killed_for = self.watch.violation or self.overflow or "the judge closed while the gate ran"
+                killed_for = self.watch.violation or self.overflow or CLOSED
                 break
             if time.monotonic() > deadline:
                 timed_out = True
                 break
             time.sleep(0.05)
         reaped = kill_and_reap(self.proc)
-        code = -9 if reaped is None else reaped
         self.reader.join(timeout=5)
         killed_for = killed_for or self.watch.violation or self.overflow  # the watchdog may have been first
-        text = read_report_file(self.report_file)
-        return GateRun(self.tool, confine.exit_status(code), parse_report(text), self.output.text(), self.loaded,
-                       self.done, timed_out, time.monotonic() - self.started, killed_for, text[-8000:])
+        return (-9 if reaped is None else reaped), timed_out, killed_for
 
     def close(self) -> None:
-        """Kill what is left of the run and delete its folder (its report file only read, never followed)."""
+        """Kill what is left of the runner and delete its folder."""
         from cudagym.judge.sandbox import remove_tree
         from cudagym.judge.watchdog import kill_and_reap, shared_watchdog
 
@@ -522,6 +506,58 @@ class _SanitizedRun:
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         remove_tree(self.root)
+
+
+CLOSED = "the judge closed while the gate ran"
+
+
+class _SanitizedRun:
+    """One tool's run: its own folder, copy of the job, confined process, output pipe and report file."""
+
+    def __init__(self, job: Job, tool: str, binary: str, launch: Launch) -> None:
+        from cudagym.judge import confine
+        from cudagym.judge.sandbox import inner_policy, remove_tree
+
+        self.tool = tool
+        root = Path(tempfile.mkdtemp(prefix=f"sanitizer-{tool}-", dir=launch.root))
+        try:
+            for sub in ("home", "tmp", "report"):
+                (root / sub).mkdir()
+            self.report_file = root / "report" / "report.txt"
+            job_file = hand_job(job, root)
+            argv = [sys.executable, "-m", __name__, "--job", str(job_file), "--root", str(root),
+                    "--policy", inner_policy(launch.policy).to_json()]
+            command = sanitizer_argv(binary, tool, str(self.report_file), argv)
+            view = confine.view_for(reads=launch.pythonpath, writes=(str(root),), gpu=True, chdir=root,
+                                    tools=(binary,), shm=True)
+            proc = confine.popen(confine.wrap(command, view), cwd=root, env=self._env(launch, root),
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+        except BaseException:
+            remove_tree(root)
+            raise
+        self.run = GateProcess(proc, root, launch.policy, f"cudagym-sanitizer-{tool}", LOADING_MARKER, DONE_MARKER)
+
+    @staticmethod
+    def _env(launch: Launch, root: Path) -> dict[str, str]:
+        env = launch.env(root)
+        env.pop("PYTORCH_CUDA_ALLOC_CONF", None)  # expandable segments give the tools false alarms
+        env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"  # one cudaMalloc per tensor: exact bounds, first writes seen
+        return env
+
+    def wait(self, deadline: float, closing: threading.Event) -> GateRun:
+        """Wait for the run to end (killing it at ``deadline``, on a watchdog limit or when the pool closes)."""
+        from cudagym.judge import confine
+
+        run = self.run
+        code, timed_out, killed_for = run.wait_end(deadline, closing)
+        text = read_report_file(self.report_file)  # only read, never followed
+        return GateRun(self.tool, confine.exit_status(code), parse_report(text), run.output.text(), run.loaded,
+                       run.done, timed_out, time.monotonic() - run.started, killed_for, text[-8000:])
+
+    def close(self) -> None:
+        """Kill what is left of the run and delete its folder."""
+        self.run.close()
 
 
 def read_report_file(path: Path, cap_bytes: int = 1 << 20) -> str:
