@@ -17,7 +17,7 @@
 # default the runner's reference one call a request against ten: issue 15) spy_batch (that rate under py-spy,
 # --nonblocking: each process kind's inclusive and self time, benchmarks/spy_summary.py, in spy_batch.summary) attrib (benchmarks/attribution_probe.py: does
 # ncu name a forward's kernels from outside its Python, plain and sandboxed, and at what cost: issue 13; $ATTRIB_ARGS: its options) raw_rt raw_full (its full evaluation alone) vec (LocalJudge then RayJudge, $VEC_SECONDS each, default 60: give it vec:300) scaling (two GPUs) memory repeat (benchmarks/repeat_probe.py on
-# $REPEAT_TASK, a KernelBench task: carry .data/kb) sanit (default: the first list but soak) hostbound (a host-bound forward under the default
+# $REPEAT_TASK, a KernelBench task: carry .data/kb) sanit (default: the first list but soak; sanit_gpu: tests/test_sanitizer_gpu.py alone) hostbound (a host-bound forward under the default
 # arm wait and a long one). A step may carry its own limit: NAME:SECONDS. A step that runs out its limit leaves
 # NAME.stacks beside NAME.log: py-spy's dump of every Python process then (stage py-spy into .whl to get it).
 # Wheels the host lacks (gymnasium) are installed from .whl/ when it exists (../shared/tools/stage-wheels.sh);
@@ -137,6 +137,7 @@ for s in $steps; do
                                       exit $rc' _ "${PROBE_TASK:-L1/87_conv_pointwise_2D}" "${PROBE_PROTOCOL:-cudagym}" \
                                       "$out" ;;  # what the interleaved timing phase holds beyond the bound
     retake)     run_step retake     $pyt tests/test_baseline_retake_gpu.py -m gpu ;;
+    sanit_gpu)  run_step sanit_gpu  $pyt tests/test_sanitizer_gpu.py ;;  # the sanitizer gates' GPU tests alone (no benchmark)
     sanit)      run_step sanit      $base tests/test_sanitizer_gpu.py benchmarks/bench_sanitizer.py \
                                       --benchmark-json "$out/bench_sanitizer.json" ;;
     ppo)        run_step ppo        $pyt -m gpu tests/test_ppo_gpu.py ;;
