@@ -3,7 +3,8 @@
     python benchmarks/trace_summary.py gpu-logs/wb_36.trace [more.trace ...]
 
 Per worker pid: the jobs and verdicts, each phase's seconds (an unfinished phase says so), the requests by kind
-(count, late count, median and max of the bracket, of the judge's own staging in it before the go, and of the
+(count, late count, median and max of the bracket, of the judge's own staging in it before the go (and the
+median of each of its parts: the inputs placed, the outputs poisoned, the L2 flush), and of the
 host parts; for ``queued`` lines the first part is the time this process took to queue its part of the bracket),
 and the last ``rounds`` line (how far the timing loop got and why it stopped). Lines that are not JSON are
 counted, not fatal: a trace cut mid-line is normal.
@@ -71,6 +72,8 @@ def summarize(path: Path) -> list[str]:
                     k["bracket"].append(float(e["bracket_us"]))
                 if e.get("staged_us") is not None:  # the judge's own part of the bracket, before the go
                     k["staged"].append(float(e["staged_us"]))
+                for i, part in enumerate(e.get("staged_parts_us") or []):  # inputs, poison, flush
+                    k[f"stage{i}"].append(float(part))
                 if e.get("queue_us") is not None:  # this process's part queued, before the request went out
                     k["part0"].append(float(e["queue_us"]))
                 for i, part in enumerate(e.get("parts_us") or []):
@@ -86,6 +89,8 @@ def summarize(path: Path) -> list[str]:
             lines.append(f"  {kind:28s} n={len(k['n']):6d} late={len(k['late']):5d}"
                          f" bracket_us med={_median(k['bracket'])} max={_max(k['bracket'])}"
                          f" staged med={_median(k['staged'])} max={_max(k['staged'])}"
+                         + (f" (inputs/poison/flush med={_median(k['stage0'])}/{_median(k['stage1'])}/"
+                            f"{_median(k['stage2'])})" if k["stage0"] else "") +
                          f" claim med={_median(k['claim'])}"
                          f" host parts med=({_median(k['part0'])}, {_median(k['part1'])}, {_median(k['part2'])})"
                          f" max=({_max(k['part0'])}, {_max(k['part1'])}, {_max(k['part2'])})")

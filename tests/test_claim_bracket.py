@@ -95,6 +95,25 @@ def test_a_slower_staging_in_the_calibration_does_not_make_an_honest_call_short(
                                            calibration_staged)
     assert problem == "", problem
     assert "the judge's own staging (inputs, L2 flush): median 4050.2 us, 4428.2 us in the empty calls" in note
+    assert "inputs, poison, flush" not in note  # its parts unmeasured: not named
+
+
+def test_the_note_names_the_stagings_parts_where_a_staging_grew() -> None:
+    """KernelBench L2/19 (H100, sessions 35-36): the staging grew from 2,112 to 4,194 us and made the honest reference
+    a violation; the note then says which of its parts grew (a judge's rule stays as it is: the whole bracket)."""
+    claims, brackets = _calls(16644.8, 4488.8)
+    staged, calibration_staged = [4194.4] * 30, [2112.1] * 15
+    parts, calibration_parts = [[1900.0, 2200.0, 94.4]] * 30, [[1300.0, 718.0, 94.1]] * 15
+    calibration = [2406.2] * 15
+    note, problem = judge_bracketed_claims(claims, brackets, calibration, BRACKET_SLACK_US, staged, calibration_staged,
+                                           staged_parts=parts, calibration_staged_parts=calibration_parts)
+    assert "work ran outside the timed region" in problem  # the excess is judged on the whole bracket still
+    assert ("2112.1 us in the empty calls (inputs, poison, flush: 1900.0 / 2200.0 / 94.4 us in the timed calls, "
+            "1300.0 / 718.0 / 94.1 us in the empty ones)") in note, note
+    # rows of another length (an older runner's trace, a part unmeasured) name none
+    short = judge_bracketed_claims(claims, brackets, calibration, BRACKET_SLACK_US, staged, calibration_staged,
+                                   staged_parts=[[1.0, 2.0]] * 30, calibration_staged_parts=calibration_parts)[0]
+    assert "inputs, poison, flush" not in short
 
 
 def test_early_done_is_found_after_the_go_whatever_the_staging_took() -> None:

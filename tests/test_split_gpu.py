@@ -96,6 +96,8 @@ def test_the_bundled_solution_passes_judged_by_the_trusted_process(swish, judge)
     result = judge.evaluate(task, reference, EvalMode.SUBMIT)
     assert result.status is EvalStatus.OK and not result.violations, result.message + result.log[-3000:]
     assert "made by the trusted process" in result.log and "timing claims: median" in result.log
+    # the judge's staging and its parts, timed and empty calls: where a staging grew, the note says which part
+    assert "in the empty calls (inputs, poison, flush: " in result.log, result.log[-3000:]
     assert result.speedup_vs_eager > 0 and result.candidate.runs > 0
     print(result.message)
     print("\n".join(line for line in result.log.splitlines() if line.startswith("timing claims")))

@@ -161,3 +161,8 @@ def test_the_summary_gives_each_kinds_staging_beside_its_bracket(tmp_path: Path)
     table = "\n".join(load_script("benchmarks/trace_summary.py", "trace_summary").summarize(path))
     assert "bracketed:calibrate" in table and "staged med=2106 max=2112" in table, table
     assert "staged med=4194 max=4300" in table, table
+    assert "inputs/poison/flush" not in table  # lines without the staging's parts name none
+    parts = [{**r, "staged_parts_us": [2000.0 + i, 2100.0, 94.0]} for i, r in enumerate(rows)]
+    path.write_text("\n".join(json.dumps(r) for r in parts) + "\n")
+    table = "\n".join(load_script("benchmarks/trace_summary.py", "trace_summary").summarize(path))
+    assert "staged med=4194 max=4300 (inputs/poison/flush med=2003/2100/94)" in table, table

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from cudagym.judge.harness.context import EvalContext
 from cudagym.judge.harness.stats import median, quantile
 from cudagym.judge.split import RUNNER_PHASES, TRUSTED_PHASES
-from cudagym.judge.split.remote import ON_TIME_SLACK, ON_TIME_SLACK_US, RunnerLink
+from cudagym.judge.split.remote import ON_TIME_SLACK, ON_TIME_SLACK_US, STAGING_PARTS, RunnerLink
 
 # The series check (series_floor): where a call's allowance (its fixed part) is at least this share of the
 # candidate's median time, one call's clock cannot confirm its claim, and a series of calls back to back is read.
@@ -198,7 +198,8 @@ def _verify_bracketed_claims(ctx: EvalContext) -> None:
     note, problem = judge_bracketed_claims(link.claimed_us, link.bracket_us, link.calibration_gap_us,
                                            float(ctx.protocol.extra.get("bracket_slack_us", BRACKET_SLACK_US)),
                                            link.staged_us["timed"], link.staged_us["calibrate"], link.late_timed,
-                                           link.checked_timed)
+                                           link.checked_timed, link.staged_parts_us["timed"],
+                                           link.staged_parts_us["calibrate"])
     if note:
         ctx.note(note + calibration_rounds_note(link.calibration_rounds_us))
     charged = link.on_time_charged_us
@@ -286,7 +287,8 @@ def late_charge_note(counted: dict[str, list[tuple[float, float]]], base_us: flo
 def judge_bracketed_claims(claims: list[float], brackets: list[float], calibration_gaps: list[float],
                            slack_us: float = BRACKET_SLACK_US, staged: Sequence[float] = (),
                            calibration_staged: Sequence[float] = (), late: Sequence[bool] = (),
-                           checked: Sequence[bool] | None = None) -> tuple[str, str]:
+                           checked: Sequence[bool] | None = None, staged_parts: Sequence[Sequence[float]] = (),
+                           calibration_staged_parts: Sequence[Sequence[float]] = ()) -> tuple[str, str]:
     """A note on the claims and, if they cannot stand, why (``""`` when they can).
 
     Each call's gap is its bracket less its claim: the worker's own copies and flush inside the bracket,
@@ -315,6 +317,9 @@ def judge_bracketed_claims(claims: list[float], brackets: list[float], calibrati
     runner's host time after the forward returns (its delivery, queued late), so no claim of theirs is judged
     by the excess: they are timed by the bracket itself (:func:`~cudagym.judge.split.remote.late_charge`), which
     holds anything hidden from the claim. They still count for the early-"done" rule.
+
+    ``staged_parts`` and ``calibration_staged_parts`` (one per call, where measured): the staging's parts
+    (:data:`~cudagym.judge.split.remote.STAGING_PARTS`), named in the note only: where a staging grew.
 
     ``checked`` (one per call; ``None``: all): the calls whose outputs the judge compared with the reference's.
     Only their gaps judge the excess: a call whose outputs nobody compared (a warm-up's, a round no spot check
@@ -351,6 +356,7 @@ def judge_bracketed_claims(claims: list[float], brackets: list[float], calibrati
     if by_stage:
         note += (f"; the judge's own staging (inputs, L2 flush): median {median(staged):.1f} us, "
                  f"{median(calibration_staged):.1f} us in the empty calls")
+        note += staging_parts_note(staged_parts, calibration_staged_parts)
     if on_time and gap - base > allowed:
         return note, (f"the runner timed the candidate at {claim:.1f} us per call, but the judge's GPU clock saw "
                       f"{gap - base:.1f} us more per call than the claim and an empty call's cost (allowed "
@@ -365,6 +371,18 @@ def judge_bracketed_claims(claims: list[float], brackets: list[float], calibrati
                       f"{base - min(short):.1f} us before an empty call's cost (allowed {early:.1f} us): the "
                       "runner signalled done ahead of its call's work")
     return note, ""
+
+
+def staging_parts_note(timed: Sequence[Sequence[float]], empty: Sequence[Sequence[float]]) -> str:
+    """The staging's parts, median each, in the timed and the empty calls (``""`` where either is unmeasured)."""
+    def medians(rows: Sequence[Sequence[float]]) -> str:
+        return " / ".join(f"{median([r[i] for r in rows]):.1f}" for i in range(len(STAGING_PARTS)))
+
+    rows = [r for r in timed if len(r) == len(STAGING_PARTS)], [r for r in empty if len(r) == len(STAGING_PARTS)]
+    if not rows[0] or not rows[1]:
+        return ""
+    return (f" ({', '.join(STAGING_PARTS)}: {medians(rows[0])} us in the timed calls, {medians(rows[1])} us in the "
+            "empty ones)")
 
 
 def series_floor(counted_us: list[float], per_call_us: list[float], calls: int, on_gpu: bool) -> tuple[float, str]:

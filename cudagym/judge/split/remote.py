@@ -17,7 +17,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -32,6 +32,17 @@ from cudagym.judge.split.channel import MAX_MESSAGE_BYTES, Channel, RunnerLost
 from cudagym.judge.split.heap import gather, heap_sizes, library_fd, reset_words, undelivered
 from cudagym.judge.split.signals import CALL_DONE, CALL_GO, CALL_SPIN_S, SIGNAL_BYTES
 from cudagym.judge.split.trace import trace, tracing
+
+# the parts of the judge's own staging in a bracket, before its go (RemoteLink.staged_parts_us)
+STAGING_PARTS = ("inputs", "poison", "flush")
+
+
+class Stage(Protocol):
+    """What queues a call's inputs into the input arena, then poisons the output arena."""
+
+    def __call__(self, placed: Callable[[], None] | None = None) -> None:
+        """Queue both; ``placed`` (when given) runs between the two."""
+
 
 MIN_REPLY_S = 5.0  # the least time a request gets, whatever the job's budget says
 SERIES_CALLS = 32  # calls in one series (RemoteModel.series), where the arenas' cap allows that many ...
@@ -336,6 +347,9 @@ class RunnerLink:
         # the judge's own part of each bracket (inputs into the arena, the L2 flush), until its go: timed and empty
         self.staged_us: dict[str, list[float]] = {"timed": [], "calibrate": []}
         self.last_staged_us = 0.0  # the latest bracket's
+        # its parts (STAGING_PARTS: inputs placed, outputs poisoned, L2 flushed), per bracket: where staging time goes
+        self.staged_parts_us: dict[str, list[list[float]]] = {"timed": [], "calibrate": []}
+        self.last_staged_parts_us: list[float] = []
         self.request_s: dict[str, list[float]] = {}  # this process's wall time per timed request, by kind
         self.bracket = False  # time the candidate's calls on the GPU's clock (set by the harness on the GPU path)
         self.flusher: Any = None  # the trusted side's L2 flush, queued inside each bracket
@@ -474,7 +488,7 @@ class RunnerLink:
         if self.checked_timed:
             self.checked_timed[-1] = True
 
-    def bracketed(self, message: dict[str, Any], stage: Callable[[], None], out_slots: list[Slot],
+    def bracketed(self, message: dict[str, Any], stage: Stage, out_slots: list[Slot],
                   expect: str, keep: bool = True, arm_wait_s: float | None = None, calls: int = 1,
                   between: Callable[[int], None] | None = None) -> tuple[dict[str, Any], float, list[torch.Tensor]]:
         """One timed request that the trusted process brackets on the GPU (:mod:`cudagym.judge.split.signals`).
@@ -493,20 +507,21 @@ class RunnerLink:
 
         t0 = time.perf_counter()
         if self._events is None:
-            self._events = tuple(torch.cuda.Event(enable_timing=True) for _ in range(3))
+            self._events = tuple(torch.cuda.Event(enable_timing=True) for _ in range(5))
             self._side = torch.cuda.Stream(self.device)
         first = self._round + 1
         self._round += calls
         n, base = self._round, self.arenas["signals"].tensor.data_ptr()
-        start, staged, end = self._events
+        start, placed, poisoned, staged, end = self._events
         stream = torch.cuda.current_stream(self.device)
         self.rehearse((str(message.get("kind")), calls, keep, between is not None, tuple(out_slots)), stage,
                       out_slots if keep else [], calls)
         wait_value(stream.cuda_stream, base + ARMED, n)  # until the runner has queued the whole request
         start.record(stream)
-        stage()
+        stage(lambda: placed.record(stream))
         if self.heap is not None:  # the runner must say again, in these calls, where their outputs lie
             reset_words(self.arenas["signals"].tensor.view(torch.int32), calls)
+        poisoned.record(stream)
         if self.flusher is not None:
             self.flusher.flush()
         staged.record(stream)  # the judge's own part ends: what follows is the runner's calls and delivery
@@ -543,17 +558,20 @@ class RunnerLink:
             write_value(self._side.cuda_stream, base + DONE, n)
             end.synchronize()
         self.last_staged_us = start.elapsed_time(staged) * 1000.0
+        self.last_staged_parts_us = [a.elapsed_time(b) * 1000.0
+                                     for a, b in ((start, placed), (placed, poisoned), (poisoned, staged))]
         bracket_us = start.elapsed_time(end) * 1000.0
         self.last_intervals_us = [a.elapsed_time(b) * 1000.0 for a, b in zip(marks, marks[1:], strict=False)]
         self.last_parts_us = [(t1 - t0) * 1e6, (t2 - t1) * 1e6, (time.perf_counter() - t2) * 1e6]
         self.last_undelivered = "" if valid is None or bool(valid.item()) else undelivered(0)
         if tracing():
             trace("bracketed", kind=message.get("kind"), round=first, calls=calls, late=self.last_late,
-                  bracket_us=bracket_us, staged_us=self.last_staged_us, parts_us=self.last_parts_us,
+                  bracket_us=bracket_us, staged_us=self.last_staged_us, staged_parts_us=self.last_staged_parts_us,
+                  parts_us=self.last_parts_us,
                   claim_us=reply.get("time_us"), runner_heap=str(reply.get("heap", ""))[:300])
         return reply, bracket_us, outputs
 
-    def rehearse(self, key: tuple[Any, ...], stage: Callable[[], None] | None, slots: list[Slot],
+    def rehearse(self, key: tuple[Any, ...], stage: Stage | None, slots: list[Slot],
                  calls: int = 1) -> None:
         """Run once, outside any bracket, the kernels this process queues inside a bracket of kind ``key``.
 
@@ -816,14 +834,16 @@ class RemoteModel:
             torch.cuda.synchronize(arena.device)
         return spec
 
-    def _staged(self, args: tuple[Any, ...]) -> tuple[list[dict[str, Any]], Callable[[], None]]:
+    def _staged(self, args: tuple[Any, ...]) -> tuple[list[dict[str, Any]], Stage]:
         """The arguments' spec, and what queues them into the input arena and poisons the output arena."""
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         slots, nbytes = layout(tensors)
         self.link.ensure_arenas(nbytes, self.out_bytes)
 
-        def stage() -> None:
+        def stage(placed: Callable[[], None] | None = None) -> None:
             place(self.link.arenas["inputs"].tensor, slots, tensors)
+            if placed is not None:
+                placed()
             self.link.arenas["outputs"].tensor.fill_(0xFF)  # nothing of the last call stays readable as an answer
 
         spec = _args_spec(args, slots)
@@ -931,6 +951,7 @@ class RemoteModel:
         counted = claim
         if self.bracketed:
             self.link.staged_us["timed"].append(self.link.last_staged_us)
+            self.link.staged_parts_us["timed"].append(list(self.link.last_staged_parts_us))
             self.link.late_timed.append(self.link.last_late)
             if self.link.last_late:  # its claim leaves out host time the bracket holds: the judge's clock counts
                 counted = self.link.count_late("timed", claim, wall)
@@ -958,6 +979,7 @@ class RemoteModel:
         """
         gaps: list[float] = []
         staged: list[float] = []
+        parts: list[list[float]] = []
         for _ in range(rounds):
             if between is not None:
                 between()
@@ -975,6 +997,7 @@ class RemoteModel:
             if math.isfinite(claim) and 0 <= claim <= wall:
                 gaps.append(wall - claim)
                 staged.append(self.link.last_staged_us)
+                parts.append(list(self.link.last_staged_parts_us))
                 self.link.handled_us["calibrate"].append(_number(reply.get("handled_us")))
                 self.link.phases_us["calibrate"].append(_numbers(reply.get("phases_us"), len(RUNNER_PHASES)))
         if not gaps:
@@ -985,6 +1008,7 @@ class RemoteModel:
             kept[:] = gaps
             if self.bracketed:
                 self.link.staged_us["calibrate"][:] = staged
+                self.link.staged_parts_us["calibrate"][:] = parts
 
     def series_size(self, args: list[Any]) -> int:
         """How many calls a series holds for input sets like ``args`` (below 2: none is taken).
@@ -1024,8 +1048,10 @@ class RemoteModel:
         seen: list[list[Any]] = []
         self._series_read = []
 
-        def stage() -> None:
+        def stage(placed: Callable[[], None] | None = None) -> None:
             place(inputs, own[0], tensors[0])
+            if placed is not None:
+                placed()
             outputs.fill_(0xFF)  # nothing of an earlier call stays readable as an answer
 
         def between(k: int) -> None:  # call k is done: what it left, then the next call's inputs
