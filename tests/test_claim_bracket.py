@@ -11,7 +11,8 @@ import dataclasses
 import pytest
 
 from cudagym.errors import ConfigError
-from cudagym.judge.harness.claims import BRACKET_SLACK_US, judge_bracketed_claims
+from cudagym.judge.harness.claims import BRACKET_SLACK_US, disputed_yardstick, judge_bracketed_claims
+from cudagym.judge.harness.stats import median
 from cudagym.judge.harness.runner import arm_wait_s
 from cudagym.judge.protocol import DEFAULT_PROTOCOL
 from cudagym.judge.split.remote import ARM_WAIT_MAX_S, ARM_WAIT_S
@@ -386,3 +387,53 @@ def test_a_claim_a_few_percent_short_of_the_clock_counts_the_clock_while_honest_
     assert on_time_charge(real - 25.0, real + base, base) == real - 25.0  # a forger keeps the allowance at most
     # where the judge's staging is known, the path is an empty call's after its go
     assert on_time_charge(forged, real + base, base, staged_us=274.4, after_go_base_us=400.0) == pytest.approx(real)
+
+
+# ------------------------------------------------------------- the runner's reference against the judge's clock
+def _shown(claim: float, differs: float, n: int = 30) -> list[tuple[float, float]]:
+    return [(claim + 0.1 * (i % 5), claim + differs + 0.2 * (i % 7)) for i in range(n)]
+
+
+def test_a_reference_whose_claims_the_clock_contradicts_is_disputed() -> None:
+    # KernelBench L1/72 on an H100 (session 35): the reference claimed 2,964.3 us, the clock showed 138 us less
+    disputed = disputed_yardstick(_shown(2964.3, -138.0), 294.0)
+    assert "30 on-time calls there -137.7 us from their claims" in disputed, disputed
+    assert "allowed +-42.6 us" in disputed
+    # the other way round too: a claim short of the clock is no yardstick either
+    assert "+120.3 us" in disputed_yardstick(_shown(2964.3, 120.0), 294.0)
+
+
+def test_a_reference_the_clock_agrees_with_is_not_disputed() -> None:
+    # the sweep's honest references: within a few microseconds of the clock (L3/4_LeNet5: +3.5 us on 815.4 us)
+    assert disputed_yardstick(_shown(815.4, 3.5), 300.0) == ""
+    assert disputed_yardstick(_shown(2964.3, -30.0), 294.0) == ""  # within the 42.6 us allowance
+    assert disputed_yardstick(_shown(2964.3, -138.0, n=4), 294.0) == ""  # too few calls on time to judge
+    assert disputed_yardstick([], 294.0) == ""
+
+
+def test_the_references_calls_are_read_against_the_calibration_that_stands() -> None:
+    """KernelBench L2/1 on an H100: the reference's calls, read against the first calibration round (1,314.0 us), showed
+    308.6 us less than their claims; against the cheaper round taken after them (1,006.4 us), which stands, they agree."""
+    import socket
+    import time
+
+    from cudagym.judge.split.channel import Channel
+    from cudagym.judge.split.remote import RunnerLink
+
+    a, b = socket.socketpair()
+    link = RunnerLink(Channel(a), time.monotonic() + 60)
+    try:
+        link.calibration_gap_us[:] = [1314.0] * 10
+        link.staged_us["calibrate"][:] = [712.4] * 10
+        for i in range(30):
+            link.last_staged_us = 712.0
+            link.note_shown("reference", 9504.6, 9504.6 + 1006.4 + 0.1 * (i % 3))
+        assert median([s - c for c, s in link.on_time_shown()["reference"]]) == pytest.approx(-307.5, abs=0.2)
+        link.calibration_gap_us[:] = [1006.4] * 10  # the recalibration's cheaper round replaces the first
+        shown = link.on_time_shown()["reference"]
+        assert median([s - c for c, s in shown]) == pytest.approx(0.1, abs=0.2)
+        assert disputed_yardstick(shown, link.on_time_path_us) == ""
+        assert link.on_time_path_us == pytest.approx(1006.4 - 712.4)
+    finally:
+        link.close()
+        b.close()

@@ -245,15 +245,22 @@ def test_the_default_and_kernelbench_presets_take_the_runners_yardstick() -> Non
     assert KERNELBENCH.id == "kernelbench-v0.8" and KERNELBENCH.runner_reference_runs == 100
 
 
-def _scaled(protocol: Protocol, own_us: float, late: list[int]) -> tuple[float, list[str]]:
-    """The speedup vs eager after the runner's yardstick: eager 1,000 us and the candidate 1,000 us here."""
+def _scaled(protocol: Protocol, own_us: float, late: list[int],
+            shown_less_claimed: float = 0.0) -> tuple[float, list[str]]:
+    """The speedup vs eager after the runner's yardstick: eager 1,000 us and the candidate 1,000 us here.
+
+    ``shown_less_claimed``: what the judge's clock showed of each of the reference's on-time calls beyond its claim.
+    """
     import types
 
     from cudagym.judge.harness.runner import _against_runner_reference
 
     notes: list[str] = []
+    on_time = [(own_us, own_us + shown_less_claimed)] * (late[1] - late[0])
+    remote = types.SimpleNamespace(unqueued={"reference": late}, on_time_path_us=300.0,
+                                   on_time_shown=lambda: {"reference": on_time, "timed": []})
     ctx = types.SimpleNamespace(
-        protocol=protocol, remote=types.SimpleNamespace(unqueued={"reference": late}), notes=notes,
+        protocol=protocol, remote=remote, notes=notes,
         note=notes.append, speedup_vs_eager=1.0, speedup_vs_compile=0.5,
         runner_reference=TimingStats(median_us=own_us, runs=50),
         timed={"eager": TimingStats(median_us=1000.0, runs=50),
@@ -270,3 +277,15 @@ def test_a_reference_that_waits_for_the_gpu_inside_cannot_raise_the_speedups() -
     assert _scaled(CUDAGYM_V5, 800.0, [96, 96])[0] == pytest.approx(0.8)  # lowering them stands
     assert _scaled(CUDAGYM_V5, 1500.0, [0, 96])[0] == pytest.approx(1.5)
     assert _scaled(CUDAGYM_V4, 1500.0, [96, 96])[0] == pytest.approx(1.5)
+
+
+def test_a_reference_whose_claims_the_clock_contradicts_cannot_raise_the_speedups() -> None:
+    # on time, but its claims 5% beyond what the judge's clock showed of them (KernelBench L1/72 on an H100: the same
+    # code 1.053x eager): which clock read it right is unknown, so the speedups stay against this process's times
+    raised, notes = _scaled(CUDAGYM_V5, 1050.0, [0, 30], shown_less_claimed=-50.0)
+    assert raised == 1.0, notes
+    assert "30 on-time calls there -50.0 us from their claims" in notes[0] and "x1.050 there would raise" in notes[0]
+    assert _scaled(CUDAGYM_V5, 1050.0, [0, 30], shown_less_claimed=-5.0)[0] == pytest.approx(1.05)  # they agree
+    assert _scaled(CUDAGYM_V5, 950.0, [0, 30], shown_less_claimed=-50.0)[0] == pytest.approx(0.95)  # lowering stands
+    assert _scaled(CUDAGYM_V4, 1050.0, [0, 30], shown_less_claimed=-50.0)[0] == pytest.approx(1.05)  # kept by id
+

@@ -111,6 +111,9 @@ class Protocol:
             against the runner's reference and those against this process's baselines. On the H200 (session 22)
             ``L3/30_SwinTransformerV2``'s reference as its own candidate was judged 0.767x, 0.975x and 1.515x against
             the runner's reference in three judges, against 1.03x and 1.54x against eager in the judge's process.
+            The same holds where the reference's on-time claims there and the judge's clock around them disagree
+            beyond an on-time call's allowance (:func:`~cudagym.judge.harness.claims.disputed_yardstick`; on an
+            H100 ``L1/72``'s reference claimed 4.66% more than the clock showed, and the same code was judged 1.053x).
         l2_flush: Overwrite a buffer twice the L2's size before each timed call.
         interleave: Time candidate, eager and compile round-robin in one process so drift cancels.
         statistic: ``median`` or ``mean`` of the timed calls.

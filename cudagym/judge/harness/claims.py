@@ -15,7 +15,13 @@ from collections.abc import Sequence
 from cudagym.judge.harness.context import EvalContext
 from cudagym.judge.harness.stats import median, quantile
 from cudagym.judge.split import RUNNER_PHASES, TRUSTED_PHASES
-from cudagym.judge.split.remote import ON_TIME_SLACK, ON_TIME_SLACK_US, STAGING_PARTS, RunnerLink
+from cudagym.judge.split.remote import (
+    ON_TIME_SLACK,
+    ON_TIME_SLACK_US,
+    STAGING_PARTS,
+    RunnerLink,
+    on_time_allowance_us,
+)
 
 # The series check (series_floor): where a call's allowance (its fixed part) is at least this share of the
 # candidate's median time, one call's clock cannot confirm its claim, and a series of calls back to back is read.
@@ -206,7 +212,7 @@ def _verify_bracketed_claims(ctx: EvalContext) -> None:
     if charged:
         ctx.note(f"{ON_TIME_CHARGE_NOTE}: {len(charged)} of {len(link.claimed_us)} call(s), median claim "
                  f"{median([c for c, _ in charged]):.1f} us, counted {median([k for _, k in charged]):.1f} us")
-    spread = shown_spread_note(link.on_time_shown_us)
+    spread = shown_spread_note(link.on_time_shown())
     if spread:
         ctx.note(spread)
     late = late_charge_note(link.late_counted_us, link.late_base_us, link.late_closing_us)
@@ -217,6 +223,30 @@ def _verify_bracketed_claims(ctx: EvalContext) -> None:
 
 
 SHOWN_SPREAD_NOTE = "the judge's clock beyond on-time claims"
+DISPUTE_CALLS = 5  # on-time reference calls needed before the two clocks' disagreement on them is judged
+
+
+def disputed_yardstick(shown: Sequence[tuple[float, float]], path_us: float) -> str:
+    """Why the runner's reference is no yardstick to raise speedups by (``""`` where nothing says so).
+
+    ``shown``: the reference's on-time calls in the runner, each its claim and what the judge's clock showed of it
+    (:meth:`~cudagym.judge.split.remote.RunnerLink.on_time_shown`). The reference is the judge's own code, timed
+    before any candidate code loads, so its claims and the clock should agree as an honest candidate's do, within
+    an on-time call's allowance (:func:`~cudagym.judge.split.remote.on_time_allowance_us`, on the median claim).
+    Where their median difference is beyond it, one of the two clocks read the reference wrong and nothing tells
+    which: on an H100 (session 35) ``L1/72``'s reference claimed 138.0 us per call more than the clock showed
+    (2,964.3 us, 4.66%), as far above eager's 2,821.2 us and its own candidate's 2,815.5 us, and so judged the same
+    code 1.053x eager, a tier it did not earn. Fewer than :data:`DISPUTE_CALLS` on-time calls judge nothing.
+    """
+    if len(shown) < DISPUTE_CALLS:
+        return ""
+    claim = median([c for c, _ in shown])
+    differs = median([s - c for c, s in shown])
+    allowed = on_time_allowance_us(claim, path_us)
+    if abs(differs) <= allowed:
+        return ""
+    return (f"the judge's clock showed its {len(shown)} on-time calls there {differs:+.1f} us from their claims "
+            f"(median; the median claim {claim:.1f} us, allowed +-{allowed:.1f} us)")
 
 
 def shown_spread_note(shown: dict[str, list[tuple[float, float]]]) -> str:

@@ -27,7 +27,7 @@ import torch
 from cudagym.errors import ConfigError
 from cudagym.judge.guards.base import select_guards, sided
 from cudagym.judge.harness import COMPILE_FAILED_PREFIX, CONTEXT_POISONED_MARKER, CUDA_ERROR_PREFIX
-from cudagym.judge.harness.claims import series_floor, series_wanted, verify_claims
+from cudagym.judge.harness.claims import disputed_yardstick, series_floor, series_wanted, verify_claims
 from cudagym.judge.harness.context import PROFILE_REPEATS, EvalContext
 from cudagym.judge.harness.correctness import compare_outputs
 from cudagym.judge.harness.failures import (
@@ -438,6 +438,8 @@ def _against_runner_reference(ctx: EvalContext) -> None:
     The same code can run at other speeds in two processes of one GPU (where their tensors lie in device
     memory; a call that waits for the GPU inside, behind its host): the reference's median in the runner, over
     eager's median here, moves the baselines into the candidate's process (``Protocol.runner_reference_runs``).
+    Under ``Protocol.late_reference_floor`` it may raise them only where the reference's calls there were queued
+    before their go and its claims agree with the judge's clock around them (:func:`disputed_yardstick`).
     """
     if not ctx.protocol.runner_reference_runs or not ctx.timed.get("candidate", TimingStats()).measured:
         return
@@ -455,6 +457,12 @@ def _against_runner_reference(ctx: EvalContext) -> None:
         ctx.note(f"{RUNNER_REFERENCE_NOTE}: {late} of its {calls} calls there were not queued before the go (the "
                  f"forward waits for the GPU inside), so its time holds host time in both processes; the speedups "
                  f"stay against this process's times (x{factor:.3f} there would raise them)")
+        factor = 1.0
+    disputed = disputed_yardstick(ctx.remote.on_time_shown().get("reference", []), ctx.remote.on_time_path_us) \
+        if ctx.protocol.late_reference_floor and factor > 1.0 else ""
+    if disputed:
+        ctx.note(f"{RUNNER_REFERENCE_NOTE}: {disputed}, so which clock read it right is unknown; the speedups stay "
+                 f"against this process's times (x{factor:.3f} there would raise them)")
         factor = 1.0
     before = (ctx.speedup_vs_eager, ctx.speedup_vs_compile)
     ctx.speedup_vs_eager *= factor

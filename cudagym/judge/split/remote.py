@@ -371,7 +371,9 @@ class RunnerLink:
         self.on_time_charged_us: list[tuple[float, float]] = []
         # per kind of timed request (timed, reference): each on-time call's claim and what the judge's clock showed
         # of it (its bracket less an empty call's), for the note on how far honest claims and that clock part
-        self.on_time_shown_us: dict[str, list[tuple[float, float]]] = {}
+        # each on-time call's claim, bracket and the judge's staging in it (µs), by kind of request: what the judge's
+        # clock showed of it is read against the calibration that stands at the verdict (on_time_shown)
+        self.on_time_calls_us: dict[str, list[tuple[float, float, float]]] = {}
         # series of empty forwards timed before the candidate loaded (RemoteModel.calibrate_series): how many calls
         # a series holds (0: none), each series' 20th-percentile call interval less that call's claim, and each
         # calibration round's median (the cheaper round stands)
@@ -669,20 +671,35 @@ class RunnerLink:
             return claim_us  # uncalibrated: the bracket rule flags the claims (judge_bracketed_claims)
         after_go = self._after_go_base_us()
         counted = on_time_charge(claim_us, bracket_us, self.late_base_us, self.last_staged_us, after_go)
-        self.note_shown("timed", claim_us, bracket_us, after_go)
+        self.note_shown("timed", claim_us, bracket_us)
         if counted > claim_us:
             self.on_time_charged_us.append((claim_us, counted))
         return counted
 
-    def note_shown(self, kind: str, claim_us: float, bracket_us: float, after_go_base_us: float | None = None) -> None:
-        """Keep what the judge's clock showed of the latest on-time call of ``kind`` beside its claim (notes only).
-
-        ``after_go_base_us``: :meth:`_after_go_base_us` where the caller has it already.
-        """
+    def note_shown(self, kind: str, claim_us: float, bracket_us: float) -> None:
+        """Keep the latest on-time call of ``kind``: its claim, its bracket and the judge's staging in it."""
         if self.calibration_gap_us:
-            after_go = self._after_go_base_us() if after_go_base_us is None else after_go_base_us
-            shown = shown_us(bracket_us, self.late_base_us, self.last_staged_us, after_go)
-            self.on_time_shown_us.setdefault(kind, []).append((claim_us, shown))
+            self.on_time_calls_us.setdefault(kind, []).append((claim_us, bracket_us, self.last_staged_us))
+
+    def on_time_shown(self) -> dict[str, list[tuple[float, float]]]:
+        """Each kept on-time call's claim and what the judge's clock showed of it (:func:`shown_us`), by kind.
+
+        Read against the calibration that stands now: the reference's calls are timed between two calibration
+        rounds, and where the later round was the cheaper one (a transient lengthened the first) it replaced the
+        cost they were first read against (KernelBench `L2/1` on an H100: -308.6 us per call, the two rounds' medians
+        1,314.0 and 1,006.4 us).
+        """
+        if not self.calibration_gap_us:
+            return {}
+        after_go, base = self._after_go_base_us(), self.late_base_us
+        return {kind: [(claim, shown_us(bracket, base, staged, after_go)) for claim, bracket, staged in rows]
+                for kind, rows in self.on_time_calls_us.items()}
+
+    @property
+    def on_time_path_us(self) -> float:
+        """An empty call's path in the bracket (after the go where the staging is known): the allowance's base."""
+        after_go = self._after_go_base_us()
+        return after_go if after_go is not None else self.late_base_us
 
     @property
     def late_wait_s(self) -> float:
