@@ -33,7 +33,8 @@ from cudagym.judge.split.heap import gather, heap_sizes, library_fd, reset_words
 from cudagym.judge.split.signals import CALL_DONE, CALL_GO, CALL_SPIN_S, SIGNAL_BYTES
 from cudagym.judge.split.trace import trace, tracing
 
-# the parts of the judge's own staging in a bracket, before its go (RemoteLink.staged_parts_us)
+# the parts of the judge's own staging in a bracket, before its go (RunnerLink.staged_parts_us); the poison's part
+# holds the heap's words reset too
 STAGING_PARTS = ("inputs", "poison", "flush")
 
 
@@ -369,10 +370,9 @@ class RunnerLink:
         self.late_closing_us: dict[str, list[list[float]]] = {}
         # each on-time timed call the judge's clock showed longer than its claim and the allowance: (claim, counted)
         self.on_time_charged_us: list[tuple[float, float]] = []
-        # per kind of timed request (timed, reference): each on-time call's claim and what the judge's clock showed
-        # of it (its bracket less an empty call's), for the note on how far honest claims and that clock part
-        # each on-time call's claim, bracket and the judge's staging in it (µs), by kind of request: what the judge's
-        # clock showed of it is read against the calibration that stands at the verdict (on_time_shown)
+        # per kind of timed request (timed, reference): each on-time call's claim, bracket and the judge's staging in
+        # it (µs); what the judge's clock showed of it (its bracket less an empty call's) is read against the
+        # calibration that stands at the verdict (on_time_shown): how far honest claims and that clock part
         self.on_time_calls_us: dict[str, list[tuple[float, float, float]]] = {}
         # series of empty forwards timed before the candidate loaded (RemoteModel.calibrate_series): how many calls
         # a series holds (0: none), each series' 20th-percentile call interval less that call's claim, and each
