@@ -25,7 +25,7 @@ from test_sanitizer_pool import HONEST, TASK, ZEROS  # the tiny relu task, an ho
 from cudagym.judge import attribution
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import Job, KnownBaselines
-from cudagym.judge.protocol import CUDAGYM_V0
+from cudagym.judge.protocol import CUDA_AGENT, CUDAGYM_V0, Protocol
 from cudagym.judge.records import BuildResult, BuildStatus, EvalResult, EvalStatus
 from cudagym.judge.worker import PoolOptions, WorkerPool
 from cudagym.solution import Solution
@@ -89,6 +89,9 @@ def report(*forwards: list[tuple]) -> list[tuple]:
 GATED = CUDAGYM_V0.with_changes(id="test-attribution", guards=(), num_inputs=2, warmup_runs=1, warmup_ms=0.0,
                                 min_runs=5, max_runs=5, target_ci_pct=0.0, eval_timeout_s=240.0,
                                 extra={"claim_slack_us": 1e6, "attribution": "ncu"})
+# the same under the cuda-agent preset's timing (the runner's profiler sums its kernels: the claim the gate bounds)
+GATED_PROFILED = CUDA_AGENT.with_changes(id="test-attribution-profiled", guards=(), num_inputs=2, warmup_runs=1,
+                                         eval_timeout_s=240.0, extra={"claim_slack_us": 1e6, "attribution": "ncu"})
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +116,7 @@ def ncu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def judge(pool: WorkerPool, candidate: str, kernels: list[tuple[str, float]], tmp_path: Path,
-          monkeypatch: pytest.MonkeyPatch, mode: EvalMode = EvalMode.SUBMIT) -> EvalResult:
+          monkeypatch: pytest.MonkeyPatch, mode: EvalMode = EvalMode.SUBMIT, protocol: Protocol = GATED) -> EvalResult:
     named = tmp_path / "kernels.json"
     named.write_text(json.dumps(kernels))
     monkeypatch.setenv(REPORT_ENV, str(named))
@@ -124,7 +127,7 @@ def judge(pool: WorkerPool, candidate: str, kernels: list[tuple[str, float]], tm
         solution=Solution("inline", {"model_new.py": textwrap.dedent(candidate)}),
         build=BuildResult(BuildStatus.OK, "inline"),
         mode=mode,
-        protocol=GATED,
+        protocol=protocol,
         baselines=KnownBaselines(),
     )
     return pool.submit(job).result(timeout=600)
@@ -134,8 +137,10 @@ def _gate_notes(result: EvalResult) -> list[str]:
     return [n for n in result.notes if n.startswith(attribution.RULE)]
 
 
-def test_own_kernels_seen_from_outside_leave_a_passing_submit_passing(pool, ncu, tmp_path, monkeypatch) -> None:
-    result = judge(pool, HONEST, report([OWN], [OWN], [OWN]), tmp_path, monkeypatch)
+@pytest.mark.parametrize("protocol", [GATED, GATED_PROFILED], ids=["events", "profiler"])
+def test_own_kernels_seen_from_outside_leave_a_passing_submit_passing(pool, ncu, tmp_path, monkeypatch,
+                                                                      protocol) -> None:
+    result = judge(pool, HONEST, report([OWN], [OWN], [OWN]), tmp_path, monkeypatch, protocol=protocol)
     assert result.status is EvalStatus.OK, result.message + result.log[-3000:]
     notes = _gate_notes(result)
     assert len(notes) == 1 and "saw 2 judged forward(s) of 1 kernel(s)" in notes[0], notes
@@ -159,9 +164,10 @@ def test_a_marker_launched_by_the_candidate_is_a_violation(pool, ncu, tmp_path, 
     assert "the judge's marker kernel ran 8 times where the judge launched it 6 times" in result.violations[0].message
 
 
-def test_profiled_work_far_beyond_the_timed_median_is_a_violation(pool, ncu, tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("protocol", [GATED, GATED_PROFILED], ids=["events", "profiler"])
+def test_profiled_work_far_beyond_the_timed_median_is_a_violation(pool, ncu, tmp_path, monkeypatch, protocol) -> None:
     slow = ("relu_kernel(const float *, float *, long long)", 5e6)  # 5 s of kernels against a timed call of µs
-    result = judge(pool, HONEST, report([slow], [slow], [slow]), tmp_path, monkeypatch)
+    result = judge(pool, HONEST, report([slow], [slow], [slow]), tmp_path, monkeypatch, protocol=protocol)
     assert result.status is EvalStatus.RULE_VIOLATION, result.message + result.log[-3000:]
     assert "the timed calls ran other work than the profiled ones" in result.violations[0].message
 
