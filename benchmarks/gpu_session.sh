@@ -7,7 +7,7 @@
 # Steps: prebuild (prebuild1: bundled only) build formats local sandbox split split_gpu heap (the shared heap in one
 # process; wb_36 is its attack through the worker) heapcmp (benchmarks/heap_probe.py: the bundled solutions' medians
 # with the heap and with the copy delivery; $HEAP_TASKS: some bundled ids, $HEAP_ROUNDS) whitebox templates env hacks judge
-# bundled bundled_split (the bundled suite through LocalJudge and its runners; bundled_copy: under the copy delivery) bench_bld bench_eval soak, and the later issues' runs: cupy sb3 ppo ray bench_gpu chat tuning bench
+# bundled bundled_split (the bundled suite through LocalJudge and its runners; bundled_copy: under the copy delivery; bundled_attrib: under the attribution gate) bench_bld bench_eval soak, and the later issues' runs: cupy sb3 ppo ray bench_gpu chat tuning bench
 # bench_rs (the bench resumed from $BENCH_DIR, carried) yardstick (the runner's reference time) spares (bench_vec's
 # LocalJudge rate by spare runners, $SPARES, default 8,12) memprobe (memory_probe.py on $PROBE_TASK, default L1/87,
 # under $PROBE_PROTOCOL, default cudagym, in the split) sync (benchmarks/sync_probe.py on $SYNC_TASK, default L1/71,
@@ -97,6 +97,7 @@ for s in $steps; do
     bundled)    run_step bundled    $pyt tests/test_guards_gpu.py tests/test_bundled_suite.py -m gpu -k bundled ;;
     bundled_split) run_step bundled_split $pyt tests/test_bundled_split_gpu.py ;;  # through LocalJudge and the split: series
     bundled_copy) CUDAGYM_BUNDLED_PROTOCOL='cudagym[delivery=copy]' run_step bundled_copy $pyt tests/test_bundled_split_gpu.py ;;  # the same under the copy delivery
+    bundled_attrib) CUDAGYM_BUNDLED_PROTOCOL='cudagym[attribution=ncu]' run_step bundled_attrib $pyt tests/test_bundled_split_gpu.py ;;  # under the attribution gate (issue 13)
     formats)    run_step formats    $pyt tests/test_formats_gpu.py -m gpu ;;
     build)      run_step build      $pyt tests/test_build_extension.py tests/test_build_inline.py tests/test_runtime.py -m gpu ;;
     local)      run_step local      $pyt tests/test_local_judge.py tests/test_worker_faults_gpu.py -m gpu ;;
