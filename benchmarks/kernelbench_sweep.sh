@@ -138,5 +138,6 @@ PY
   [ -n "$l4_skip" ] && summary+=("kernelbench-$step-L4: skipped ($l4_skip)")
   python3 benchmarks/kernelbench_compare.py --kernelbench-dir "$CUDAGYM_KERNELBENCH_DIR" \
     --out "$out/compare-$step.md" "$out"/kernelbench-"$step"-L*.csv > "$out/compare-$step.log" 2>&1 || true
+  tar czf "$ret/sweep.tgz" -C "$out" .  # the comparison too (packed otherwise only after a level's check)
 done
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
