@@ -12,8 +12,8 @@ import pytest
 
 from cudagym.errors import ConfigError
 from cudagym.judge.harness.claims import BRACKET_SLACK_US, disputed_yardstick, judge_bracketed_claims
-from cudagym.judge.harness.stats import median
 from cudagym.judge.harness.runner import arm_wait_s
+from cudagym.judge.harness.stats import median
 from cudagym.judge.protocol import DEFAULT_PROTOCOL
 from cudagym.judge.split.remote import ARM_WAIT_MAX_S, ARM_WAIT_S
 
@@ -412,8 +412,9 @@ def test_a_reference_the_clock_agrees_with_is_not_disputed() -> None:
 
 
 def test_the_references_calls_are_read_against_the_calibration_that_stands() -> None:
-    """KernelBench L2/1 on an H100: the reference's calls, read against the first calibration round (1,314.0 us), showed
-    308.6 us less than their claims; against the cheaper round taken after them (1,006.4 us), which stands, they agree."""
+    """KernelBench L2/1 on an H100: the reference's calls, read against the first calibration round (1,314.0 us),
+    showed 308.6 us less than their claims; against the cheaper round taken after them (1,006.4 us), which stands,
+    they agree."""
     import socket
     import time
 
