@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from split_pools import cpu_split_pool
 from test_sanitizer_pool import HONEST, TASK, ZEROS  # the tiny relu task, an honest answer and a wrong one
 
 from cudagym.judge import attribution
@@ -27,7 +27,7 @@ from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import Job, KnownBaselines
 from cudagym.judge.protocol import CUDA_AGENT, CUDAGYM_V0, Protocol
 from cudagym.judge.records import BuildResult, BuildStatus, EvalResult, EvalStatus
-from cudagym.judge.worker import PoolOptions, WorkerPool
+from cudagym.judge.worker import WorkerPool
 from cudagym.solution import Solution
 from cudagym.task import make_task
 
@@ -94,11 +94,7 @@ GATED_PROFILED = CUDA_AGENT.with_changes(id="test-attribution-profiled", guards=
                                          eval_timeout_s=240.0, extra={"claim_slack_us": 1e6, "attribution": "ncu"})
 
 
-@pytest.fixture(scope="module")
-def pool() -> Iterator[WorkerPool]:
-    options = PoolOptions(job_fn="cudagym.judge.split.trusted:run_job_on_cpu", runner=True, startup_timeout_s=180.0)
-    with WorkerPool(["0"], options=options) as p:
-        yield p
+pool = pytest.fixture(scope="module", name="pool")(cpu_split_pool)
 
 
 @pytest.fixture

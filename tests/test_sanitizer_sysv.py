@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from split_pools import cpu_split_pool
 from test_sanitizer_pool import GATED, STAND_IN, TASK
 
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import Job, KnownBaselines
 from cudagym.judge.records import BuildResult, BuildStatus, EvalResult, EvalStatus
 from cudagym.judge.sanitizer import BINARY_ENV
-from cudagym.judge.worker import PoolOptions, WorkerPool
+from cudagym.judge.worker import WorkerPool
 from cudagym.solution import Solution
 from cudagym.task import make_task
 
@@ -76,11 +76,7 @@ class ModelNew(nn.Module):
 '''
 
 
-@pytest.fixture(scope="module")
-def pool() -> Iterator[WorkerPool]:
-    options = PoolOptions(job_fn="cudagym.judge.split.trusted:run_job_on_cpu", runner=True, startup_timeout_s=180.0)
-    with WorkerPool(["0"], options=options) as p:
-        yield p
+pool = pytest.fixture(scope="module", name="pool")(cpu_split_pool)
 
 
 @pytest.fixture
