@@ -52,7 +52,7 @@ def threads_per_sm(props: Any) -> int:
 
 
 @functools.lru_cache(maxsize=1)
-def _kernel() -> Any:
+def spin_kernel() -> Any:
     """The spin kernel (one module per process; the driver loads it into each context on first launch)."""
     from cudagym import runtime
 
@@ -68,7 +68,7 @@ class LaunchCover:
     def __init__(self, device: torch.device, cover_us: float) -> None:
         props = torch.cuda.get_device_properties(device)
         self.grid, self.block = fill_shape(props.multi_processor_count, threads_per_sm(props))
-        self._kernel = _kernel()
+        self._kernel = spin_kernel()
         self.cover_us = cover_us
         self.cycles_per_us = self._calibrate(device)
 
