@@ -17,9 +17,10 @@ from cudagym.cli import main as cli_main
 from cudagym.commands.baselines import Progress, baselines_job_id, precompute, resolve_tasks
 from cudagym.errors import ConfigError, UnknownTaskError
 from cudagym.judge.baselines import BaselineCache, BaselineKey, default_cache_root, reference_solution
+from cudagym.judge.job import KnownBaselines
 from cudagym.judge.local import GpuProbe, LocalJudge
 from cudagym.judge.protocol import DEFAULT_PROTOCOL, KERNELBENCH
-from cudagym.judge.records import BuildResult, BuildStatus, Hardware, TimingStats
+from cudagym.judge.records import BuildResult, BuildStatus, Hardware, TimingStats, Yardstick
 from cudagym.judge.worker import PoolOptions
 from cudagym.task import content_hash
 
@@ -56,6 +57,30 @@ def test_unknown_then_stored_then_merged(tmp_path):
     data = json.loads(cache.path(key()).read_text())
     assert data["task_id"] == "L1/19_ReLU" and data["key"]["gpu"] == "NVIDIA H200"
     assert [(k, tid) for k, tid, _ in cache.entries()] == [(key(), "L1/19_ReLU")]
+
+
+def test_the_yardstick_is_kept_beside_the_baselines_and_read_back_checked(tmp_path):
+    cache = BaselineCache(tmp_path)
+    own = Yardstick(stats(120.0), late_calls=3, calls=20, disputed="")
+    cache.put(key(), stats(100.0), stats(80.0), yardstick=own)
+    assert cache.get(key()).yardstick == own and cache.get(key()).known
+    cache.put(key(), stats(100.0), stats(80.0), yardstick=Yardstick(stats(999.0), 0, 20))  # the first is kept ...
+    assert cache.get(key()).yardstick == own
+    cache.put(key(), TimingStats(), TimingStats(), yardstick=Yardstick())  # ... an unmeasured one changes nothing
+    assert cache.get(key()).yardstick == own
+    cache.put(key(), TimingStats(), TimingStats(), replace=True, yardstick=Yardstick(stats(130.0), 0, 20, "x"))
+    assert cache.get(key()).yardstick == Yardstick(stats(130.0), 0, 20, "x")
+    data = json.loads(cache.path(key()).read_text())
+    assert data["runner_reference"]["time"]["median_us"] == 130.0 and data["runner_reference"]["disputed"] == "x"
+    # a file of a cudagym that kept no yardstick: the baselines stand, the yardstick is unknown (the job times it)
+    del data["runner_reference"]
+    cache.path(key()).write_text(json.dumps(data))
+    assert cache.get(key()).known and not cache.get(key()).yardstick.measured
+    # one whose yardstick fields are damaged counts as unknown altogether, as a damaged time does
+    for bad in ({"time": {"median_us": -1.0, "runs": 20}}, {"time": stats(1.0).__dict__, "late_calls": 5, "calls": 2},
+                {"time": stats(1.0).__dict__, "late_calls": "3"}, {"time": stats(1.0).__dict__, "disputed": 7}, [1]):
+        cache.path(key()).write_text(json.dumps({**data, "runner_reference": bad}))
+        assert cache.get(key()) == KnownBaselines(), bad
 
 
 def test_an_unreadable_file_counts_as_unknown_and_is_replaced(tmp_path):

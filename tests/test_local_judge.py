@@ -178,6 +178,10 @@ def test_baselines_are_timed_by_a_job_without_candidate_code_and_passed_to_candi
         assert first.message == "cached baselines"  # the reference's own job timed them first
         stored = judge.baselines.get(local.BaselineKey.of(task, first.hardware, judge.protocol))
         assert stored.known and stored.eager == first.eager and stored.compiled == first.compiled
+        # the reference's time in that clean job's runner is kept beside them, with its late calls, and handed on
+        assert stored.yardstick.time == first.runner_reference and first.runner_reference.runs == 20
+        assert (stored.yardstick.late_calls, stored.yardstick.calls) == (3, 20)
+        assert (first.cost.late_reference_calls, first.cost.reference_calls) == (3, 20)
         second = judge.evaluate(task, candidate("segfault"))  # another solution of the same task
         assert second.message == "cached baselines" and second.eager == first.eager
 

@@ -28,7 +28,7 @@ from cudagym.judge.protocol import (
     KERNELBENCH,
     Protocol,
 )
-from cudagym.judge.records import BuildResult, BuildStatus, EvalResult, EvalStatus, TimingStats
+from cudagym.judge.records import BuildResult, BuildStatus, EvalResult, EvalStatus, TimingStats, Yardstick
 from cudagym.judge.split import RUNNER_PHASES, TRUSTED_PHASES
 from cudagym.judge.worker import WorkerPool
 from cudagym.solution import Solution
@@ -246,10 +246,11 @@ def test_the_default_and_kernelbench_presets_take_the_runners_yardstick() -> Non
 
 
 def _scaled(protocol: Protocol, own_us: float, late: list[int],
-            shown_less_claimed: float = 0.0) -> tuple[float, list[str]]:
+            shown_less_claimed: float = 0.0, cached: Yardstick | None = None) -> tuple[float, list[str]]:
     """The speedup vs eager after the runner's yardstick: eager 1,000 us and the candidate 1,000 us here.
 
     ``shown_less_claimed``: what the judge's clock showed of each of the reference's on-time calls beyond its claim.
+    ``cached``: the yardstick from the baseline cache (this job's link then timed no reference call).
     """
     import types
 
@@ -260,12 +261,13 @@ def _scaled(protocol: Protocol, own_us: float, late: list[int],
     remote = types.SimpleNamespace(unqueued={"reference": late}, on_time_path_us=300.0,
                                    on_time_shown=lambda: {"reference": on_time, "timed": []})
     ctx = types.SimpleNamespace(
-        protocol=protocol, remote=remote, notes=notes,
+        protocol=protocol, remote=remote, notes=notes, cached_yardstick=cached, runner_reference_disputed="",
         note=notes.append, speedup_vs_eager=1.0, speedup_vs_compile=0.5,
         runner_reference=TimingStats(median_us=own_us, runs=50),
         timed={"eager": TimingStats(median_us=1000.0, runs=50),
                "candidate": TimingStats(median_us=1000.0, runs=50)})
     _against_runner_reference(ctx)  # type: ignore[arg-type]
+    notes.append(f"disputed: {ctx.runner_reference_disputed}")
     return ctx.speedup_vs_eager, notes
 
 
@@ -289,3 +291,49 @@ def test_a_reference_whose_claims_the_clock_contradicts_cannot_raise_the_speedup
     assert _scaled(CUDAGYM_V5, 950.0, [0, 30], shown_less_claimed=-50.0)[0] == pytest.approx(0.95)  # lowering stands
     assert _scaled(CUDAGYM_V4, 1050.0, [0, 30], shown_less_claimed=-50.0)[0] == pytest.approx(1.05)  # kept by id
 
+
+
+def test_a_cached_yardstick_is_held_to_the_same_rules_by_the_clean_jobs_calls() -> None:
+    # the job took it from the cache: its own link timed no reference call, the clean job's late calls and dispute
+    # decide, as they would have there
+    late = Yardstick(TimingStats(median_us=1500.0, runs=96), late_calls=96, calls=96)
+    raised, notes = _scaled(CUDAGYM_V5, 1500.0, [0, 0], cached=late)
+    assert raised == 1.0 and "96 of its 96 calls there were not queued before the go" in notes[0], notes
+    assert "timed before any candidate loaded, in a clean job" in notes[-2], notes
+    disputed = Yardstick(TimingStats(median_us=1050.0, runs=30), 0, 30, "30 on-time calls there -50.0 us from ...")
+    raised, notes = _scaled(CUDAGYM_V5, 1050.0, [0, 0], cached=disputed)
+    assert raised == 1.0 and "-50.0 us from ..." in notes[0], notes
+    agreed = Yardstick(TimingStats(median_us=1050.0, runs=30), 0, 30)
+    assert _scaled(CUDAGYM_V5, 1050.0, [0, 0], cached=agreed)[0] == pytest.approx(1.05)
+
+
+def test_a_dispute_is_recorded_with_the_yardstick_whichever_way_it_would_move_the_speedups() -> None:
+    # kept for the cache: a later job's eager may stand elsewhere, where the same yardstick would raise them
+    lowering, notes = _scaled(CUDAGYM_V5, 950.0, [0, 30], shown_less_claimed=-50.0)
+    assert lowering == pytest.approx(0.95) and "30 on-time calls there -50.0 us from their claims" in notes[-1]
+    assert _scaled(CUDAGYM_V5, 950.0, [0, 30], shown_less_claimed=-5.0)[1][-1] == "disputed: "
+    assert _scaled(CUDAGYM_V4, 950.0, [0, 30], shown_less_claimed=-50.0)[1][-1] == "disputed: "  # not its rule
+
+
+def test_a_job_that_looks_its_baselines_up_takes_the_yardstick_from_the_cache_too(pool: WorkerPool) -> None:
+    """PROFILE with cached baselines and yardstick times no reference call in its runner; SUBMIT retimes all."""
+    cached = KnownBaselines(TimingStats(median_us=1000.0, mean_us=1000.0, min_us=990.0, max_us=1010.0, runs=20),
+                            TimingStats(median_us=800.0, mean_us=800.0, min_us=790.0, max_us=810.0, runs=20),
+                            Yardstick(TimingStats(median_us=3000.0, mean_us=3000.0, min_us=2990.0, max_us=3010.0,
+                                                  runs=40), late_calls=0, calls=40))
+    result = judge(pool, SAME_CODE, protocol(10), job_id="yardstick-cached", baselines=cached)
+    assert result.status is EvalStatus.OK, result.message + result.log[-3000:]
+    assert result.runner_reference == cached.yardstick.time and result.cost.reference_calls == 40
+    # against the cached 3 ms: about 2x the runner's 1.5 ms sleeps (the cache's word, as its eager is)
+    assert 1.5 < result.speedup_vs_eager < 2.4, result.message
+    said = next(n for n in result.notes if "from the baseline cache" in n)
+    assert "(3000.0 us, median of 40; 0 of its 40 calls one a request not queued before the go)" in said, said
+    requests = next(n for n in result.notes if n.startswith("timed requests, this process's wall time each"))
+    assert "reference" not in requests and "calibrate 23 x" in requests, requests  # both calibration rounds
+    retimed = judge(pool, SAME_CODE, protocol(10), job_id="yardstick-submit", baselines=cached, mode=EvalMode.SUBMIT)
+    assert retimed.status is EvalStatus.OK, retimed.message + retimed.log[-3000:]
+    assert retimed.runner_reference.runs == 10 and retimed.runner_reference.median_us < 2500
+    assert not any("from the baseline cache" in n for n in retimed.notes)
+    control = protocol(10).with_changes(extra={"yardstick": "retimed"})
+    probe = judge(pool, SAME_CODE, control, job_id="yardstick-retimed", baselines=cached)
+    assert probe.status is EvalStatus.OK and probe.runner_reference.runs == 10, probe.log[-3000:]

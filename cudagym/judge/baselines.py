@@ -1,5 +1,8 @@
 """Baseline cache: eager and torch.compile times per (task, GPU, torch version, protocol), on disk, locked.
 
+Beside them, where the protocol takes one, the reference's time in a runner (the speedups' yardstick) from the
+same clean job, so a job that looks its baselines up need not time the reference in its own runner either.
+
 Timing the baselines costs more than timing a candidate (torch.compile compiles first), and they do not
 change between episodes, so a reset must never re-time a known task. Each key is one JSON file::
 
@@ -36,7 +39,7 @@ from filelock import FileLock
 
 from cudagym.judge.job import KnownBaselines
 from cudagym.judge.protocol import Protocol
-from cudagym.judge.records import Hardware, TimingStats, from_dict, to_dict
+from cudagym.judge.records import Hardware, TimingStats, Yardstick, from_dict, to_dict
 from cudagym.solution import Solution
 from cudagym.task import Task
 
@@ -97,7 +100,7 @@ class BaselineCache:
 
     def put(
         self, key: BaselineKey, eager: TimingStats, compiled: TimingStats, *, task_id: str = "",
-        replace: bool = False,
+        replace: bool = False, yardstick: Yardstick | None = None,
     ) -> KnownBaselines:
         """Store measured baselines (unmeasured ones are ignored).
 
@@ -107,6 +110,7 @@ class BaselineCache:
             compiled: torch.compile time.
             task_id: For humans reading the file.
             replace: Overwrite times already cached; otherwise the first measurement is kept.
+            yardstick: The reference's time in the runner of the same clean job, where it took one.
 
         Returns:
             What the cache holds for ``key`` afterwards.
@@ -115,8 +119,10 @@ class BaselineCache:
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(f"{path}.lock"):
             old = self._read(path, key)
+            new = yardstick if yardstick is not None and yardstick.measured else old.yardstick
             merged = KnownBaselines(
                 eager=_pick(old.eager, eager, replace), compiled=_pick(old.compiled, compiled, replace),
+                yardstick=new if replace or not old.yardstick.measured else old.yardstick,
             )
             if merged != old:
                 self._write(path, key, merged, task_id or self._task_id(path))
@@ -165,12 +171,15 @@ class BaselineCache:
                 (a file edited by hand, damaged, or written by a cudagym that stored other fields).
         """
         return KnownBaselines(eager=_timing(data.get("eager", {}), "eager"),
-                              compiled=_timing(data.get("compiled", {}), "compiled"))
+                              compiled=_timing(data.get("compiled", {}), "compiled"),
+                              yardstick=_yardstick(data.get("runner_reference", {})))
 
     @staticmethod
     def _write(path: Path, key: BaselineKey, value: KnownBaselines, task_id: str) -> None:
         data = {"key": to_dict(key), "task_id": task_id, "eager": to_dict(value.eager),
                 "compiled": to_dict(value.compiled), "updated": time.time()}
+        if value.yardstick.measured:
+            data["runner_reference"] = to_dict(value.yardstick)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -193,6 +202,21 @@ def _timing(data: Any, name: str) -> TimingStats:
     if stats.measured and stats.median_us <= 0:
         raise ValueError(f"{name} was timed {stats.runs} times but has median_us {stats.median_us!r}")
     return stats
+
+
+def _yardstick(data: Any) -> Yardstick:
+    """``data`` as a Yardstick (a file without one: unmeasured), every field checked (a bad one raises ValueError)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"runner_reference is {type(data).__name__}, not an object")
+    if not data:
+        return Yardstick()
+    late, calls, disputed = data.get("late_calls", 0), data.get("calls", 0), data.get("disputed", "")
+    for name, value in (("late_calls", late), ("calls", calls)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"runner_reference.{name} is {value!r}")
+    if late > calls or not isinstance(disputed, str):
+        raise ValueError(f"runner_reference has {late!r} late calls of {calls!r}, disputed {disputed!r}")
+    return Yardstick(_timing(data.get("time", {}), "runner_reference.time"), late, calls, disputed)
 
 
 def _pick(old: TimingStats, new: TimingStats, replace: bool) -> TimingStats:

@@ -12,17 +12,22 @@ from dataclasses import dataclass, field, replace
 
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.protocol import Protocol
-from cudagym.judge.records import BuildResult, TimingStats
+from cudagym.judge.records import BuildResult, TimingStats, Yardstick
 from cudagym.solution import Solution
 from cudagym.task import Task
 
 
 @dataclass(frozen=True)
 class KnownBaselines:
-    """Baseline times from the cache; ``eager.runs == 0`` means unknown (the harness times them)."""
+    """Baseline times from the cache; ``eager.runs == 0`` means unknown (the harness times them).
+
+    ``yardstick``: the reference's time in a runner, taken by the clean job that timed the baselines; a job that
+    does not retime the baselines takes it from here instead of timing it again (unmeasured: it times it).
+    """
 
     eager: TimingStats = field(default_factory=TimingStats)
     compiled: TimingStats = field(default_factory=TimingStats)
+    yardstick: Yardstick = field(default_factory=Yardstick)
 
     @property
     def known(self) -> bool:

@@ -278,10 +278,10 @@ class Pipeline:
                    future: Future[EvalResult]) -> None:
         result = dataclasses.replace(future.result(), build=build)  # the build record of the build host
         hardware = self._hardware_of(result)
-        if not known.known and is_reference_job(request.task, request.solution) and (
-                result.eager.measured or result.compiled.measured):
+        if not (known.known and known.yardstick.measured) and is_reference_job(request.task, request.solution) and (
+                result.eager.measured or result.compiled.measured or result.runner_reference.measured):
             self.baselines.put(BaselineKey.of(request.task, hardware, request.protocol), result.eager,
-                               result.compiled, task_id=request.task.id)
+                               result.compiled, task_id=request.task.id, yardstick=result.yardstick)
         self._finish(request, result)
 
     def _finish(self, request: _Request, result: EvalResult) -> None:

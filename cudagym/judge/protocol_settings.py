@@ -93,6 +93,9 @@ EXTRA_SETTINGS: dict[str, Rule] = {
     "arm_wait_ms": NUMBER_FIELDS["arm_wait_ms"],  # overrides Protocol.arm_wait_ms
     "runner_reference_batch": NUMBER_FIELDS["runner_reference_batch"],  # overrides the field of that name
     "module_mode": Rule("text", choices=("eval", "train")),  # harness: the models in .eval() or .train()
+    # harness: a job that looks its baselines up takes the yardstick from the cache too ("cached"), or times the
+    # reference in its own runner every time ("retimed": the rate's control, issue 15)
+    "yardstick": Rule("text", choices=("cached", "retimed")),
     # split: bracketed calls' outputs read by the judge from the shared heap, or copied by the runner into the output
     # arena (a probe's comparison; the copy is what a white-box runner can skip: cudagym.judge.split.heap)
     "delivery": Rule("text", choices=("heap", "copy")),

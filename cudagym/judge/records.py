@@ -157,6 +157,29 @@ class TimingStats:
 
 
 @dataclass(frozen=True)
+class Yardstick:
+    """The reference timed in a runner before any candidate code loaded there: the speedups' yardstick.
+
+    Attributes:
+        time: Its timed calls there.
+        late_calls: Of the calls timed one a request, those not queued before the judge's go (their times hold
+            host time).
+        calls: The calls timed one a request.
+        disputed: Why the judge's clock disputes its on-time claims ("" where it agrees).
+    """
+
+    time: TimingStats = field(default_factory=TimingStats)
+    late_calls: int = 0
+    calls: int = 0
+    disputed: str = ""
+
+    @property
+    def measured(self) -> bool:
+        """True when the reference was timed in a runner."""
+        return self.time.measured
+
+
+@dataclass(frozen=True)
 class KernelTime:
     """One GPU kernel's share of a forward pass, from the profiler."""
 
@@ -235,7 +258,7 @@ class EvalCost:
     # the GPU inside): each timed by the judge's GPU bracket, not the runner's claim; of all such calls (warm-ups in)
     late_calls: int = 0  # the candidate's
     timed_calls: int = 0
-    late_reference_calls: int = 0  # the reference's, timed in the runner before the candidate loaded
+    late_reference_calls: int = 0  # the yardstick's: the reference in a runner before any candidate loaded there
     reference_calls: int = 0
 
 
@@ -271,6 +294,8 @@ class EvalResult:
     # the reference timed in the candidate's runner before it loaded the candidate (a protocol's
     # runner_reference_runs): the speedups' yardstick; unmeasured under protocols without it
     runner_reference: TimingStats = field(default_factory=TimingStats)
+    # why the judge's clock disputed that yardstick's on-time claims ("" where it agreed or none were on time)
+    runner_reference_disputed: str = ""
     notes: tuple[str, ...] = ()  # the harness's own notes (timing method, covers, ...), apart from ``log``
 
     @property
@@ -287,6 +312,12 @@ class EvalResult:
     def timed(self) -> bool:
         """True when candidate and eager were both timed."""
         return self.candidate.measured and self.eager.measured
+
+    @property
+    def yardstick(self) -> Yardstick:
+        """The reference's time in the candidate's runner with what decides its use (unmeasured where not taken)."""
+        return Yardstick(self.runner_reference, self.cost.late_reference_calls, self.cost.reference_calls,
+                         self.runner_reference_disputed)
 
 
 # ----------------------------------------------------------------------------------------------------

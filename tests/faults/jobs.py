@@ -100,15 +100,23 @@ def forge_baselines(job: Job) -> EvalResult:
 
 
 def fake_timing(job: Job) -> EvalResult:
-    """A PROFILE stand-in: made-up times; cached baselines (``job.baselines``) are used, not re-timed."""
-    from cudagym.judge.records import Hardware, TimingStats
+    """A PROFILE stand-in: made-up times; cached baselines (``job.baselines``) are used, not re-timed.
+
+    The yardstick (the reference in the runner) likewise: the cached one, else 120 us over 20 calls, 3 of them late.
+    """
+    from cudagym.judge.records import EvalCost, Hardware, TimingStats
 
     bump = int(job.task.content_hash[:4], 16) % 50
     cached = job.baselines.known
     eager = job.baselines.eager if cached else TimingStats(median_us=100.0 + bump, runs=10)
     compiled = job.baselines.compiled if cached else TimingStats(median_us=80.0 + bump, runs=10)
+    yardstick = job.baselines.yardstick
+    own, late, calls = (yardstick.time, yardstick.late_calls, yardstick.calls) if yardstick.measured else \
+        (TimingStats(median_us=120.0 + bump, runs=20), 3, 20)
     return EvalResult(
         status=EvalStatus.OK, message="cached baselines" if cached else "timed baselines", build=job.build,
         candidate=TimingStats(median_us=50.0, runs=10), eager=eager, compiled=compiled,
         protocol_id=job.protocol.id, hardware=Hardware(gpu="Fake GPU 80GB", torch="9.9.9+fake"),
+        runner_reference=own, runner_reference_disputed=yardstick.disputed if yardstick.measured else "",
+        cost=EvalCost(late_reference_calls=late, reference_calls=calls),
     )

@@ -43,7 +43,7 @@ from cudagym.judge.harness.scrub import scrub_free_blocks
 from cudagym.judge.harness.timing import Cover, TimingRun
 from cudagym.judge.job import Job
 from cudagym.judge.protocol import Protocol
-from cudagym.judge.records import InputCheck, KernelTime, TimingStats, Violation
+from cudagym.judge.records import InputCheck, KernelTime, TimingStats, Violation, Yardstick
 from cudagym.judge.split.channel import RunnerLost
 
 PROFILE_REPEATS = 3  # forward passes per kernel profile
@@ -131,6 +131,8 @@ class EvalContext:
         self.reference_writes_inputs = False  # the priming reference run changed its inputs (found then)
         self.paired: tuple[float, int] | None = None  # paired speedup vs eager and its rounds, when interleaved
         self.runner_reference = TimingStats()  # the reference timed in the runner before the candidate loaded
+        self.cached_yardstick: Yardstick | None = None  # that time from the baseline cache (a clean job's), if so
+        self.runner_reference_disputed = ""  # why the judge's clock disputes its on-time claims ("" if it agrees)
         self.runner_job: Job = job  # the job as the runner sees it (its own paths), in the split
 
     # ------------------------------------------------------------------------------------- reporting

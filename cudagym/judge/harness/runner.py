@@ -49,7 +49,7 @@ from cudagym.judge.harness.timing import Contender, CoverSizing, L2Flusher, Samp
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import Job
 from cudagym.judge.protocol import Protocol
-from cudagym.judge.records import EvalCost, EvalResult, EvalStatus, Hardware, Precision, TimingStats
+from cudagym.judge.records import EvalCost, EvalResult, EvalStatus, Hardware, Precision, TimingStats, Yardstick
 from cudagym.judge.split.channel import RunnerLost
 from cudagym.judge.split.remote import (
     ARM_WAIT_MAX_S,
@@ -292,7 +292,12 @@ def _load_remote(ctx: EvalContext) -> None:
     del inputs
     marks.append(time.perf_counter())
     if ctx.job.mode is not EvalMode.VERIFY and ctx.protocol.runner_reference_runs:
-        _time_reference_in_runner(ctx, model, recalibrate=True)
+        cached = ctx.job.baselines.yardstick
+        if not _retimes(ctx) and cached.measured and ctx.protocol.extra.get("yardstick", "cached") == "cached":
+            # the clean job's, beside the baselines this job looks up
+            _cached_yardstick(ctx, model, cached)
+        else:
+            _time_reference_in_runner(ctx, model, recalibrate=True)
     marks.append(time.perf_counter())
     ctx.others_at_candidate_load = ctx.meter.others_bytes(ctx.remote.arena_bytes())
     ctx.note(f"{ARENAS_NOTE}: {ctx.remote.arena_bytes()} bytes")
@@ -385,6 +390,22 @@ def _time_reference_in_runner(ctx: EvalContext, model: Any, recalibrate: bool = 
         model.calibrate_series(inputs, rounds=SERIES_RECALIBRATION_ROUNDS)
 
 
+def _cached_yardstick(ctx: EvalContext, model: Any, cached: Yardstick) -> None:
+    """The yardstick from the baseline cache: the reference's time in the runner of the clean job that timed them.
+
+    A job that looks its baselines up (PROFILE) is judged against times that job took, the eager one in the
+    judge's process and this one in a runner; the second calibration round still follows, on a set of its own.
+    """
+    ctx.cached_yardstick = cached
+    ctx.runner_reference = cached.time
+    ctx.note(f"{RUNNER_REFERENCE_NOTE}: the reference's time in a runner from the baseline cache, taken by the clean "
+             f"job that timed the baselines ({cached.time.median_us:.1f} us, median of {cached.time.runs}; "
+             f"{cached.late_calls} of its {cached.calls} calls one a request not queued before the go)")
+    inputs = ctx.make_inputs(TIMING_SEED_OFFSET + secrets.randbelow(2**30))
+    model.calibrate(inputs, rounds=RECALIBRATION_ROUNDS, between=_calibration_between(ctx, inputs))
+    model.calibrate_series(inputs, rounds=SERIES_RECALIBRATION_ROUNDS)
+
+
 def reference_batch(protocol: Protocol) -> int:
     """How many of the runner's reference calls one request times; 0: one a request.
 
@@ -452,15 +473,22 @@ def _against_runner_reference(ctx: EvalContext) -> None:
             ctx.note(f"{RUNNER_REFERENCE_NOTE}: not taken, the reference has no time in the runner")
         return
     factor = own.median_us / eager.median_us
-    late, calls = ctx.remote.unqueued.get("reference", [0, 0])
+    cached = ctx.cached_yardstick
+    late, calls = (cached.late_calls, cached.calls) if cached is not None else \
+        ctx.remote.unqueued.get("reference", [0, 0])
     if ctx.protocol.late_reference_floor and calls and late * 2 >= calls and factor > 1.0:
         ctx.note(f"{RUNNER_REFERENCE_NOTE}: {late} of its {calls} calls there were not queued before the go (the "
                  f"forward waits for the GPU inside), so its time holds host time in both processes; the speedups "
                  f"stay against this process's times (x{factor:.3f} there would raise them)")
         factor = 1.0
-    disputed = disputed_yardstick(ctx.remote.on_time_shown().get("reference", []), ctx.remote.on_time_path_us) \
-        if ctx.protocol.late_reference_floor and factor > 1.0 else ""
-    if disputed:
+    if cached is not None:
+        disputed = cached.disputed
+    elif ctx.protocol.late_reference_floor:
+        disputed = disputed_yardstick(ctx.remote.on_time_shown().get("reference", []), ctx.remote.on_time_path_us)
+    else:
+        disputed = ""
+    ctx.runner_reference_disputed = disputed  # kept with the yardstick: a job that takes it from the cache reads it
+    if disputed and factor > 1.0:
         ctx.note(f"{RUNNER_REFERENCE_NOTE}: {disputed}, so which clock read it right is unknown; the speedups stay "
                  f"against this process's times (x{factor:.3f} there would raise them)")
         factor = 1.0
@@ -468,7 +496,9 @@ def _against_runner_reference(ctx: EvalContext) -> None:
     ctx.speedup_vs_eager *= factor
     ctx.speedup_vs_compile *= factor
     ctx.note(f"{RUNNER_REFERENCE_NOTE}: the reference took {own.median_us:.1f} us there (median of {own.runs}, "
-             f"95% interval +-{own.ci95_halfwidth_pct:.1f}%, timed before the candidate loaded) against eager's "
+             f"95% interval +-{own.ci95_halfwidth_pct:.1f}%, timed before "
+             f"{'any candidate loaded, in a clean job' if cached is not None else 'the candidate loaded'}) "
+             f"against eager's "
              f"{eager.median_us:.1f} us here (x{factor:.3f}): "
              f"{ctx.speedup_vs_eager:.3f}x vs eager, {ctx.speedup_vs_compile:.3f}x vs torch.compile (against this "
              f"process's times alone: {before[0]:.3f}x, {before[1]:.3f}x)")
@@ -1060,6 +1090,7 @@ def _result(ctx: EvalContext, status: EvalStatus, message: str, wall_s: float, p
         paired_speedup_vs_eager=ctx.paired[0] if ctx.paired else 0.0,
         paired_rounds=ctx.paired[1] if ctx.paired else 0,
         runner_reference=ctx.runner_reference,
+        runner_reference_disputed=ctx.runner_reference_disputed,
         notes=tuple(ctx.notes),
     )
 
@@ -1078,13 +1109,17 @@ def _cost(ctx: EvalContext) -> EvalCost:
                     output_set_bytes=ctx.io_bytes[1],
                     load_s=clock.get("load"), check_s=clock.get("check"), timing_s=clock.get("timing"),
                     compile_s=clock.get("compile"), profile_s=clock.get("profile"),
-                    **_late_calls(link.unqueued if link is not None else {}))
+                    **_late_calls(link.unqueued if link is not None else {}, ctx.cached_yardstick))
 
 
-def _late_calls(unqueued: dict[str, list[int]]) -> dict[str, int]:
-    """The split's late timed calls and all of them, the candidate's and the reference's (EvalCost's fields)."""
+def _late_calls(unqueued: dict[str, list[int]], cached: Yardstick | None = None) -> dict[str, int]:
+    """The split's late timed calls and all of them, the candidate's and the reference's (EvalCost's fields).
+
+    The reference's are the yardstick's: where it came from the cache, the clean job's calls behind it.
+    """
     late, timed = unqueued.get("timed", [0, 0])
-    late_reference, reference = unqueued.get("reference", [0, 0])
+    late_reference, reference = (cached.late_calls, cached.calls) if cached is not None else \
+        unqueued.get("reference", [0, 0])
     return {"late_calls": late, "timed_calls": timed, "late_reference_calls": late_reference,
             "reference_calls": reference}
 
