@@ -358,7 +358,7 @@ PROTOCOLS = [p.strip() for p in os.environ.get("CUDAGYM_BENCH_PROTOCOLS", "").sp
 
 
 @pytest.mark.skipif(not (GPU and PROTOCOLS), reason="set CUDAGYM_BENCH_GPU=1 and CUDAGYM_BENCH_PROTOCOLS="
-                    "'cudagym;cudagym[runner_reference_batch=10]' on a GPU host")
+                    "'cudagym[yardstick=retimed];cudagym' on a GPU host")
 def test_gpu_evaluations_per_hour_by_protocol(benchmark):
     """LocalJudge under each protocol in turn, in one run (e.g. the runner's reference one call a request against
     ten): the rate and where each job's time went."""

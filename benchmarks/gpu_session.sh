@@ -14,7 +14,7 @@
 # and its GPU test: does the forward wait for the GPU inside, how many launches, how its time moves) watched
 # (benchmarks/watched_timing_probe.py on two bundled tasks and $WATCH_TASKS, default L1/57 and L3/10: what profiling every timed call costs) placement (benchmarks/placement_probe.py on $REPEAT_TASK,
 # default allocator and expandable segments, each with inputs from the allocator, from an arena, and beside 8 idle contexts) retake (the baselines' retaken rounds) batch (bench_vec's LocalJudge rate under each of $PROTOCOLS, ';'-separated,
-# default the runner's reference one call a request against ten: issue 15) spy_batch (that rate under py-spy,
+# default the yardstick timed in every job against taken from the baseline cache: issue 15) spy_batch (that rate under py-spy,
 # --nonblocking: each process kind's inclusive and self time, benchmarks/spy_summary.py, in spy_batch.summary) attrib (benchmarks/attribution_probe.py: does
 # ncu name a forward's kernels from outside its Python, plain and sandboxed, and at what cost: issue 13; $ATTRIB_ARGS: its options) raw_rt raw_full (its full evaluation alone) vec (LocalJudge then RayJudge, $VEC_SECONDS each, default 60: give it vec:300) scaling (two GPUs) memory repeat (benchmarks/repeat_probe.py on
 # $REPEAT_TASK, a KernelBench task: carry .data/kb) sanit (default: the first list but soak; sanit_gpu: tests/test_sanitizer_gpu.py alone) hostbound (a host-bound forward under the default
@@ -164,7 +164,7 @@ for s in $steps; do
                                       -k local_vs_ray --benchmark-json "$out/bench_vec.json" ;;
     attrib)     run_step attrib     python3 benchmarks/attribution_probe.py --out "$out/attrib" ${ATTRIB_ARGS:-} ;;  # issue 13: ncu's kernel list
     batch)      run_step batch      env CUDAGYM_BENCH_GPU=1 CUDAGYM_BENCH_SECONDS=${VEC_SECONDS:-60} \
-                                      CUDAGYM_BENCH_PROTOCOLS="${PROTOCOLS:-cudagym;cudagym[runner_reference_batch=10]}" \
+                                      CUDAGYM_BENCH_PROTOCOLS="${PROTOCOLS:-cudagym[yardstick=retimed];cudagym}" \
                                       $base benchmarks/bench_vec.py -k by_protocol --benchmark-json "$out/bench_batch.json" ;;
     spy_batch)  # the batch's rate under py-spy (not pausing them): where each process kind's wall goes; read in one go
                 # py-spy writes its file when interrupted (SIGINT), not when killed: its own limit comes first
