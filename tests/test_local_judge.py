@@ -260,9 +260,13 @@ def test_profile_on_a_gpu_stores_baselines_and_later_jobs_reuse_them(tmp_path, s
         assert first.hardware.gpu == hardware.gpu
         cached = judge.baselines.get(local.BaselineKey.of(task, hardware, judge.protocol))
         assert cached.known and cached.eager == first.eager
+        # the clean job's yardstick beside them, which the candidate's PROFILE took instead of timing its own
+        assert cached.yardstick.measured and first.runner_reference == cached.yardstick.time
+        assert any("from the baseline cache" in n for n in first.notes), first.log[-2000:]
         second = judge.evaluate(task, solution, EvalMode.PROFILE)
         assert second.status is EvalStatus.OK, second.message
         assert second.eager == first.eager and second.compiled == first.compiled  # from the cache
+        assert second.runner_reference == cached.yardstick.time
         info = judge.workers()[0]
         print(f"GPU {hardware.gpu}; worker sandbox: {info.sandbox}")
 
