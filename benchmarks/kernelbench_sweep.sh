@@ -18,7 +18,8 @@
 # cudagym-v4 tables flag (more than $OVER, default 0.3, GiB over their memory bound, or a profiled/timed ratio outside
 # 0.8-1.2) under cudagym with a fresh journal (recheck-L<level>.md: their reserved and allocated peaks and busy-time
 # ratios on this tree; $RECHECK_TASKS, "LEVEL ID ...;LEVEL ID ...", names the tasks instead; $RECHECK_PROTOCOLS,
-# default "cudagym", judges them under each of these, e.g. 'cudagym cudagym[arm_wait_ms=200]'). Steps default to "kernelbench
+# default "cudagym", judges them under each of these, e.g. 'cudagym cudagym[arm_wait_ms=200]'; on cached baselines a
+# recheck takes the cached yardstick too, 'cudagym[yardstick=retimed]' times it again). Steps default to "kernelbench
 # cudagym". Levels 1-3, and 4 when `transformers` imports and a model cache is there (its tasks load Hugging Face
 # weights from the judge's model cache, CUDAGYM_MODEL_CACHE or .data/models; L4=1 runs it without one: then its
 # tasks fail at load, naming the models). The baseline cache travels in the same file.
