@@ -220,12 +220,17 @@ def test_show_lists_cached_baselines(tmp_path, capsys):
     from cudagym.suites import load_tasks
 
     task = load_tasks("bundled")[0]
-    BaselineCache(tmp_path / "baselines").put(BaselineKey.of(task, H200, DEFAULT_PROTOCOL), stats(123.4), stats(99.9),
-                                              task_id=task.id)
+    other = load_tasks("bundled")[1]
+    cache = BaselineCache(tmp_path / "baselines")
+    cache.put(BaselineKey.of(task, H200, DEFAULT_PROTOCOL), stats(123.4), stats(99.9), task_id=task.id)
+    cache.put(BaselineKey.of(other, H200, DEFAULT_PROTOCOL), stats(200.0), stats(150.0), task_id=other.id,
+              yardstick=Yardstick(stats(180.5), late_calls=30, calls=30))
     assert cli_main(["baselines", "show", "--cache-dir", str(tmp_path)]) == 0
     captured = capsys.readouterr()
     assert task.id in captured.out and "123.4" in captured.out and "99.9" in captured.out
-    assert "1 cached baselines" in captured.err
+    line = next(row for row in captured.out.splitlines() if row.startswith(other.id))
+    assert "in a runner      180.5 us (30/30 late)" in line, line  # the yardstick beside the baselines
+    assert "2 cached baselines" in captured.err
 
 
 # ------------------------------------------------------------------------------------- baselines check

@@ -300,8 +300,11 @@ def _show(args: argparse.Namespace) -> int:
             if k.protocol_key == protocol.timing_key and (wanted is None or k.task_hash in wanted)]
     for key, task_id, value in rows:
         name = (wanted or {}).get(key.task_hash) or task_id or key.task_hash[:12]
+        own = value.yardstick
+        late = f" ({own.late_calls}/{own.calls} late)" if own.late_calls else ""
+        runner = f"{own.time.median_us:10.1f} us{late}" if own.measured else f"{'-':>10s}"
         print(f"{name:40s} {key.gpu:28s} torch {key.torch:16s} eager {value.eager.median_us:10.1f} us  "
-              f"compile {value.compiled.median_us:10.1f} us")
+              f"compile {value.compiled.median_us:10.1f} us  in a runner {runner}")
     print(f"{len(rows)} cached baselines under {cache.root} (protocol {protocol.id}, "
           f"timing key {protocol.timing_key})", file=sys.stderr)
     return 0
