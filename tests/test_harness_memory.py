@@ -444,12 +444,14 @@ SPLIT_COUNTING_TASK = '''
 import gc
 import json
 import sys
+import time
 import warnings
 
 import torch
 import torch.nn as nn
 
 INPUT_SHAPE, OUTPUT_SHAPE = (37, 53), (37, 54)
+SLOW_S = 0.025
 
 
 def tensor_or_none(o):
@@ -480,6 +482,7 @@ def compiled():
 def count(who):
     who = "compiled" if who == "reference" and compiled() else who
     print("LIVE " + json.dumps([who, own(INPUT_SHAPE), own(OUTPUT_SHAPE)]), flush=True)
+    time.sleep(SLOW_S)  # every call past the CPU path's series threshold: no series (whose sets are alive at once)
 
 ''' + TASK_TAIL
 
@@ -492,6 +495,16 @@ def split_pool():
     options = PoolOptions(job_fn="cudagym.judge.split.trusted:run_job_on_cpu", runner=True, startup_timeout_s=180.0)
     with WorkerPool(["0"], options=options) as pool:
         yield pool
+
+
+def test_the_split_counting_task_is_slower_than_the_series_threshold():
+    """Its calls stay one a request: a series (a fast candidate's, claims.series_wanted) holds its sets at once by
+    design, and its bound is the arenas' cap, not the one set these tests count (gc.get_objects in a runner whose
+    warm-up froze its imports no longer slows each call past it by itself)."""
+    from cudagym.judge.harness.claims import CPU_CLAIM_SLACK_US, SERIES_SHARE, series_wanted
+
+    assert not series_wanted([25_000.0], on_gpu=False) and CPU_CLAIM_SLACK_US / SERIES_SHARE < 25_000.0
+    assert "SLOW_S = 0.025" in SPLIT_COUNTING_TASK
 
 
 def judged_in_the_split(pool, task: str, name: str, protocol):
