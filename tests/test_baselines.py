@@ -20,7 +20,7 @@ from cudagym.judge.baselines import BaselineCache, BaselineKey, default_cache_ro
 from cudagym.judge.job import KnownBaselines
 from cudagym.judge.local import GpuProbe, LocalJudge
 from cudagym.judge.protocol import DEFAULT_PROTOCOL, KERNELBENCH
-from cudagym.judge.records import BuildResult, BuildStatus, Hardware, TimingStats, Yardstick
+from cudagym.judge.records import BuildResult, BuildStatus, Hardware, TimingStats, Yardstick, to_dict
 from cudagym.judge.worker import PoolOptions
 from cudagym.task import content_hash
 
@@ -189,6 +189,29 @@ def test_precompute_fills_the_cache_then_skips_what_it_holds(tmp_path, capsys):
     assert {tid: p.stat().st_mtime_ns for tid, p in files.items()} == stamps  # nothing re-timed
     assert run(force=True) == 0
     assert f"timing {len(tasks)}" in capsys.readouterr().err
+
+
+def test_precompute_times_again_an_entry_without_the_yardstick_and_a_forced_run_replaces_it(tmp_path, capsys):
+    tasks = resolve_tasks(_args(suite="bundled"))[:2]
+    run = functools.partial(precompute, tasks, "cudagym", cache_dir=tmp_path, make_judge=_fake_judge)
+    assert run() == 0
+    cache = BaselineCache(tmp_path / "baselines")
+    fake = Hardware(gpu="Fake GPU 80GB", torch="9.9.9+fake")
+    keys = [BaselineKey.of(t, fake, DEFAULT_PROTOCOL) for t in tasks]
+    assert all(cache.get(k).yardstick.measured for k in keys)  # the clean job's runner time, beside its baselines
+    # an entry a cudagym before the yardstick wrote: its baselines stand, and a PROFILE of it times the yardstick
+    data = json.loads(cache.path(keys[0]).read_text())
+    before = data.pop("runner_reference")
+    cache.path(keys[0]).write_text(json.dumps(data))
+    capsys.readouterr()
+    assert run() == 0
+    assert f"{len(tasks) - 1} already cached" in capsys.readouterr().err
+    assert to_dict(cache.get(keys[0]).yardstick) == before and cache.get(keys[0]).eager.median_us == \
+        data["eager"]["median_us"]
+    # a forced run replaces the yardstick too, as it does the baselines
+    cache.put(keys[1], TimingStats(), TimingStats(), replace=True, yardstick=Yardstick(stats(999.0), 0, 20))
+    assert run(force=True) == 0
+    assert cache.get(keys[1]).yardstick.time.median_us != 999.0
 
 
 def test_a_journaled_precompute_answers_only_the_same_timing_settings(tmp_path, capsys):

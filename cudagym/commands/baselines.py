@@ -15,6 +15,7 @@ from typing import IO, Any
 
 from cudagym.errors import ConfigError, UnknownTaskError
 from cudagym.judge.baselines import BaselineCache, BaselineKey, reference_solution
+from cudagym.judge.job import KnownBaselines
 from cudagym.judge.protocol import Protocol
 from cudagym.judge.records import EvalResult, EvalStatus, Hardware
 from cudagym.paths import writable_file
@@ -162,13 +163,22 @@ def precompute(
             print("cudagym baselines precompute: no GPU found; baselines are timed on a GPU", file=sys.stderr)
             return 1
         hardware = judge.hardware()
-        todo = [t for t in tasks if force or not judge.baselines.get(BaselineKey.of(t, hardware, protocol)).known]
+        todo = [t for t in tasks if force or not _complete(judge.baselines.get(BaselineKey.of(t, hardware, protocol)),
+                                                             protocol)]
         print(f"{len(tasks)} tasks, {len(tasks) - len(todo)} already cached on {hardware.gpu} "
               f"(torch {hardware.torch}, protocol {protocol.id}); timing {len(todo)}", file=sys.stderr)
         mode = EvalMode.SUBMIT if force else EvalMode.PROFILE  # SUBMIT always re-times the baselines
         futures = {judge.submit(t, reference_solution(t), mode,
                                 job_id=baselines_job_id(protocol, hardware, t)): t for t in todo}
         return _collect(futures, judge, hardware, protocol, replace=force)
+
+
+def _complete(cached: KnownBaselines, protocol: Protocol) -> bool:
+    """Whether the cache holds all of a task's clean job times: both baselines, and the yardstick where one is taken.
+
+    An entry written before the cache kept the yardstick is timed again (a PROFILE then times only the yardstick).
+    """
+    return cached.known and (cached.yardstick.measured or not protocol.runner_reference_runs)
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -273,7 +283,7 @@ def _collect(futures: dict[Any, Task], judge: Any, hardware: Hardware, protocol:
         if result.eager.measured and result.compiled.measured:
             if replace:  # the judge keeps cached times; a forced run means the new ones
                 judge.baselines.put(BaselineKey.of(task, result.hardware, protocol), result.eager,
-                                    result.compiled, task_id=task.id, replace=True)
+                                    result.compiled, task_id=task.id, replace=True, yardstick=result.yardstick)
             label = f"{task.id}: eager {result.eager.median_us:.1f} us, compile {result.compiled.median_us:.1f} us"
         elif judge.baselines.get(BaselineKey.of(task, hardware, protocol)).known:
             label = f"{task.id}: cached"

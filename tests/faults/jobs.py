@@ -103,14 +103,17 @@ def fake_timing(job: Job) -> EvalResult:
     """A PROFILE stand-in: made-up times; cached baselines (``job.baselines``) are used, not re-timed.
 
     The yardstick (the reference in the runner) likewise: the cached one, else 120 us over 20 calls, 3 of them late.
+    SUBMIT times everything again, as the harness does.
     """
-    from cudagym.judge.records import EvalCost, Hardware, TimingStats
+    from cudagym.judge.interface import EvalMode
+    from cudagym.judge.records import EvalCost, Hardware, TimingStats, Yardstick
 
     bump = int(job.task.content_hash[:4], 16) % 50
-    cached = job.baselines.known
+    submit = job.mode is EvalMode.SUBMIT
+    cached = job.baselines.known and not submit
     eager = job.baselines.eager if cached else TimingStats(median_us=100.0 + bump, runs=10)
     compiled = job.baselines.compiled if cached else TimingStats(median_us=80.0 + bump, runs=10)
-    yardstick = job.baselines.yardstick
+    yardstick = job.baselines.yardstick if not submit else Yardstick()
     own, late, calls = (yardstick.time, yardstick.late_calls, yardstick.calls) if yardstick.measured else \
         (TimingStats(median_us=120.0 + bump, runs=20), 3, 20)
     return EvalResult(
