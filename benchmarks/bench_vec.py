@@ -360,8 +360,8 @@ PROTOCOLS = [p.strip() for p in os.environ.get("CUDAGYM_BENCH_PROTOCOLS", "").sp
 @pytest.mark.skipif(not (GPU and PROTOCOLS), reason="set CUDAGYM_BENCH_GPU=1 and CUDAGYM_BENCH_PROTOCOLS="
                     "'cudagym[yardstick=retimed];cudagym' on a GPU host")
 def test_gpu_evaluations_per_hour_by_protocol(benchmark):
-    """LocalJudge under each protocol in turn, in one run (e.g. the runner's reference one call a request against
-    ten): the rate and where each job's time went."""
+    """LocalJudge under each protocol in turn, in one run (e.g. the yardstick timed in every job against taken
+    from the baseline cache): the rate and where each job's time went."""
     need_gpu()
     from cudagym.judge.local import LocalJudge
 
