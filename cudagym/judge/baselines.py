@@ -33,7 +33,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from filelock import FileLock
 
@@ -119,10 +119,9 @@ class BaselineCache:
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(f"{path}.lock"):
             old = self._read(path, key)
-            new = yardstick if yardstick is not None and yardstick.measured else old.yardstick
             merged = KnownBaselines(
                 eager=_pick(old.eager, eager, replace), compiled=_pick(old.compiled, compiled, replace),
-                yardstick=new if replace or not old.yardstick.measured else old.yardstick,
+                yardstick=_pick(old.yardstick, yardstick or Yardstick(), replace),
             )
             if merged != old:
                 self._write(path, key, merged, task_id or self._task_id(path))
@@ -219,7 +218,11 @@ def _yardstick(data: Any) -> Yardstick:
     return Yardstick(_timing(data.get("time", {}), "runner_reference.time"), late, calls, disputed)
 
 
-def _pick(old: TimingStats, new: TimingStats, replace: bool) -> TimingStats:
+_Measured = TypeVar("_Measured", TimingStats, Yardstick)
+
+
+def _pick(old: _Measured, new: _Measured, replace: bool) -> _Measured:
+    """The time to keep: ``new`` where it was measured and replaces ``old`` (asked to, or ``old`` was not)."""
     if not new.measured:
         return old
     return new if replace or not old.measured else old

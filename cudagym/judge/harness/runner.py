@@ -386,8 +386,13 @@ def _time_reference_in_runner(ctx: EvalContext, model: Any, recalibrate: bool = 
         ctx.note(f"{RUNNER_REFERENCE_NOTE}: {batched} of its {len(samples)} timed calls timed in the runner's own "
                  f"loop, {reference_batch(protocol)} a request ({how}), the rest one a request")
     if recalibrate:
-        model.calibrate(inputs, rounds=RECALIBRATION_ROUNDS, between=_calibration_between(ctx, inputs))
-        model.calibrate_series(inputs, rounds=SERIES_RECALIBRATION_ROUNDS)
+        _recalibrate(ctx, model, inputs)
+
+
+def _recalibrate(ctx: EvalContext, model: Any, inputs: list[Any]) -> None:
+    """The second round of empty calls and series, before the candidate loads (the cheaper round stands)."""
+    model.calibrate(inputs, rounds=RECALIBRATION_ROUNDS, between=_calibration_between(ctx, inputs))
+    model.calibrate_series(inputs, rounds=SERIES_RECALIBRATION_ROUNDS)
 
 
 def _cached_yardstick(ctx: EvalContext, model: Any, cached: Yardstick) -> None:
@@ -401,9 +406,7 @@ def _cached_yardstick(ctx: EvalContext, model: Any, cached: Yardstick) -> None:
     ctx.note(f"{RUNNER_REFERENCE_NOTE}: the reference's time in a runner from the baseline cache, taken by the clean "
              f"job that timed the baselines ({cached.time.median_us:.1f} us, median of {cached.time.runs}; "
              f"{cached.late_calls} of its {cached.calls} calls one a request not queued before the go)")
-    inputs = ctx.make_inputs(TIMING_SEED_OFFSET + secrets.randbelow(2**30))
-    model.calibrate(inputs, rounds=RECALIBRATION_ROUNDS, between=_calibration_between(ctx, inputs))
-    model.calibrate_series(inputs, rounds=SERIES_RECALIBRATION_ROUNDS)
+    _recalibrate(ctx, model, ctx.make_inputs(TIMING_SEED_OFFSET + secrets.randbelow(2**30)))
 
 
 def reference_batch(protocol: Protocol) -> int:
@@ -474,8 +477,7 @@ def _against_runner_reference(ctx: EvalContext) -> None:
         return
     factor = own.median_us / eager.median_us
     cached = ctx.cached_yardstick
-    late, calls = (cached.late_calls, cached.calls) if cached is not None else \
-        ctx.remote.unqueued.get("reference", [0, 0])
+    late, calls = _reference_calls(ctx.remote.unqueued, cached)
     if ctx.protocol.late_reference_floor and calls and late * 2 >= calls and factor > 1.0:
         ctx.note(f"{RUNNER_REFERENCE_NOTE}: {late} of its {calls} calls there were not queued before the go (the "
                  f"forward waits for the GPU inside), so its time holds host time in both processes; the speedups "
@@ -1118,10 +1120,17 @@ def _late_calls(unqueued: dict[str, list[int]], cached: Yardstick | None = None)
     The reference's are the yardstick's: where it came from the cache, the clean job's calls behind it.
     """
     late, timed = unqueued.get("timed", [0, 0])
-    late_reference, reference = (cached.late_calls, cached.calls) if cached is not None else \
-        unqueued.get("reference", [0, 0])
+    late_reference, reference = _reference_calls(unqueued, cached)
     return {"late_calls": late, "timed_calls": timed, "late_reference_calls": late_reference,
             "reference_calls": reference}
+
+
+def _reference_calls(unqueued: dict[str, list[int]], cached: Yardstick | None) -> tuple[int, int]:
+    """The yardstick's late calls and all its calls one a request: this job's, or the clean job's where cached."""
+    if cached is not None:
+        return cached.late_calls, cached.calls
+    late, calls = unqueued.get("reference", [0, 0])
+    return late, calls
 
 
 def _too_large(ctx: EvalContext, why: str) -> tuple[EvalStatus, str]:
