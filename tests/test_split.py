@@ -161,6 +161,17 @@ class ModelNew(nn.Module):
 '''
 
 EXIT_IN_FORWARD = HONEST.replace("return torch.relu(", "import os; os._exit(0)\n        return torch.relu(")
+SEGFAULT_IN_FORWARD = HONEST.replace("return torch.relu(",
+                                     "import ctypes; ctypes.string_at(0)\n        return torch.relu(")
+# A process's exit can outlast its channel's close (a GPU process tears its CUDA context down first): the channel
+# closed by hand, the exit 0.5 s later.
+EXIT_3_IN_FORWARD = HONEST.replace("return torch.relu(", (
+    "import os, time, socket\n"
+    "        argv = open('/proc/self/cmdline', 'rb').read().split(b'\\0')\n"
+    "        fd = int(argv[argv.index(b'--sock') + 1])\n"
+    "        socket.socket(fileno=fd).shutdown(socket.SHUT_RDWR)\n"
+    "        time.sleep(0.5); os._exit(3)\n"
+    "        return torch.relu("))
 
 # Write garbage into the socket to the trusted process (its descriptor is on the runner's command line).
 GARBAGE_ON_CHANNEL = '''
@@ -345,6 +356,16 @@ def test_failures_while_receiving_outputs_are_the_candidates(pool: WorkerPool) -
     garbage = judge(pool, GARBAGE_ON_CHANNEL)
     assert garbage.status in (EvalStatus.CRASHED, EvalStatus.TIMEOUT), garbage.message
     assert garbage.status is not EvalStatus.INFRA_ERROR
+
+
+def test_a_candidate_whose_process_dies_is_told_how(pool: WorkerPool) -> None:
+    # the runner's channel closes as it dies; the message names the signal or the status, not just the lost channel
+    crashed = judge(pool, SEGFAULT_IN_FORWARD, job_id="segfault")
+    assert crashed.status is EvalStatus.CRASHED, crashed.message
+    assert "SIGSEGV" in crashed.message, crashed.message
+    exited = judge(pool, EXIT_3_IN_FORWARD, job_id="exit-3")
+    assert exited.status is EvalStatus.CRASHED, exited.message
+    assert "exited with status 3" in exited.message, exited.message
 
 
 def test_writes_to_inputs_are_seen_by_the_trusted_side(pool: WorkerPool) -> None:

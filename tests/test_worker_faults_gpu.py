@@ -1,6 +1,6 @@
 """Faults on a GPU, through LocalJudge with the real build stage and harness: each gives a clear -1-tier
-result within the timeout, the worker is replaced, and the next job on that GPU (the bundled Swish
-reference solution) is correct.
+result within the timeout, the runner process that ran it (and whatever it started) is gone, and the next job on
+that GPU (the bundled Swish reference solution) is correct.
 
 GPU faults are folders under tests/faults/ in the ``extension`` format (illegal address, endless kernel,
 device OOM); the host faults of test_worker_faults.py run here too, as the ``model_new.py`` of an otherwise
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 
 import pytest
 from faults import FAULTS_DIR
@@ -20,6 +21,7 @@ from cudagym.judge.local import LocalJudge, probe_gpus
 from cudagym.judge.protocol import DEFAULT_PROTOCOL
 from cudagym.judge.records import EvalStatus
 from cudagym.judge.sandbox import GiB, MiB, SandboxPolicy
+from cudagym.judge.split import RUNNER_MODULE
 from cudagym.judge.worker import PoolOptions
 from cudagym.solution import Solution
 
@@ -65,6 +67,18 @@ def judge():
         yield j
 
 
+def runner_processes() -> set[int]:
+    """The pids of every process started as a runner (bubblewrap's, the runner's and any process it forked)."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and RUNNER_MODULE.encode() in (proc / "cmdline").read_bytes():
+                found.add(int(proc.name))
+        except OSError:  # gone meanwhile
+            pass
+    return found
+
+
 def fault_solution(name: str, reference: Solution) -> Solution:
     folder = FAULTS_DIR / name
     if folder.is_dir():
@@ -87,7 +101,9 @@ def test_the_reference_solution_passes_before_any_fault(judge, swish):
 def test_gpu_fault_gives_a_clear_result_and_the_next_job_on_that_gpu_is_correct(judge, swish, name):
     task, reference = swish
     statuses, pattern = FAULTS[name]
-    generation = judge.workers()[0].generation
+    assert PoolOptions(policy=POLICY).uses_runner  # the candidate runs in a runner, never in the worker
+    before = runner_processes()  # the spare runner that will take the fault's job among them
+    assert before, "no runner started ahead of the job"
     started = time.monotonic()
     result = judge.evaluate(task, fault_solution(name, reference), EvalMode.VERIFY)
     elapsed = time.monotonic() - started
@@ -98,4 +114,5 @@ def test_gpu_fault_gives_a_clear_result_and_the_next_job_on_that_gpu_is_correct(
     assert elapsed < TIMEOUT_S + 120
     good = judge.evaluate(task, reference, EvalMode.VERIFY)
     assert good.status is EvalStatus.OK, good.message
-    assert judge.workers()[0].generation > generation  # the worker that ran the fault was replaced
+    # every runner of the fault's time is gone: the one that ran it, the processes it forked, none left behind
+    assert not before & runner_processes(), sorted(before & runner_processes())

@@ -82,6 +82,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_JOB_FN = "cudagym.judge.split.trusted:run_job"
 MAX_MESSAGE_BYTES = 64 << 20
+_EXIT_GRACE_S = 5.0  # how long a process whose pipes or channel closed gets to finish exiting
+
 # After these, the worker's process state is suspect (patched modules, stray threads): replace it.
 _SUSPECT = frozenset({EvalStatus.RUNTIME_ERROR, EvalStatus.CRASHED, EvalStatus.TIMEOUT, EvalStatus.TASK_TOO_LARGE,
                       EvalStatus.RULE_VIOLATION, EvalStatus.INFRA_ERROR})
@@ -504,7 +506,7 @@ class _Worker:
         reason = self.watch.violation or self.violation
         if not reason:
             try:  # it closed its pipes: let it finish exiting, so its exit status is its own
-                self.proc.wait(timeout=5)
+                self.proc.wait(timeout=_EXIT_GRACE_S)
             except subprocess.TimeoutExpired:
                 pass
         self.kill()
@@ -598,6 +600,11 @@ class _Runner:
         """Kill the runner; the result with what it printed and, if it died, how."""
         exited = self.proc.poll()
         reason = self.watch.violation or self.violation
+        if exited is None and not reason and result.status is EvalStatus.CRASHED:
+            try:  # its channel closed as it died: let it finish exiting, so the message says how (SIGSEGV, exit 3)
+                exited = self.proc.wait(timeout=_EXIT_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
         if kill_and_reap(self.proc) is None:
             log.error("runner %d did not die after SIGKILL", self.proc.pid)
         captured = without_profiler_chatter(self.output.take(-2, 2.0).text())
