@@ -69,7 +69,7 @@ def judge():
 
 def stray_runner_processes(judge: LocalJudge) -> set[int]:
     """Processes started as runners (bubblewrap's, the runner's, any it forked) that no spare runner owns."""
-    spares = {runner.proc.pid for runner in judge.pipeline.gpus._lanes[0].runners}
+    spares = {runner.proc.pid for runner in judge.pipeline.gpus._pool._lanes[0].runners}
     parent, runners = {}, set()
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
