@@ -5,9 +5,10 @@ KernelBench's `L2/19_ConvTranspose2d_GELU_GroupNorm` (a 2 GiB input, a 2 GiB out
 candidate code loaded, the judge's staging before the go (inputs placed, outputs poisoned, the L2 flush) takes about
 2.1 ms longer than in the empty calls (sessions 37-38; not the arm wait, not the heap). This probe judges variants of
 the task, each the reference as its own candidate (PROFILE, guards off, the yardstick timed in the job): each op
-alone on the same input, the whole forward at smaller batches, a copy of the same size, and the task itself; and
-prints per variant the verdict and the staging's parts (inputs / poison / flush, medians in microseconds) in the
-empty, the reference's and the timed calls, from the judge's trace.
+alone on the same input, the whole forward at smaller batches, a copy of the same size (alone and behind a long plain
+kernel), and the task itself. It prints per variant the staging's parts (inputs / poison / flush, medians in
+microseconds) in the empty, the reference's and the timed calls, from the judge's trace; the verdicts are in
+DIR/staging.md.
 
     python3 benchmarks/staging_probe.py --out DIR [--variants NAME ...] [--protocol SPEC]   (repository root, GPU)
 
@@ -61,6 +62,8 @@ VARIANTS: dict[str, tuple[str, int]] = {
     "gelu": ("return torch.nn.functional.gelu(x)", 128),
     "group_norm": ("return self.group_norm(x)", 128),
     "copy": ("return x.clone()", 128),
+    # a copy behind a long plain kernel (about 10 ms): is it a long forward queued behind the go, whatever its ops?
+    "sleep_copy": ("if x.is_cuda:\n    torch.cuda._sleep(20_000_000)\nreturn x.clone()", 128),
 }
 
 
