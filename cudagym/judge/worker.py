@@ -84,6 +84,15 @@ DEFAULT_JOB_FN = "cudagym.judge.split.trusted:run_job"
 MAX_MESSAGE_BYTES = 64 << 20
 _EXIT_GRACE_S = 5.0  # how long a process whose pipes or channel closed gets to finish exiting
 
+
+def _await_exit(proc: subprocess.Popen[Any]) -> int | None:
+    """``proc``'s return code once it finished exiting, waited for up to :data:`_EXIT_GRACE_S` (None: still running)."""
+    try:
+        return proc.wait(timeout=_EXIT_GRACE_S)
+    except subprocess.TimeoutExpired:
+        return None
+
+
 # After these, the worker's process state is suspect (patched modules, stray threads): replace it.
 _SUSPECT = frozenset({EvalStatus.RUNTIME_ERROR, EvalStatus.CRASHED, EvalStatus.TIMEOUT, EvalStatus.TASK_TOO_LARGE,
                       EvalStatus.RULE_VIOLATION, EvalStatus.INFRA_ERROR})
@@ -504,11 +513,8 @@ class _Worker:
 
     def _died(self, job: Job) -> _Outcome:
         reason = self.watch.violation or self.violation
-        if not reason:
-            try:  # it closed its pipes: let it finish exiting, so its exit status is its own
-                self.proc.wait(timeout=_EXIT_GRACE_S)
-            except subprocess.TimeoutExpired:
-                pass
+        if not reason:  # it closed its pipes: let it finish exiting, so its exit status is its own
+            _await_exit(self.proc)
         self.kill()
         out = self.output.take(-2, 1.0)
         code = confine.exit_status(self.proc.returncode) if self.proc.returncode is not None else -9
@@ -601,10 +607,7 @@ class _Runner:
         exited = self.proc.poll()
         reason = self.watch.violation or self.violation
         if exited is None and not reason and result.status is EvalStatus.CRASHED:
-            try:  # its channel closed as it died: let it finish exiting, so the message says how (SIGSEGV, exit 3)
-                exited = self.proc.wait(timeout=_EXIT_GRACE_S)
-            except subprocess.TimeoutExpired:
-                pass
+            exited = _await_exit(self.proc)  # its channel closed as it died: the message says how (SIGSEGV, exit 3)
         if kill_and_reap(self.proc) is None:
             log.error("runner %d did not die after SIGKILL", self.proc.pid)
         captured = without_profiler_chatter(self.output.take(-2, 2.0).text())
