@@ -8,7 +8,7 @@ the task, each the reference as its own candidate (PROFILE, guards off, the yard
 alone on the same input, the whole forward at smaller batches, a copy of the same size (alone and behind a long plain
 kernel), and the task itself. It prints per variant the staging's parts (inputs / poison / flush, medians in
 microseconds) in the empty, the reference's and the timed calls, from the judge's trace; the verdicts are in
-DIR/staging.md.
+DIR/staging.md, the results in full in DIR/staging.jsonl.
 
     python3 benchmarks/staging_probe.py --out DIR [--variants NAME ...] [--protocol SPEC]   (repository root, GPU)
 
@@ -64,6 +64,10 @@ VARIANTS: dict[str, tuple[str, int]] = {
     "copy": ("return x.clone()", 128),
     # a copy behind a long plain kernel (about 10 ms): is it a long forward queued behind the go, whatever its ops?
     "sleep_copy": ("if x.is_cuda:\n    torch.cuda._sleep(20_000_000)\nreturn x.clone()", 128),
+    # the transposed conv alone: just under the batch whose input is 2 GiB, and at 128 with cuDNN off
+    "conv_transpose_b120": ("return self.conv_transpose(x)", 120),
+    "conv_transpose_no_cudnn": ("with torch.backends.cudnn.flags(enabled=False):\n"
+                                "    return self.conv_transpose(x)", 128),
 }
 
 
@@ -133,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     from cudagym.judge.task_check import CheckPlan
 
     # one job at a time on one GPU: the trace's lines follow one task at a time, and no job overlaps another's staging
-    code = check(tasks, args.protocol, CheckPlan(table=str(args.out / "staging.md"), window=1), devices="auto")
+    code = check(tasks, args.protocol, CheckPlan(table=str(args.out / "staging.md"), window=1), devices="auto",
+                 journal=args.out / "staging.jsonl")  # the results in full: each profiled forward's kernels
     rows = summarize(trace) if trace.exists() else {}
     if not rows:
         print("no staged call in the trace (no GPU, or every job ended before its timing)", file=sys.stderr)

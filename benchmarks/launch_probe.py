@@ -1,0 +1,131 @@
+"""Does queueing a forward behind a stream wait put GPU work beside it? One process, two streams, a profile.
+
+`L2/19`'s honest reference is `unverifiable_timing` because the judge's staging before its go grows by about 2.1 ms
+in every timed call (`benchmarks/staging_probe.py`: only where `ConvTranspose2d` runs at batch 128; at batch 64,
+and for a conv, GELU, GroupNorm or a copy of the same size, it does not). This probe asks the same question in
+one process, where the profiler sees every stream: a forward is queued on a stream that waits for a word
+(``cuStreamWaitValue32``, as the runner's call waits for the judge's go), then a staging of the same size as the
+judge's (a 2 GiB copy, a 2 GiB fill, the L2 flush's 256 MiB fill) runs on another stream between two events, then
+the word is written. Per forward it prints the staging's median time and every GPU activity that began inside the
+staging's window (name, stream, start and length), from ``torch.profiler``.
+
+    python3 benchmarks/launch_probe.py [--rounds N] [--variants NAME ...] [--json PATH]   (repository root, GPU)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections.abc import Callable
+from typing import Any
+
+GIB = 1 << 30
+
+
+def forwards(torch: Any) -> dict[str, Callable[[], Any]]:
+    """The forwards queued behind the wait, each on its own input (built on first use)."""
+    nn = torch.nn
+    made: dict[str, Any] = {}
+
+    def conv_transpose(batch: int, cudnn: bool = True) -> Callable[[], Any]:
+        def run() -> Any:
+            key = f"ct{batch}"
+            if key not in made:
+                made[key] = (nn.ConvTranspose2d(64, 64, 3).cuda(), torch.rand(batch, 64, 256, 256, device="cuda"))
+            module, x = made[key]
+            with torch.backends.cudnn.flags(enabled=cudnn):
+                return module(x)
+        return run
+
+    def gelu() -> Any:
+        if "x128" not in made:
+            made["x128"] = torch.rand(128, 64, 256, 256, device="cuda")
+        return torch.nn.functional.gelu(made["x128"])
+
+    def conv() -> Any:
+        if "conv" not in made:
+            made["conv"] = (nn.Conv2d(64, 64, 3, padding=1).cuda(), torch.rand(128, 64, 256, 256, device="cuda"))
+        module, x = made["conv"]
+        return module(x)
+
+    return {"none": lambda: None, "gelu_b128": gelu, "conv_b128": conv,
+            "conv_transpose_b64": conv_transpose(64), "conv_transpose_b120": conv_transpose(120),
+            "conv_transpose_b128": conv_transpose(128)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--variants", nargs="+", default=None)
+    parser.add_argument("--json", default="", help="also write the rows here")
+    args = parser.parse_args(argv)
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from cudagym.judge.split.signals import wait_value, write_value
+
+    if not torch.cuda.is_available():
+        print("no GPU: nothing to probe", file=sys.stderr)
+        return 1
+    table = forwards(torch)
+    names = args.variants or list(table)
+    word = torch.zeros(64, dtype=torch.int32, device="cuda")
+    src = torch.rand(GIB // 2, device="cuda")  # 2 GiB: the judge's input set
+    dst = torch.empty_like(src)
+    out = torch.empty(GIB // 2, device="cuda")  # 2 GiB: the outputs poisoned
+    flush = torch.empty(64 << 20, device="cuda")  # 256 MiB: the L2 flush
+    main_stream, blocked = torch.cuda.current_stream(), torch.cuda.Stream()
+    rows: list[dict[str, Any]] = []
+    n = 0
+    for name in names:
+        forward = table[name]
+        for _ in range(2):  # warm-up: cuDNN's plan, the allocator's blocks
+            forward()
+        torch.cuda.synchronize()
+        times: list[float] = []
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(args.rounds):
+                n += 1
+                with torch.cuda.stream(blocked):
+                    wait_value(blocked.cuda_stream, word.data_ptr(), n)
+                    kept = forward()
+                torch.cuda._sleep(1_000_000)  # about 0.5-1 ms: the forward's launches are all queued by then
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record(main_stream)
+                dst.copy_(src)
+                out.fill_(float("nan"))
+                flush.fill_(1.0)
+                end.record(main_stream)
+                write_value(main_stream.cuda_stream, word.data_ptr(), n)
+                torch.cuda.synchronize()
+                del kept
+                times.append(start.elapsed_time(end) * 1000.0)
+        events = sorted((e for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")),
+                        key=lambda e: e.time_range.start)
+        copies = [e for e in events if e.name.startswith("Memcpy DtoD")][-len(times):]
+        found: dict[str, list[tuple[float, float]]] = {}
+        for copy, length in zip(copies, times, strict=False):  # each round's window: its copy's start + its time
+            lo = copy.time_range.start
+            for e in events:
+                if lo <= e.time_range.start <= lo + length and e is not copy:
+                    found.setdefault(e.name[:110], []).append((e.time_range.start - lo,
+                                                                e.time_range.end - e.time_range.start))
+        beside = [{"name": k, "rounds": len(v), "start_us": round(statistics.median(a for a, _ in v), 1),
+                   "length_us": round(statistics.median(b for _, b in v), 1)} for k, v in found.items()]
+        row = {"forward": name, "rounds": len(times), "staging_median_us": round(statistics.median(times), 1),
+               "staging_max_us": round(max(times), 1), "beside_staging": beside}
+        rows.append(row)
+        print(f"{name:22s} staging median {row['staging_median_us']:9.1f} us, max {row['staging_max_us']:9.1f} us; "
+              "GPU activity that began inside it (rounds, median start and length):", flush=True)
+        for b in beside:
+            print(f"    {b['rounds']:3d} x  +{b['start_us']:9.1f} us  {b['length_us']:9.1f} us  {b['name']}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
