@@ -7,7 +7,7 @@ one process, where the profiler sees every stream: a forward is queued on a stre
 (``cuStreamWaitValue32``, as the runner's call waits for the judge's go), then a staging of the same size as the
 judge's (a 2 GiB copy, a 2 GiB fill, the L2 flush's 256 MiB fill) runs on another stream between two events, then
 the word is written. Per forward it prints the staging's median time and every GPU activity that began inside the
-staging's window (name, stream, start and length), from ``torch.profiler``.
+staging's window (name, start and length), from ``torch.profiler``, and the CUDA API calls the host made per round.
 
     python3 benchmarks/launch_probe.py [--rounds N] [--variants NAME ...] [--json PATH]   (repository root, GPU)
 """
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             forward()
         torch.cuda.synchronize()
         times: list[float] = []
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for _ in range(args.rounds):
                 n += 1
                 with torch.cuda.stream(blocked):
@@ -114,11 +114,18 @@ def main(argv: list[str] | None = None) -> int:
                                                                 e.time_range.end - e.time_range.start))
         beside = [{"name": k, "rounds": len(v), "start_us": round(statistics.median(a for a, _ in v), 1),
                    "length_us": round(statistics.median(b for _, b in v), 1)} for k, v in found.items()]
-        row = {"forward": name, "rounds": len(times), "staging_median_us": round(statistics.median(times), 1),
+        calls: dict[str, int] = {}  # the CUDA runtime and driver calls the host made (per round)
+        for e in prof.events():
+            if not str(getattr(e, "device_type", "")).endswith("CUDA") and e.name.startswith(("cuda", "cu")):
+                calls[e.name] = calls.get(e.name, 0) + 1
+        api = {k: round(v / max(len(times), 1), 2) for k, v in sorted(calls.items(), key=lambda kv: -kv[1])}
+        row = {"forward": name, "api_calls_per_round": api, "rounds": len(times),
+               "staging_median_us": round(statistics.median(times), 1),
                "staging_max_us": round(max(times), 1), "beside_staging": beside}
         rows.append(row)
         print(f"{name:22s} staging median {row['staging_median_us']:9.1f} us, max {row['staging_max_us']:9.1f} us; "
               "GPU activity that began inside it (rounds, median start and length):", flush=True)
+        print("    host API calls per round: " + ", ".join(f"{k} {v:g}" for k, v in api.items()))
         for b in beside:
             print(f"    {b['rounds']:3d} x  +{b['start_us']:9.1f} us  {b['length_us']:9.1f} us  {b['name']}")
     if args.json:
