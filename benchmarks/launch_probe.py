@@ -50,14 +50,13 @@ def forwards(torch: Any) -> dict[str, Callable[[], Any]]:
         module, x = made["conv"]
         return module(x)
 
-    return {"none": lambda: None, "gelu_b128": gelu, "conv_b128": conv,
-            "conv_transpose_b64": conv_transpose(64), "conv_transpose_b120": conv_transpose(120),
-            "conv_transpose_b128": conv_transpose(128)}
+    return {"none": lambda: None, "conv_transpose_b128": conv_transpose(128),
+            "conv_transpose_b120": conv_transpose(120), "gelu_b128": gelu, "conv_b128": conv}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--variants", nargs="+", default=None)
     parser.add_argument("--json", default="", help="also write the rows here")
     args = parser.parse_args(argv)
@@ -77,6 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     out = torch.empty(GIB // 2, device="cuda")  # 2 GiB: the outputs poisoned
     flush = torch.empty(64 << 20, device="cuda")  # 256 MiB: the L2 flush
     main_stream, blocked = torch.cuda.current_stream(), torch.cuda.Stream()
+    # every kernel this process queues beside a blocked stream runs once first: a kernel's first launch may load its
+    # module, and a module load can wait for the whole context, the blocked stream included (it would never end)
+    torch.cuda._sleep(1000)
+    dst.copy_(src)
+    out.fill_(float("nan"))
+    flush.fill_(1.0)
+    wait_value(blocked.cuda_stream, word.data_ptr(), 0)
+    write_value(main_stream.cuda_stream, word.data_ptr(), 0)
+    torch.cuda.synchronize()
     rows: list[dict[str, Any]] = []
     n = 0
     for name in names:
