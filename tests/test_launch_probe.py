@@ -1,0 +1,27 @@
+"""benchmarks/launch_probe.py on the CPU: its forwards are the ones it names, bad input and no GPU stop clearly."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from script_module import load_script
+
+probe = load_script("benchmarks/launch_probe.py", "launch_probe")
+
+
+def test_the_forwards_are_the_variants_it_offers() -> None:
+    assert tuple(probe.forwards(torch)) == probe.VARIANTS
+    assert probe.VARIANTS[:2] == ("none", "conv_transpose_b128")  # the key pair runs first
+
+
+def test_an_unknown_variant_is_refused_by_name(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        probe.main(["--variants", "conv_transpose_b999"])
+    assert stop.value.code == 2
+    assert "invalid choice: 'conv_transpose_b999'" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path")
+def test_without_a_gpu_it_says_so_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    assert probe.main(["--rounds", "1"]) == 1
+    assert "no GPU" in capsys.readouterr().err
