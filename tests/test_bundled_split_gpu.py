@@ -38,20 +38,30 @@ PROTOCOL = get_protocol(os.environ.get("CUDAGYM_BUNDLED_PROTOCOL") or DEFAULT_PR
 def verdicts() -> dict[str, EvalResult]:
     """All bundled solutions submitted at once (the judge's lanes take them in turn), their verdicts by task.
 
-    Each verdict is printed as it arrives, with the seconds since the submissions: a run cut short by its step's
-    limit still shows which tasks were judged and how long each took to come back.
+    Each verdict is printed as it arrives, with the seconds since the first submission and its violations: a run
+    cut short by its step's limit still shows which tasks were judged, how, and how long each took to come back
+    (printed from the future's callback: ``submit`` itself waits while the judge holds as many jobs as a client may
+    queue, so a loop over the futures would start only once the last one was handed over).
     """
     start = time.perf_counter()
+    arrived: list[str] = []
+
+    def show(task_id: str, future: Future[EvalResult]) -> None:
+        if future.cancelled() or future.exception() is not None:
+            return
+        result = future.result()
+        arrived.append(task_id)
+        rules = ", ".join(v.guard for v in result.violations) or "none"
+        print(f"[{time.perf_counter() - start:6.1f} s] {len(arrived)}/{len(IDS)} {task_id}: {result.status.value}, "
+              f"violations: {rules}; {result.message[:160]}", flush=True)
+
     with LocalJudge(PROTOCOL, devices=list(probe_gpus("auto").device_ids[:1])) as judge:
-        futures: dict[Future[EvalResult], str] = {
-            judge.submit(SOURCE.get(task_id), SOURCE.solution(task_id), EvalMode.SUBMIT): task_id for task_id in IDS}
-        verdicts = {}
-        for future in as_completed(futures):
-            task_id, result = futures[future], future.result()
-            verdicts[task_id] = result
-            print(f"[{time.perf_counter() - start:6.1f} s] {len(verdicts)}/{len(IDS)} {task_id}: "
-                  f"{result.status.value} {result.message[:160]}", flush=True)
-        return verdicts
+        futures: dict[Future[EvalResult], str] = {}
+        for task_id in IDS:
+            future = judge.submit(SOURCE.get(task_id), SOURCE.solution(task_id), EvalMode.SUBMIT)
+            future.add_done_callback(lambda f, t=task_id: show(t, f))
+            futures[future] = task_id
+        return {futures[future]: future.result() for future in as_completed(futures)}
 
 
 @pytest.mark.parametrize("task_id", IDS)
