@@ -7,8 +7,8 @@ probe asks the same question in one process, where the profiler sees every strea
 that waits for a word
 (``cuStreamWaitValue32``, as the runner's call waits for the judge's go), then a staging of the same size as the
 judge's (a 2 GiB copy, a 2 GiB fill, the L2 flush's 256 MiB fill) runs on another stream between two events, then
-the word is written. Per forward it prints the staging's median time and every other GPU activity that overlapped
-it or the 3 ms before it (name, start and length), from ``torch.profiler``, and the host's CUDA API calls per round.
+the word is written. Per forward it prints the staging's median time and every other GPU activity of the round up
+to the staging's end (name, start and length), from ``torch.profiler``, and the host's CUDA API calls per round.
 
     python3 benchmarks/launch_probe.py [--rounds N] [--variants NAME ...] [--json PATH]   (repository root, GPU)
 """
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 GIB = 1 << 30
-LEAD_US = 3000.0  # GPU work that began this long before a staging and overlaps it is listed too
+MARK = "spin_kernel"  # torch.cuda._sleep's kernel: each round's first GPU work, queued before the forward's launch
 FILL = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor"
 # the forwards queued behind the wait, in the order they run: the key pair first
 VARIANTS = ("none", "conv_transpose_b128", "conv_transpose_b120", "gelu_b128", "conv_b128")
@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     main_stream, blocked = torch.cuda.current_stream(), torch.cuda.Stream()
     # every kernel this process queues beside a blocked stream runs once first: a kernel's first launch may load its
     # module, and a module load can wait for the whole context, the blocked stream included (it would never end)
+    torch.cuda._sleep(1)
     dst.copy_(src)
     out.fill_(float("nan"))
     flush.fill_(1.0)
@@ -101,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for _ in range(args.rounds):
                 n += 1
+                torch.cuda._sleep(1)  # the round's mark: the previous round's GPU work has all ended before it
                 with torch.cuda.stream(blocked):
                     wait_value(blocked.cuda_stream, word.data_ptr(), n)
                     kept = forward()
@@ -117,12 +119,13 @@ def main(argv: list[str] | None = None) -> int:
         events = sorted((e for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")),
                         key=lambda e: e.time_range.start)
         copies = [e for e in events if e.name.startswith("Memcpy DtoD")][-len(times):]
+        marks = [e for e in events if MARK in e.name][-len(times):]
         found: dict[str, list[tuple[float, float]]] = {}
-        for copy, length in zip(copies, times, strict=False):  # each round's staging: its copy's start + its time
+        for mark, copy, length in zip(marks, copies, times, strict=False):  # a staging: its copy's start + its time
             lo, hi = copy.time_range.start, copy.time_range.start + length
-            for e in events:  # anything overlapping it, or the LEAD_US before it, but the staging's own copy and fills
+            for e in events:  # from the round's mark to the staging's end, but the staging's own copy and fills
                 own = lo <= e.time_range.start <= hi and e.name.startswith(("Memcpy DtoD", FILL))
-                if not own and e.time_range.start <= hi and e.time_range.end >= lo - LEAD_US:
+                if not own and e is not mark and e.time_range.start <= hi and e.time_range.end >= mark.time_range.start:
                     found.setdefault(e.name[:110], []).append((e.time_range.start - lo,
                                                                 e.time_range.end - e.time_range.start))
         beside = [{"name": k, "rounds": len(v), "start_us": round(statistics.median(a for a, _ in v), 1),
@@ -137,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                "staging_max_us": round(max(times), 1), "beside_staging": beside}
         rows.append(row)
         print(f"{name:22s} staging median {row['staging_median_us']:9.1f} us, max {row['staging_max_us']:9.1f} us; "
-              "GPU activity overlapping it (rounds, median start from the staging's and length):", flush=True)
+              "the round's other GPU work until then (rounds, median start from the staging's, length):", flush=True)
         print("    host API calls per round: " + ", ".join(f"{k} {v:g}" for k, v in api.items()))
         for b in beside:
             print(f"    {b['rounds']:3d} x  +{b['start_us']:9.1f} us  {b['length_us']:9.1f} us  {b['name']}")
