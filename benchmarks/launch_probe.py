@@ -10,7 +10,10 @@ judge's (a 2 GiB copy, a 2 GiB fill, the L2 flush's 256 MiB fill) runs on anothe
 the word is written. Per forward it prints the staging's median time and every other GPU activity of the round up
 to the staging's end (name, start and length), from ``torch.profiler``, and the host's CUDA API calls per round.
 
-    python3 benchmarks/launch_probe.py [--rounds N] [--variants NAME ...] [--json PATH]   (repository root, GPU)
+With ``--split`` the forwards are queued in a second process instead (its own CUDA context, as the judge's runner's),
+which reports its context's GPU work that began before the go and its host's CUDA calls; the staging is timed here.
+
+    python3 benchmarks/launch_probe.py [--split] [--rounds N] [--variants NAME ...] [--json PATH]   (repo root, GPU)
 """
 
 from __future__ import annotations
@@ -58,20 +61,176 @@ def forwards(torch: Any) -> dict[str, Callable[[], Any]]:
             "conv_transpose_b120": conv_transpose(120), "gelu_b128": gelu, "conv_b128": conv}
 
 
+def _expect(child: Any, prefix: str) -> str:
+    """The queueing process's next line, which must start with ``prefix`` (else what it said, and its end)."""
+    line = child.stdout.readline()
+    if not line.startswith(prefix):
+        child.kill()
+        raise RuntimeError(f"the queueing process said {line!r} where {prefix!r} was due (exit {child.wait()})")
+    return line[len(prefix):].strip()
+
+
+def split(names: list[str], rounds: int, json_path: str) -> int:
+    """The staging here, the forwards queued behind the word in a second process (its own context, as the runner's)."""
+    import os
+    import subprocess
+
+    import torch
+
+    from cudagym.judge.split.arena import DeviceArena
+    from cudagym.judge.split.signals import write_value
+
+    arena = DeviceArena(4096, torch.device("cuda", torch.cuda.current_device()))
+    arena.tensor.zero_()
+    word = arena.tensor.data_ptr()
+    fd = arena.descriptor()
+    src = torch.rand(GIB // 2, device="cuda")
+    dst, out, flush = torch.empty_like(src), torch.empty(GIB // 2, device="cuda"), torch.empty(64 << 20, device="cuda")
+    stream = torch.cuda.current_stream()
+    dst.copy_(src)
+    out.fill_(float("nan"))
+    flush.fill_(1.0)
+    write_value(stream.cuda_stream, word, 0)
+    torch.cuda.synchronize()
+    child = subprocess.Popen([sys.executable, __file__, "--child", str(fd), "--rounds", str(rounds), "--variants",
+                              *names], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+                             pass_fds=[fd])
+    os.close(fd)
+    assert child.stdin is not None and child.stdout is not None
+    rows: list[dict[str, Any]] = []
+    n = 0
+    try:
+        _expect(child, "ready")
+        for name in names:
+            _expect(child, f"variant {name}")
+            times: list[float] = []
+            for _ in range(rounds):
+                n += 1
+                child.stdin.write(f"round {n}\n")
+                child.stdin.flush()
+                _expect(child, f"armed {n}")  # the whole forward is queued behind the word in the other context
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record(stream)
+                dst.copy_(src)
+                out.fill_(float("nan"))
+                flush.fill_(1.0)
+                end.record(stream)
+                write_value(stream.cuda_stream, word, n)
+                torch.cuda.synchronize()
+                times.append(start.elapsed_time(end) * 1000.0)
+                _expect(child, f"done {n}")
+            seen = json.loads(_expect(child, "report "))
+            row = {"forward": name, "split": True, "rounds": len(times),
+                   "staging_median_us": round(statistics.median(times), 1),
+                   "staging_max_us": round(max(times), 1), **seen}
+            rows.append(row)
+            print(f"{name:22s} (second process) staging median {row['staging_median_us']:9.1f} us, max "
+                  f"{row['staging_max_us']:9.1f} us; its forward {row['forward_median_us']:9.1f} us after the go; "
+                  "its context's GPU work before the go (rounds, median start from the go, length):", flush=True)
+            api = seen["api_calls_per_round"]
+            print("    its host API calls per round: " + ", ".join(f"{k} {v:g}" for k, v in api.items()))
+            for b in seen["before_go"]:
+                print(f"    {b['rounds']:3d} x  {b['start_us']:+10.1f} us  {b['length_us']:9.1f} us  {b['name']}")
+        child.stdin.close()
+        child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump(rows, fh, indent=1)
+    return 0
+
+
+def queue_side(fd: int, names: list[str], rounds: int) -> int:
+    """The second process of :func:`split`: each round queues a forward behind the word, told by its stdin."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from cudagym.judge.split.arena import attach_arena
+    from cudagym.judge.split.signals import wait_value
+
+    arena = attach_arena(fd, 4096, torch.device("cuda", torch.cuda.current_device()))
+    word = arena.tensor.data_ptr()
+    table = forwards(torch)
+    blocked = torch.cuda.Stream()
+    torch.cuda._sleep(1)  # every kernel runs once before a stream waits (a lazy module load would wait for it)
+    with torch.cuda.stream(blocked):
+        torch.cuda._sleep(1)
+    wait_value(blocked.cuda_stream, word, 0)
+    torch.cuda.synchronize()
+    print("ready", flush=True)
+    for name in names:
+        forward = table[name]
+        with torch.cuda.stream(blocked):  # warm-up on the stream it runs on
+            for _ in range(2):
+                forward()
+        torch.cuda.synchronize()
+        print(f"variant {name}", flush=True)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(rounds):
+                n = int(sys.stdin.readline().split()[1])
+                with record_function(f"round {n}"), torch.cuda.stream(blocked):
+                    wait_value(blocked.cuda_stream, word, n)
+                    torch.cuda._sleep(1)  # the go's mark: runs as soon as the word is written
+                    kept = forward()
+                print(f"armed {n}", flush=True)
+                torch.cuda.synchronize()
+                del kept
+                print(f"done {n}", flush=True)
+        every = list(prof.events())
+        gpu = sorted((e for e in every if str(getattr(e, "device_type", "")).endswith("CUDA")),
+                     key=lambda e: e.time_range.start)
+        starts = sorted(e.time_range.start for e in every if e.name.startswith("round "))[-rounds:]
+        marks = [e for e in gpu if MARK in e.name][-rounds:]
+        found: dict[str, list[tuple[float, float]]] = {}
+        spans: list[float] = []
+        for i, (began, mark) in enumerate(zip(starts, marks, strict=False)):
+            until = starts[i + 1] if i + 1 < len(starts) else float("inf")
+            mine = [e for e in gpu if began <= e.time_range.start < until and e is not mark]
+            for e in mine:  # this context's work of the round that began before the go
+                if e.time_range.start < mark.time_range.start:
+                    found.setdefault(e.name[:110], []).append((e.time_range.start - mark.time_range.start,
+                                                                e.time_range.end - e.time_range.start))
+            spans.append(max((e.time_range.end for e in mine), default=mark.time_range.end) - mark.time_range.start)
+        calls: dict[str, int] = {}
+        for e in every:
+            if not str(getattr(e, "device_type", "")).endswith("CUDA") and e.name.startswith(("cuda", "cu")):
+                calls[e.name] = calls.get(e.name, 0) + 1
+        report = {
+            "forward_median_us": round(statistics.median(spans), 1) if spans else 0.0,
+            "api_calls_per_round": {k: round(v / rounds, 2) for k, v in sorted(calls.items(), key=lambda kv: -kv[1])},
+            "before_go": [{"name": k, "rounds": len(v), "start_us": round(statistics.median(a for a, _ in v), 1),
+                           "length_us": round(statistics.median(b for _, b in v), 1)} for k, v in found.items()]}
+        print("report " + json.dumps(report), flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     parser.add_argument("--json", default="", help="also write the rows here")
+    parser.add_argument("--split", action="store_true",
+                        help="queue the forwards in a second process (its own CUDA context, as the judge's runner)")
+    parser.add_argument("--child", type=int, default=-1, help=argparse.SUPPRESS)  # the second process: the word's fd
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    from cudagym.judge.split.signals import wait_value, write_value
 
     if not torch.cuda.is_available():
         print("no GPU: nothing to probe", file=sys.stderr)
         return 1
+    if args.child >= 0:
+        return queue_side(args.child, args.variants, args.rounds)
+    if args.split:
+        return split(args.variants, args.rounds, args.json)
+    from torch.profiler import ProfilerActivity, profile
+
+    from cudagym.judge.split.signals import wait_value, write_value
+
     table = forwards(torch)
     names = args.variants
     word = torch.zeros(64, dtype=torch.int32, device="cuda")

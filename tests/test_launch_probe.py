@@ -25,3 +25,22 @@ def test_an_unknown_variant_is_refused_by_name(capsys: pytest.CaptureFixture[str
 def test_without_a_gpu_it_says_so_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
     assert probe.main(["--rounds", "1"]) == 1
     assert "no GPU" in capsys.readouterr().err
+
+
+def test_rounds_below_one_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        probe.main(["--rounds", "0"])
+    assert stop.value.code == 2
+    assert "--rounds must be at least 1" in capsys.readouterr().err
+
+
+def test_the_split_mode_stops_on_an_unexpected_word_naming_it() -> None:
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "print('ready'); print('oops 1'); import time; time.sleep(30)"],
+                             stdout=subprocess.PIPE, text=True)
+    assert probe._expect(child, "ready") == ""
+    with pytest.raises(RuntimeError, match=r"said 'oops 1\\n' where 'armed 1' was due \(exit -9\)"):
+        probe._expect(child, "armed 1")
+    assert child.poll() == -9  # the process it gave up on is ended, not left running
