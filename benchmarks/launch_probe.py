@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 GIB = 1 << 30
+ARM_WAIT_S = 5.0  # --split: the staging goes ahead of a forward not queued by then (late: its host waits inside)
 MARK = "spin_kernel"  # torch.cuda._sleep's kernel: each round's first GPU work, queued before the forward's launch
 FILL = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor"
 # the forwards queued behind the wait, in the order they run: the key pair first. Of the staging probe's variants
@@ -65,8 +66,17 @@ def forwards(torch: Any) -> dict[str, Callable[[], Any]]:
             "gelu_b136": gelu(136), "gelu_b128": gelu(128), "conv_b128": conv}
 
 
-def _expect(child: Any, prefix: str) -> str:
-    """The queueing process's next line, which must start with ``prefix`` (else what it said, and its end)."""
+def _expect(child: Any, prefix: str, within_s: float | None = None) -> str | None:
+    """The queueing process's next line, which must start with ``prefix`` (else what it said, and its end).
+
+    ``within_s``: None if it has said nothing by then (only where it has nothing else to say first: the
+    line is looked for on its pipe, not in what an earlier read may have buffered).
+    """
+    if within_s is not None:
+        import select
+
+        if not select.select([child.stdout], [], [], within_s)[0]:
+            return None
     line = child.stdout.readline()
     if not line.startswith(prefix):
         child.kill()
@@ -108,11 +118,15 @@ def split(names: list[str], rounds: int, json_path: str) -> int:
         for name in names:
             _expect(child, f"variant {name}")
             times: list[float] = []
+            late = 0
             for _ in range(rounds):
                 n += 1
                 child.stdin.write(f"round {n}\n")
                 child.stdin.flush()
-                _expect(child, f"armed {n}")  # the whole forward is queued behind the word in the other context
+                # the whole forward queued behind the word in the other context; else (a forward that waits for
+                # its GPU inside would never finish queueing) the staging and the word go ahead, as the judge's go
+                armed = _expect(child, f"armed {n}", ARM_WAIT_S) is not None
+                late += not armed
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record(stream)
                 dst.copy_(src)
@@ -122,15 +136,18 @@ def split(names: list[str], rounds: int, json_path: str) -> int:
                 write_value(stream.cuda_stream, word, n)
                 torch.cuda.synchronize()
                 times.append(start.elapsed_time(end) * 1000.0)
+                if not armed:
+                    _expect(child, f"armed {n}")
                 _expect(child, f"done {n}")
-            seen = json.loads(_expect(child, "report "))
-            row = {"forward": name, "split": True, "rounds": len(times),
+            seen = json.loads(_expect(child, "report ") or "{}")
+            row = {"forward": name, "split": True, "rounds": len(times), "late_rounds": late,
                    "staging_median_us": round(statistics.median(times), 1),
                    "staging_max_us": round(max(times), 1), **seen}
             rows.append(row)
             print(f"{name:22s} (second process) staging median {row['staging_median_us']:9.1f} us, max "
-                  f"{row['staging_max_us']:9.1f} us; its forward {row['forward_median_us']:9.1f} us after the go; "
-                  "its context's GPU work before the go (rounds, median start from the go, length):", flush=True)
+                  f"{row['staging_max_us']:9.1f} us ({late} late); its forward {row['forward_median_us']:9.1f} us "
+                  "after the go; its context's GPU work before the go (rounds, median start from the go, length):",
+                  flush=True)
             api = seen["api_calls_per_round"]
             print("    its host API calls per round: " + ", ".join(f"{k} {v:g}" for k, v in api.items()))
             for b in seen["before_go"]:

@@ -44,3 +44,14 @@ def test_the_split_mode_stops_on_an_unexpected_word_naming_it() -> None:
     with pytest.raises(RuntimeError, match=r"said 'oops 1\\n' where 'armed 1' was due \(exit -9\)"):
         probe._expect(child, "armed 1")
     assert child.poll() == -9  # the process it gave up on is ended, not left running
+
+
+def test_the_split_mode_goes_ahead_when_the_forward_is_not_queued_in_time() -> None:
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5); print('armed 1', flush=True)"],
+                             stdout=subprocess.PIPE, text=True)
+    assert probe._expect(child, "armed 1", within_s=0.2) is None  # late: the staging would go ahead
+    assert probe._expect(child, "armed 1", within_s=10.0) == ""
+    child.wait(timeout=10)
