@@ -164,6 +164,42 @@ def split(names: list[str], rounds: int, json_path: str) -> int:
     return 0
 
 
+def queue_report(every: list[Any], rounds: int) -> dict[str, Any]:
+    """What :func:`queue_side` saw of its last ``rounds`` rounds in a profile's events (``torch.profiler``'s).
+
+    Each round is a ``round N`` host range holding its queueing; its GPU work is what began from there to the next
+    round's range, the go's mark (:data:`MARK`) among it. Reported: the work that began before the mark (before
+    the go, so beside the other process's staging), per name with its rounds, median start from the mark (µs,
+    negative) and length; the median span from the mark to the round's last GPU work; the host's CUDA calls per
+    round.
+    """
+    def on_gpu(e: Any) -> bool:
+        return str(getattr(e, "device_type", "")).endswith("CUDA")
+
+    gpu = sorted((e for e in every if on_gpu(e)), key=lambda e: e.time_range.start)
+    starts = sorted(e.time_range.start for e in every if not on_gpu(e) and e.name.startswith("round "))[-rounds:]
+    marks = [e for e in gpu if MARK in e.name][-rounds:]
+    found: dict[str, list[tuple[float, float]]] = {}
+    spans: list[float] = []
+    for i, (began, mark) in enumerate(zip(starts, marks, strict=False)):
+        until = starts[i + 1] if i + 1 < len(starts) else float("inf")
+        mine = [e for e in gpu if began <= e.time_range.start < until and e is not mark]
+        for e in mine:
+            if e.time_range.start < mark.time_range.start:
+                found.setdefault(e.name[:110], []).append((e.time_range.start - mark.time_range.start,
+                                                            e.time_range.end - e.time_range.start))
+        spans.append(max((e.time_range.end for e in mine), default=mark.time_range.end) - mark.time_range.start)
+    calls: dict[str, int] = {}
+    for e in every:
+        if not on_gpu(e) and e.name.startswith(("cuda", "cu")):
+            calls[e.name] = calls.get(e.name, 0) + 1
+    return {
+        "forward_median_us": round(statistics.median(spans), 1) if spans else 0.0,
+        "api_calls_per_round": {k: round(v / rounds, 2) for k, v in sorted(calls.items(), key=lambda kv: -kv[1])},
+        "before_go": [{"name": k, "rounds": len(v), "start_us": round(statistics.median(a for a, _ in v), 1),
+                       "length_us": round(statistics.median(b for _, b in v), 1)} for k, v in found.items()]}
+
+
 def queue_side(fd: int, names: list[str], rounds: int) -> int:
     """The second process of :func:`split`: each round queues a forward behind the word, told by its stdin."""
     import torch
@@ -200,30 +236,7 @@ def queue_side(fd: int, names: list[str], rounds: int) -> int:
                 torch.cuda.synchronize()
                 del kept
                 print(f"done {n}", flush=True)
-        every = list(prof.events())
-        gpu = sorted((e for e in every if str(getattr(e, "device_type", "")).endswith("CUDA")),
-                     key=lambda e: e.time_range.start)
-        starts = sorted(e.time_range.start for e in every if e.name.startswith("round "))[-rounds:]
-        marks = [e for e in gpu if MARK in e.name][-rounds:]
-        found: dict[str, list[tuple[float, float]]] = {}
-        spans: list[float] = []
-        for i, (began, mark) in enumerate(zip(starts, marks, strict=False)):
-            until = starts[i + 1] if i + 1 < len(starts) else float("inf")
-            mine = [e for e in gpu if began <= e.time_range.start < until and e is not mark]
-            for e in mine:  # this context's work of the round that began before the go
-                if e.time_range.start < mark.time_range.start:
-                    found.setdefault(e.name[:110], []).append((e.time_range.start - mark.time_range.start,
-                                                                e.time_range.end - e.time_range.start))
-            spans.append(max((e.time_range.end for e in mine), default=mark.time_range.end) - mark.time_range.start)
-        calls: dict[str, int] = {}
-        for e in every:
-            if not str(getattr(e, "device_type", "")).endswith("CUDA") and e.name.startswith(("cuda", "cu")):
-                calls[e.name] = calls.get(e.name, 0) + 1
-        report = {
-            "forward_median_us": round(statistics.median(spans), 1) if spans else 0.0,
-            "api_calls_per_round": {k: round(v / rounds, 2) for k, v in sorted(calls.items(), key=lambda kv: -kv[1])},
-            "before_go": [{"name": k, "rounds": len(v), "start_us": round(statistics.median(a for a, _ in v), 1),
-                           "length_us": round(statistics.median(b for _, b in v), 1)} for k, v in found.items()]}
+        report = queue_report(list(prof.events()), rounds)
         print("report " + json.dumps(report), flush=True)
     return 0
 

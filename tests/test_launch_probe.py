@@ -55,3 +55,24 @@ def test_the_split_mode_goes_ahead_when_the_forward_is_not_queued_in_time() -> N
     assert probe._expect(child, "armed 1", within_s=0.2) is None  # late: the staging would go ahead
     assert probe._expect(child, "armed 1", within_s=10.0) == ""
     child.wait(timeout=10)
+
+
+def _event(name: str, start: float, end: float, gpu: bool = True) -> object:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(name=name, device_type="DeviceType.CUDA" if gpu else "DeviceType.CPU",
+                           time_range=SimpleNamespace(start=start, end=end))
+
+
+def test_the_queueing_report_names_work_that_began_before_the_go() -> None:
+    events = [  # two rounds: the second has a memset queued beside the wait, which runs before the go's mark
+        _event("round 1", 0.0, 10.0, gpu=False), _event("cudaLaunchKernel", 1.0, 2.0, gpu=False),
+        _event(probe.MARK, 100.0, 101.0), _event("fft2d_r2c", 101.0, 150.0),
+        _event("round 2", 200.0, 210.0, gpu=False), _event("cudaLaunchKernel", 201.0, 202.0, gpu=False),
+        _event("cudaMemsetAsync", 203.0, 204.0, gpu=False),
+        _event("Memset (Device)", 215.0, 217.0), _event(probe.MARK, 300.0, 301.0), _event("fft2d_r2c", 301.0, 360.0),
+    ]
+    report = probe.queue_report(events, rounds=2)
+    assert report["before_go"] == [{"name": "Memset (Device)", "rounds": 1, "start_us": -85.0, "length_us": 2.0}]
+    assert report["forward_median_us"] == 55.0  # from each mark to the round's last GPU work: 50 and 60
+    assert report["api_calls_per_round"] == {"cudaLaunchKernel": 1.0, "cudaMemsetAsync": 0.5}
