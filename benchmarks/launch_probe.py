@@ -66,6 +66,25 @@ def forwards(torch: Any) -> dict[str, Callable[[], Any]]:
             "gelu_b136": gelu(136), "gelu_b128": gelu(128), "conv_b128": conv}
 
 
+def stage(torch: Any, stream: Any, buffers: tuple[Any, Any, Any, Any], word: int, n: int) -> float:
+    """One staging as the judge's, timed on ``stream`` (µs), then the word set to ``n``, then the GPU idle.
+
+    ``buffers``: the inputs' source and place, the outputs to poison, the L2 flush's buffer.
+    """
+    from cudagym.judge.split.signals import write_value
+
+    src, dst, out, flush = buffers
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record(stream)
+    dst.copy_(src)
+    out.fill_(float("nan"))
+    flush.fill_(1.0)
+    end.record(stream)
+    write_value(stream.cuda_stream, word, n)
+    torch.cuda.synchronize()
+    return float(start.elapsed_time(end)) * 1000.0
+
+
 def _expect(child: Any, prefix: str, within_s: float | None = None) -> str | None:
     """The queueing process's next line, which must start with ``prefix`` (else what it said, and its end).
 
@@ -127,15 +146,7 @@ def split(names: list[str], rounds: int, json_path: str) -> int:
                 # its GPU inside would never finish queueing) the staging and the word go ahead, as the judge's go
                 armed = _expect(child, f"armed {n}", ARM_WAIT_S) is not None
                 late += not armed
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record(stream)
-                dst.copy_(src)
-                out.fill_(float("nan"))
-                flush.fill_(1.0)
-                end.record(stream)
-                write_value(stream.cuda_stream, word, n)
-                torch.cuda.synchronize()
-                times.append(start.elapsed_time(end) * 1000.0)
+                times.append(stage(torch, stream, (src, dst, out, flush), word, n))
                 if not armed:
                     _expect(child, f"armed {n}")
                 _expect(child, f"done {n}")
@@ -298,16 +309,8 @@ def main(argv: list[str] | None = None) -> int:
                 with torch.cuda.stream(blocked):
                     wait_value(blocked.cuda_stream, word.data_ptr(), n)
                     kept = forward()
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record(main_stream)
-                dst.copy_(src)
-                out.fill_(float("nan"))
-                flush.fill_(1.0)
-                end.record(main_stream)
-                write_value(main_stream.cuda_stream, word.data_ptr(), n)
-                torch.cuda.synchronize()
+                times.append(stage(torch, main_stream, (src, dst, out, flush), word.data_ptr(), n))
                 del kept
-                times.append(start.elapsed_time(end) * 1000.0)
         events = sorted((e for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")),
                         key=lambda e: e.time_range.start)
         copies = [e for e in events if e.name.startswith("Memcpy DtoD")][-len(times):]
