@@ -1,6 +1,6 @@
 """benchmarks/bench_scaling.py's driver on the CPU: the real pipeline over stand-in GPUs that each run one job at a
-time, so a second GPU doubles what the window counts; baseline jobs counted once per task across judges sharing a
-cache; the GPU sampler with and without ``nvidia-smi``."""
+time, so a second GPU keeps a second lane busy (the window's rate is the GPU benchmark's figure); baseline jobs
+counted once per task across judges sharing a cache; the GPU sampler with and without ``nvidia-smi``."""
 
 from __future__ import annotations
 
@@ -65,21 +65,32 @@ def judge_on(gpus: int, cache: Path) -> PipelineJudge:
     return PipelineJudge("cudagym", Pipeline(StubBuilds(), LaneGpus(gpus), BaselineCache(cache)))
 
 
-def test_a_second_gpu_doubles_the_window_and_baselines_are_timed_once(scaling, tmp_path) -> None:
-    items, jobs, rates = work(), scaling.BaselineJobs(), {}
+def lanes_of(judge: PipelineJudge) -> LaneGpus:
+    gpus = judge.pipeline.gpus
+    assert isinstance(gpus, LaneGpus)
+    return gpus
+
+
+def test_a_second_gpu_runs_a_second_lane_and_baselines_are_timed_once(scaling, tmp_path) -> None:
+    items, jobs, rates, peaks = work(), scaling.BaselineJobs(), {}, {}
     for n in (1, 2):
         judge = judge_on(n, tmp_path / "baselines")  # the two judges share one baseline cache
         jobs.watch(judge)
         try:
             assert all(r.status.value == "ok" for r in scaling.warm_up(judge, items))
+            lanes_of(judge).most_running = 0  # the jobs on the lanes at once: counted from here
             rates[n] = scaling.measure(judge, items, 1.0, scaling.IN_FLIGHT_PER_GPU * n,
                                        scaling.GpuSampler(command="no-such-nvidia-smi"))
+            peaks[n] = lanes_of(judge).most_running
         finally:
             judge.close()
     one, two = rates[1], rates[2]
     assert one.other == two.other == 0 and one.busy == two.busy == {}
-    assert 0 < one.correct <= 1.05 / JOB_S  # one lane finishes at most a job per JOB_S
-    assert 1.4 <= two.per_minute / one.per_minute <= 2.6, (one, two)  # two lanes: about twice (loose: a shared CPU)
+    # the driver kept every lane busy at once (how much faster that makes the window is the GPU benchmark's figure:
+    # on this shared 2-core host a ratio of two timed windows is noise, 3.4x once in CI)
+    assert peaks == {1: 1, 2: 2}
+    assert 0 < one.correct <= 1.05 / JOB_S  # one lane finishes at most a job per JOB_S ...
+    assert 0 < two.correct <= 2.1 / JOB_S  # ... and two at most twice that
     assert dict(jobs.by_task) == {t.id: 1 for t, _ in items}  # the first warm-up timed each task; then the cache
     line = scaling.describe("stub", 2, two)
     assert line.startswith("| stub | 2 | ") and line.endswith("no nvidia-smi |")
