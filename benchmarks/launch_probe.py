@@ -66,6 +66,17 @@ def forwards(torch: Any) -> dict[str, Callable[[], Any]]:
             "gelu_b136": gelu(136), "gelu_b128": gelu(128), "conv_b128": conv}
 
 
+def staging_buffers(torch: Any) -> tuple[Any, Any, Any, Any]:
+    """A staging's buffers as the judge's (2 GiB of inputs and their place, 2 GiB of outputs to poison, the L2
+    flush's 256 MiB), each of its kernels run once (a first launch may load a module, which waits for the context)."""
+    src = torch.rand(GIB // 2, device="cuda")
+    dst, out, flush = torch.empty_like(src), torch.empty(GIB // 2, device="cuda"), torch.empty(64 << 20, device="cuda")
+    dst.copy_(src)
+    out.fill_(float("nan"))
+    flush.fill_(1.0)
+    return src, dst, out, flush
+
+
 def stage(torch: Any, stream: Any, buffers: tuple[Any, Any, Any, Any], word: int, n: int) -> float:
     """One staging as the judge's, timed on ``stream`` (µs), then the word set to ``n``, then the GPU idle.
 
@@ -117,12 +128,8 @@ def split(names: list[str], rounds: int, json_path: str) -> int:
     arena.tensor.zero_()
     word = arena.tensor.data_ptr()
     fd = arena.descriptor()
-    src = torch.rand(GIB // 2, device="cuda")
-    dst, out, flush = torch.empty_like(src), torch.empty(GIB // 2, device="cuda"), torch.empty(64 << 20, device="cuda")
+    buffers = staging_buffers(torch)
     stream = torch.cuda.current_stream()
-    dst.copy_(src)
-    out.fill_(float("nan"))
-    flush.fill_(1.0)
     write_value(stream.cuda_stream, word, 0)
     torch.cuda.synchronize()
     child = subprocess.Popen([sys.executable, __file__, "--child", str(fd), "--rounds", str(rounds), "--variants",
@@ -146,7 +153,7 @@ def split(names: list[str], rounds: int, json_path: str) -> int:
                 # its GPU inside would never finish queueing) the staging and the word go ahead, as the judge's go
                 armed = _expect(child, f"armed {n}", ARM_WAIT_S) is not None
                 late += not armed
-                times.append(stage(torch, stream, (src, dst, out, flush), word, n))
+                times.append(stage(torch, stream, buffers, word, n))
                 if not armed:
                     _expect(child, f"armed {n}")
                 _expect(child, f"done {n}")
@@ -279,17 +286,11 @@ def main(argv: list[str] | None = None) -> int:
     table = forwards(torch)
     names = args.variants
     word = torch.zeros(64, dtype=torch.int32, device="cuda")
-    src = torch.rand(GIB // 2, device="cuda")  # 2 GiB: the judge's input set
-    dst = torch.empty_like(src)
-    out = torch.empty(GIB // 2, device="cuda")  # 2 GiB: the outputs poisoned
-    flush = torch.empty(64 << 20, device="cuda")  # 256 MiB: the L2 flush
     main_stream, blocked = torch.cuda.current_stream(), torch.cuda.Stream()
     # every kernel this process queues beside a blocked stream runs once first: a kernel's first launch may load its
     # module, and a module load can wait for the whole context, the blocked stream included (it would never end)
     torch.cuda._sleep(1)
-    dst.copy_(src)
-    out.fill_(float("nan"))
-    flush.fill_(1.0)
+    buffers = staging_buffers(torch)
     wait_value(blocked.cuda_stream, word.data_ptr(), 0)
     write_value(main_stream.cuda_stream, word.data_ptr(), 0)
     torch.cuda.synchronize()
@@ -309,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
                 with torch.cuda.stream(blocked):
                     wait_value(blocked.cuda_stream, word.data_ptr(), n)
                     kept = forward()
-                times.append(stage(torch, main_stream, (src, dst, out, flush), word.data_ptr(), n))
+                times.append(stage(torch, main_stream, buffers, word.data_ptr(), n))
                 del kept
         events = sorted((e for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")),
                         key=lambda e: e.time_range.start)
