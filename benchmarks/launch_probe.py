@@ -12,8 +12,13 @@ to the staging's end (name, start and length), from ``torch.profiler``, and the 
 
 With ``--split`` the forwards are queued in a second process instead (its own CUDA context, as the judge's runner's),
 which reports its context's GPU work that began before the go and its host's CUDA calls; the staging is timed here.
+Both processes run under ``--protocol``'s precision switches (default: the default protocol's, cuDNN TF32 off, under
+which the judge saw the excess; cuDNN then takes another algorithm for the transposed conv than with TF32 on). Its
+first run (session 41, H100) had torch's defaults instead (cuDNN TF32 on): cuDNN ran the transposed conv through its
+TF32 path (``nchwToNhwcKernel`` first, after the go), no variant put work beside the staging in either mode, and
+the staging took 2.15-2.24 ms (median) with every forward, ``none`` included: not the judge's conditions.
 
-    python3 benchmarks/launch_probe.py [--split] [--rounds N] [--variants NAME ...] [--json PATH]   (repo root, GPU)
+    python3 benchmarks/launch_probe.py [--split] [--rounds N] [--variants NAME ...] [--protocol SPEC] [--json PATH]
 """
 
 from __future__ import annotations
@@ -114,7 +119,18 @@ def _expect(child: Any, prefix: str, within_s: float | None = None) -> str | Non
     return line[len(prefix):].strip()
 
 
-def split(names: list[str], rounds: int, json_path: str) -> int:
+def use_precision(spec: str) -> str:
+    """Sets torch's switches as protocol ``spec``'s evaluations run (its TF32 for matmuls and cuDNN); says which."""
+    from cudagym.judge.harness.integrity import protocol_flags
+    from cudagym.judge.protocol import get_protocol
+
+    protocol = get_protocol(spec)
+    protocol_flags(protocol.matmul_tf32, protocol.cudnn_tf32).apply()
+    return (f"{protocol.id}: TF32 {'on' if protocol.matmul_tf32 else 'off'} for matmuls, "
+            f"{'on' if protocol.cudnn_tf32 else 'off'} for cuDNN")
+
+
+def split(names: list[str], rounds: int, json_path: str, spec: str) -> int:
     """The staging here, the forwards queued behind the word in a second process (its own context, as the runner's)."""
     import os
     import subprocess
@@ -132,9 +148,9 @@ def split(names: list[str], rounds: int, json_path: str) -> int:
     stream = torch.cuda.current_stream()
     write_value(stream.cuda_stream, word, 0)
     torch.cuda.synchronize()
-    child = subprocess.Popen([sys.executable, __file__, "--child", str(fd), "--rounds", str(rounds), "--variants",
-                              *names], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
-                             pass_fds=[fd])
+    child = subprocess.Popen([sys.executable, __file__, "--child", str(fd), "--rounds", str(rounds), "--protocol",
+                              spec, "--variants", *names], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                             bufsize=1, pass_fds=[fd])
     os.close(fd)
     assert child.stdin is not None and child.stdout is not None
     rows: list[dict[str, Any]] = []
@@ -264,12 +280,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     parser.add_argument("--json", default="", help="also write the rows here")
+    parser.add_argument("--protocol", default="cudagym",
+                        help="the protocol whose precision switches both processes run under (default: %(default)s)")
     parser.add_argument("--split", action="store_true",
                         help="queue the forwards in a second process (its own CUDA context, as the judge's runner)")
     parser.add_argument("--child", type=int, default=-1, help=argparse.SUPPRESS)  # the second process: the word's fd
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    from cudagym.errors import ConfigError
+
+    try:
+        precision = use_precision(args.protocol)
+    except ConfigError as exc:
+        parser.error(str(exc))
     import torch
 
     if not torch.cuda.is_available():
@@ -277,8 +301,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.child >= 0:
         return queue_side(args.child, args.variants, args.rounds)
+    print(f"precision: {precision}", flush=True)
     if args.split:
-        return split(args.variants, args.rounds, args.json)
+        return split(args.variants, args.rounds, args.json, args.protocol)
     from torch.profiler import ProfilerActivity, profile
 
     from cudagym.judge.split.signals import wait_value, write_value

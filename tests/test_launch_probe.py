@@ -27,6 +27,29 @@ def test_without_a_gpu_it_says_so_and_fails(capsys: pytest.CaptureFixture[str]) 
     assert "no GPU" in capsys.readouterr().err
 
 
+def test_an_unknown_protocol_is_refused_by_name(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        probe.main(["--protocol", "cudagym-v99"])
+    assert stop.value.code == 2
+    assert "unknown protocol 'cudagym-v99'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("spec", "matmul", "cudnn"), [("cudagym", False, False), ("kernelbench", False, True)])
+def test_both_processes_run_under_the_protocols_precision(spec: str, matmul: bool, cudnn: bool) -> None:
+    # the judge saw L2/19's excess under the default (cuDNN TF32 off: another algorithm than torch's default picks)
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+              torch.get_float32_matmul_precision())
+    try:
+        torch.backends.cudnn.allow_tf32 = not cudnn
+        said = probe.use_precision(spec)
+        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (matmul, cudnn)
+        assert said.endswith(f"TF32 off for matmuls, {'on' if cudnn else 'off'} for cuDNN")
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before[:2]
+        torch.set_float32_matmul_precision(before[2])
+        torch.set_grad_enabled(True)
+
+
 def test_rounds_below_one_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as stop:
         probe.main(["--rounds", "0"])
