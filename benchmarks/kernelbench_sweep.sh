@@ -71,7 +71,10 @@ check() {  # check NAME PROTOCOL LEVEL JOURNAL [ARG...]: one `cudagym baselines 
   local name=$1 p=$2 level=$3 journal=$4 left start rc
   shift 4
   left=$(( deadline - $(date +%s) ))
-  if (( left < tail_s + 30 )); then summary+=("$name: skipped (budget spent)"); return; fi
+  if (( left < tail_s + 30 )); then  # a call too short for its tail runs nothing: say what it would need
+    summary+=("$name: skipped (budget spent: ${left} s left, a level needs its ${tail_s} s tail + 30; TAIL=N lowers it)")
+    return
+  fi
   start=$(date +%s)
   # TRACE=1: the trusted workers' trace (cudagym.judge.split.trace) beside the returned files, not in sweep.tgz
   ${TRACE:+env CUDAGYM_TRACE="$ret/$name.trace"} \
