@@ -37,9 +37,9 @@ FILL = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFuncto
 # the forwards queued behind the wait, in the order they run: the key pair first. Of the staging probe's variants
 # only the transposed conv at batch 128 had the excess, and only its output (2.18 GB) passed 2^31 bytes (a GELU or
 # padded conv at 128 make 2 GiB exactly, the transposed conv at 120 2.04 GB); so a GELU past it, and the transposed
-# conv without its bias (whose add ran as two kernels there), tell size from cuDNN
-# conv. And a GELU run on a second stream that waits for the queued one (a second channel of the context with work
-# behind the go, as a library's internal stream would have): whether a waiting channel alone takes GPU time slices
+# conv without its bias (whose add ran as two kernels there), tell size from cuDNN. And a GELU run on a second stream
+# that waits for the queued one (a second channel of the context with work behind the go, as a library's internal
+# stream would have): whether a waiting channel alone takes GPU time slices from the staging
 VARIANTS = ("none", "conv_transpose_b128", "conv_transpose_b120", "conv_transpose_b128_nobias", "gelu_b136",
             "gelu_b128", "conv_b128", "gelu_b128_side_stream")
 
