@@ -39,9 +39,13 @@ FILL = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFuncto
 # padded conv at 128 make 2 GiB exactly, the transposed conv at 120 2.04 GB); so a GELU past it, and the transposed
 # conv without its bias (whose add ran as two kernels there), tell size from cuDNN. And a GELU run on a second stream
 # that waits for the queued one (a second channel of the context with work behind the go, as a library's internal
-# stream would have): whether a waiting channel alone takes GPU time slices from the staging
+# stream would have): whether a waiting channel alone takes GPU time slices from the staging. And 2,000 tiny kernels
+# (cuDNN's fp32 FFT path launches about 1,900 a forward for L1/78's transposed conv): whether a deep queue behind the
+# wait blocks the host or slows the other context (in one process a launch that blocks there never returns: run it
+# with --split, whose late path lets the staging and the go through)
 VARIANTS = ("none", "conv_transpose_b128", "conv_transpose_b120", "conv_transpose_b128_nobias", "gelu_b136",
-            "gelu_b128", "conv_b128", "gelu_b128_side_stream")
+            "gelu_b128", "conv_b128", "gelu_b128_side_stream", "small_kernels_2000")
+SPLIT_ONLY = ("small_kernels_2000",)
 
 
 def forwards(torch: Any) -> dict[str, Callable[[], Any]]:
@@ -79,10 +83,19 @@ def forwards(torch: Any) -> dict[str, Callable[[], Any]]:
         queued.wait_stream(stream)
         return out
 
+    def small_kernels(count: int) -> Callable[[], Any]:
+        def queue() -> Any:
+            if "one" not in made:
+                made["one"] = torch.zeros(1, device="cuda")
+            for _ in range(count):
+                made["one"].add_(1.0)
+            return made["one"]
+        return queue
+
     return {"none": lambda: None, "conv_transpose_b128": conv_transpose(128),
             "conv_transpose_b120": conv_transpose(120), "conv_transpose_b128_nobias": conv_transpose(128, bias=False),
             "gelu_b136": gelu(136), "gelu_b128": gelu(128), "conv_b128": conv,
-            "gelu_b128_side_stream": side_stream_gelu}
+            "gelu_b128_side_stream": side_stream_gelu, "small_kernels_2000": small_kernels(2000)}
 
 
 def staging_buffers(torch: Any) -> tuple[Any, Any, Any, Any]:
@@ -292,7 +305,8 @@ def queue_side(fd: int, names: list[str], rounds: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=None,
+                        help="default: all (in one process, all but " + ", ".join(SPLIT_ONLY) + ")")
     parser.add_argument("--json", default="", help="also write the rows here")
     parser.add_argument("--protocol", default="cudagym",
                         help="the protocol whose precision switches both processes run under (default: %(default)s)")
@@ -302,6 +316,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    one_process = not args.split and args.child < 0
+    if args.variants is None:
+        args.variants = [v for v in VARIANTS if not (one_process and v in SPLIT_ONLY)]
+    elif one_process and set(args.variants) & set(SPLIT_ONLY):
+        parser.error(f"{', '.join(sorted(set(args.variants) & set(SPLIT_ONLY)))} runs only with --split (in one "
+                     "process a launch that blocks behind the wait would never return)")
     from cudagym.errors import ConfigError
 
     try:

@@ -27,6 +27,13 @@ def test_without_a_gpu_it_says_so_and_fails(capsys: pytest.CaptureFixture[str]) 
     assert "no GPU" in capsys.readouterr().err
 
 
+def test_a_variant_that_may_block_its_host_runs_only_split(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        probe.main(["--variants", "none", "small_kernels_2000"])
+    assert stop.value.code == 2
+    assert "small_kernels_2000 runs only with --split" in capsys.readouterr().err
+
+
 def test_an_unknown_protocol_is_refused_by_name(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as stop:
         probe.main(["--protocol", "cudagym-v99"])
