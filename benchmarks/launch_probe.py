@@ -40,9 +40,9 @@ FILL = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFuncto
 # conv without its bias (whose add ran as two kernels there), tell size from cuDNN. And a GELU run on a second stream
 # that waits for the queued one (a second channel of the context with work behind the go, as a library's internal
 # stream would have): whether a waiting channel alone takes GPU time slices from the staging. And 2,000 tiny kernels
-# (cuDNN's fp32 FFT path launches about 1,900 a forward for L1/78's transposed conv): whether a deep queue behind the
-# wait blocks the host or slows the other context (in one process a launch that blocks there never returns: run it
-# with --split, whose late path lets the staging and the go through)
+# (cuDNN's fp32 FFT path launches about 1,900 a forward for L1/71's transposed conv, 3,700 for L1/57's): whether a
+# deep queue behind the wait blocks the host or slows the other context (in one process a launch that blocks there
+# never returns: run it with --split, whose late path lets the staging and the go through)
 VARIANTS = ("none", "conv_transpose_b128", "conv_transpose_b120", "conv_transpose_b128_nobias", "gelu_b136",
             "gelu_b128", "conv_b128", "gelu_b128_side_stream", "small_kernels_2000")
 SPLIT_ONLY = ("small_kernels_2000",)
