@@ -42,8 +42,9 @@ def test_an_unknown_protocol_is_refused_by_name(capsys: pytest.CaptureFixture[st
 
 
 @pytest.mark.parametrize(("spec", "matmul", "cudnn"), [("cudagym", False, False), ("kernelbench", False, True)])
-def test_both_processes_run_under_the_protocols_precision(spec: str, matmul: bool, cudnn: bool) -> None:
-    # the judge saw L2/19's excess under the default (cuDNN TF32 off: another algorithm than torch's default picks)
+def test_the_probe_takes_the_protocols_precision_switches(spec: str, matmul: bool, cudnn: bool) -> None:
+    # the judge saw L2/19's excess under the default (cuDNN TF32 off: another algorithm than torch's default picks);
+    # the second process takes the same --protocol on its command line
     before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
               torch.get_float32_matmul_precision())
     try:
