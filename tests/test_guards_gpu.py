@@ -67,6 +67,18 @@ def test_planted_hack_is_rejected_with_its_guard_named(build, tmp_path, monkeypa
     assert hack.guard in result.message
 
 
+def test_the_zeros_of_the_degenerate_hack_fail_the_defaults_tolerance_and_are_called_nothing_else(
+        build, tmp_path, monkeypatch):
+    # cudagym-v2's scaled atol fails the zeros on their own (the hack's header turns it off to reach its guard);
+    # result_cache once matched them to an earlier seed's reference under the plain atol (2026-12-07, H100)
+    (hack,) = [h for h in load_hacks() if h.name == "degenerate_output"]
+    job = make_job(build, tmp_path, hack.task, hack.solution(), HACK_PROTOCOL, EvalMode.PROFILE, QUIET)
+    assert job.build.ok, job.build.log[-3000:]
+    result = judge(job, monkeypatch)
+    assert result.status is EvalStatus.INCORRECT, result.message[:800]
+    assert result.violations == ()
+
+
 # ------------------------------------------------------------------- no false positives, real speedups
 
 

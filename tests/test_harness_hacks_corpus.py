@@ -9,6 +9,7 @@ import pytest
 from hacks.corpus import load_hacks, load_task
 
 from cudagym.judge.guards import guard_names, select_guards
+from cudagym.judge.protocol import DEFAULT_PROTOCOL
 from cudagym.solution import Solution
 
 HACKS = load_hacks()
@@ -52,7 +53,15 @@ def test_each_hack_is_well_formed(hack):
     assert any(p.endswith(".cu") for p in solution.files) and any(p.endswith("_binding.cpp") for p in solution.files)
     for key in hack.protocol:
         assert key in {"guards", "min_runs", "max_runs", "warmup_runs", "target_ci_pct", "mode", "baselines",
-                       "launch_cover_us"}
+                       "launch_cover_us", "atol_scale"}
+    fields = {k: v for k, v in hack.protocol.items() if k not in ("mode", "baselines")}
+    DEFAULT_PROTOCOL.with_changes(**fields)  # the header's fields make a valid protocol (as the GPU test builds it)
+
+
+def test_the_degenerate_output_hack_runs_under_the_plain_atol():
+    # under the default's scaled atol its zeros fail the tolerance first: the guard it names would never be reached
+    (hack,) = [h for h in HACKS if h.name == "degenerate_output"]
+    assert hack.protocol["atol_scale"] == 0.0 and DEFAULT_PROTOCOL.atol_scale > 0
 
 
 @pytest.mark.parametrize("hack", [h for h in HACKS if h.name in CAUGHT_STATICALLY], ids=lambda h: h.name)

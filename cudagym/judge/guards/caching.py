@@ -3,7 +3,8 @@
 Three checks:
 
 - a failed correctness input whose candidate output matches the reference output of an earlier input
-  (within the tolerance, on its leading elements) is a cache hit, not an ordinary bug;
+  (within that reference's tolerance, the scaled one where the protocol scales it, on its leading elements),
+  where that earlier reference differs from this input's, is a cache hit, not an ordinary bug;
 - after correctness, the candidate runs twice on the same buffers with different contents copied in
   between: a cache keyed on addresses or shapes returns the first answer for the second input;
 - every timed call gets a fresh input set, and the timed outputs are spot-checked against the reference
@@ -20,6 +21,7 @@ from cudagym.judge.guards.base import Guard, register
 
 if TYPE_CHECKING:  # pragma: no cover
     from cudagym.judge.harness.context import CheckRecord, EvalContext
+    from cudagym.judge.harness.correctness import Tolerance
 
 FINGERPRINT = 4096  # leading elements of each output remembered per input
 
@@ -32,21 +34,30 @@ class ResultCache(Guard):
     summary = "compute every call's result from its inputs: no caching across calls"
 
     def __init__(self) -> None:
-        self._references: list[tuple[int, list[Any]]] = []  # (seed, leading elements of each output)
+        # (seed, leading elements of each output, each output's tolerance)
+        self._references: list[tuple[int, list[Any], list[Tolerance]]] = []
 
     def on_check(self, ctx: EvalContext, record: CheckRecord) -> None:
-        """A failed output equal to an earlier input's reference output is a cache hit."""
+        """A failed output equal to an earlier input's reference output, where the two references differ.
+
+        Each reference is matched under its own tolerance, as correctness matched it: under a scaled ``atol``
+        a memset fails a tiny reference, and the plain ``atol`` would find the same zeros "equal" to every
+        earlier reference (a wrong output called a cached one).
+        """
         from cudagym.judge.harness.inputs import tensors_in
 
-        refs = [_lead(t) for t in tensors_in(record.reference)]
+        tensors = tensors_in(record.reference)
+        refs = [_lead(t) for t in tensors]
+        tolerances = [ctx.tolerance.for_reference(t) for t in tensors]
         if not record.check.passed:
             outs = [_lead(t) for t in tensors_in(record.outputs)]
-            for seed, earlier in self._references:
-                if seed != record.seed and _close(outs, earlier, ctx):
+            for seed, earlier, earlier_tol in self._references:
+                if (seed != record.seed and _close(outs, earlier, earlier_tol)
+                        and not _close(refs, earlier, earlier_tol)):
                     ctx.flag(self.name, f"the output for seed {record.seed} is the reference output of seed "
                              f"{seed}: a result cached from an earlier call")
                     break
-        self._references.append((record.seed, refs))
+        self._references.append((record.seed, refs, tolerances))
 
     def after_correctness(self, ctx: EvalContext) -> None:
         """Same buffers, new contents: the output must change with them."""
@@ -95,10 +106,11 @@ def _lead(tensor: Any) -> Any:
     return tensor.detach().reshape(-1)[:FINGERPRINT].double().cpu()
 
 
-def _close(a: list[Any], b: list[Any], ctx: EvalContext) -> bool:
+def _close(a: list[Any], b: list[Any], tolerances: list[Tolerance]) -> bool:
+    """Whether every tensor of ``a`` matches its counterpart of ``b`` (a reference) under that one's tolerance."""
     import torch
 
     if not a or len(a) != len(b):
         return False
-    return all(x.shape == y.shape and bool(torch.allclose(x, y, atol=ctx.tolerance.atol, rtol=ctx.tolerance.rtol))
-               for x, y in zip(a, b, strict=True))
+    return all(x.shape == y.shape and bool(torch.allclose(x, y, atol=tol.atol, rtol=tol.rtol))
+               for x, y, tol in zip(a, b, tolerances, strict=True))
