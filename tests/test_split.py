@@ -12,8 +12,10 @@ import textwrap
 from collections.abc import Sequence
 
 import pytest
+import torch
 from split_pools import cpu_split_pool
 
+from cudagym.judge.harness.inputs import generate_inputs
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import Job, KnownBaselines
 from cudagym.judge.protocol import CUDAGYM_V0
@@ -206,7 +208,8 @@ pool = pytest.fixture(scope="module", name="pool")(cpu_split_pool)
 
 def judge(pool: WorkerPool, candidate: str, *, guards: Sequence[str] = (), mode: EvalMode = EvalMode.VERIFY,
           job_id: str = "job", runner_reference_runs: int = 0, reference_batch: int = 0,
-          timeout_s: float | None = None, task: str = TASK, target_ci_pct: float = 0.0) -> EvalResult:
+          timeout_s: float | None = None, task: str = TASK, target_ci_pct: float = 0.0,
+          **fields: object) -> EvalResult:
     """One job of ``task`` (the linear+relu one) with ``candidate`` through the pool."""
     code = textwrap.dedent(candidate)
     job = Job(
@@ -220,7 +223,7 @@ def judge(pool: WorkerPool, candidate: str, *, guards: Sequence[str] = (), mode:
                                          warmup_ms=0.0, min_runs=5, max_runs=5, target_ci_pct=target_ci_pct,
                                          runner_reference_runs=runner_reference_runs,
                                          runner_reference_batch=reference_batch,
-                                         eval_timeout_s=timeout_s or CUDAGYM_V0.eval_timeout_s),
+                                         eval_timeout_s=timeout_s or CUDAGYM_V0.eval_timeout_s, **fields),
         baselines=KnownBaselines(),
     )
     return pool.submit(job).result(timeout=300)
@@ -390,3 +393,17 @@ def test_the_runner_has_the_raw_runtimes_cupy_imported_before_the_job(pool: Work
     result = judge(pool, probe, job_id="cupy-warm")
     assert result.status is EvalStatus.OK, result.message
     assert "cupy before the candidate: True" in result.log, result.log[-2000:]
+
+
+def test_answers_memorised_for_the_published_seeds_are_named_hard_coding_through_the_split(pool: WorkerPool) -> None:
+    # the trusted side's guards are sided wrappers: hard_coding must still ask before the failed 4x set is the verdict
+    ns: dict = {}
+    exec(textwrap.dedent(TASK), ns)
+    sums = [round(float(generate_inputs(ns["get_inputs"], s, torch.device("cpu"))[0].sum()), 3) for s in (42, 43)]
+    memorised = HONEST.replace("        return torch.relu(", f"        if round(float(x.sum()), 3) not in {sums}:\n"
+                               "            return torch.zeros(8, 32)\n        return torch.relu(")
+    plain = judge(pool, memorised, job_id="memorised-plain", scaled_inputs=(4.0,))
+    assert plain.status is EvalStatus.INCORRECT and "inputs scaled x4" in plain.message, plain.message
+    result = judge(pool, memorised, job_id="memorised", guards=("hard_coding",), scaled_inputs=(4.0,))
+    assert result.status is EvalStatus.RULE_VIOLATION, result.message
+    assert {v.guard for v in result.violations} == {"hard_coding"}

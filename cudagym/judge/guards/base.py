@@ -68,6 +68,10 @@ class Guard:
     summary: ClassVar[str] = ""  # one line: the exploit it stops (shown in listings and the task prompt)
     order: ClassVar[int] = 50  # lower runs first at every hook
     runner_hooks: ClassVar[frozenset[str]] = frozenset()  # hooks beyond RUNNER_HOOKS that run in the runner
+    # True: its after_correctness asks whether the answer holds on unseen inputs at the task's own scale, and also
+    # runs when only the protocol's scaled input sets failed (their seeds are unseen too): its finding names the
+    # cause (answers memorised for the published seeds) where the failed scaled set alone cannot
+    probes_unseen_inputs: ClassVar[bool] = False
 
     def check_sources(self, ctx: EvalContext) -> None:
         """Static checks on the solution's files, before anything runs."""
@@ -121,6 +125,7 @@ class Sided(Guard):
         self.side = side
         self.name = inner.name  # type: ignore[misc]
         self.order = inner.order  # type: ignore[misc]
+        self.probes_unseen_inputs = inner.probes_unseen_inputs  # type: ignore[misc]
 
     def __getattribute__(self, attr: str) -> Any:
         if attr in HOOKS:

@@ -7,7 +7,9 @@ or hide state in them. Exempt: a task whose reference itself writes to its input
 
 hard_coding. The protocol's seeds are public. After correctness the candidate is checked on two more
 input sets from seeds drawn at random for this job (named in the message): outputs memorised for the
-known seeds, or special cases for their values, fail there. Timing draws fresh inputs for every call and
+known seeds, or special cases for their values, fail there. Where the protocol's scaled input sets (unseen
+seeds too) failed first, this check still runs, at the task's own scale: wrong there as well is hard coding;
+right there, the failure is the scale's and the verdict stays INCORRECT. Timing draws fresh inputs for every call and
 spot-checks them, which covers hard-coding too. KernelBench tasks have fixed shapes, so shapes do not vary.
 """
 
@@ -53,6 +55,7 @@ class HardCoding(Guard):
     name = "hard_coding"
     summary = "the kernel must be correct for any input of the task's shapes, not only the published seeds"
     order = 70
+    probes_unseen_inputs = True
 
     def after_correctness(self, ctx: EvalContext) -> None:
         """Check on input sets from unpublished seeds."""

@@ -209,6 +209,10 @@ def _checked(ctx: EvalContext) -> tuple[EvalStatus, str] | None:
     failed = [c for c in ctx.checks if not c.passed]
     if ctx.violations:
         return _violation(ctx)
+    if failed and all(c.index >= SCALED_INDEX for c in failed):
+        _unseen_inputs(ctx)
+        if ctx.violations:
+            return _violation(ctx)
     if failed:
         return EvalStatus.INCORRECT, f"{len(failed)} of {len(ctx.checks)} inputs did not match the reference; " \
             f"input {failed[0].index} (seed {failed[0].seed}): {failed[0].message}"
@@ -218,6 +222,17 @@ def _checked(ctx: EvalContext) -> tuple[EvalStatus, str] | None:
         remote: Any = ctx.cand_model
         remote.hook("after_correctness")
     return _violation(ctx) if ctx.violations else None
+
+
+def _unseen_inputs(ctx: EvalContext) -> None:
+    """Only the scaled input sets failed: the guards that probe unseen inputs at the task's scale ask first.
+
+    A scaled set has an unseen seed and another scale at once; answers memorised for the published seeds fail it
+    as INCORRECT, and the guard that names them (``hard_coding``) ran only after every check passed.
+    """
+    for guard in ctx.guards:
+        if guard.probes_unseen_inputs:
+            guard.after_correctness(ctx)
 
 
 def _prepare(ctx: EvalContext) -> None:
