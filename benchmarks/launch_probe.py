@@ -18,7 +18,8 @@ first run (session 41, H100) had torch's defaults instead (cuDNN TF32 on): cuDNN
 TF32 path (``nchwToNhwcKernel`` first, after the go), no variant put work beside the staging in either mode, and
 the staging took 2.15-2.24 ms (median) with every forward, ``none`` included: not the judge's conditions.
 
-    python3 benchmarks/launch_probe.py [--split] [--rounds N] [--variants NAME ...] [--protocol SPEC] [--json PATH]
+    python3 benchmarks/launch_probe.py [--split [--stage-first]] [--rounds N] [--variants NAME ...] [--protocol SPEC]
+                                       [--json PATH]
 """
 
 from __future__ import annotations
@@ -43,8 +44,15 @@ FILL = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFuncto
 # (cuDNN's fp32 FFT path launches about 1,900 a forward for L1/71's transposed conv, 3,700 for L1/57's): whether a
 # deep queue behind the wait blocks the host or slows the other context (in one process a launch that blocks there
 # never returns: run it with --split, whose late path lets the staging and the go through)
+# Session 43 (H100, split, the default's fp32): the staging grew by ~2.04 ms with every forward that had a second
+# stream behind the go (the three transposed convs: cuDNN's fp32 path waits on events 97 times a forward; the GELU on
+# a side stream), with none of the single-stream ones (GELU, conv, 2,000 kernels), and no GPU work of the second
+# context began before the go. So three more: two side streams (one slice each, or one for all?), a side stream
+# behind the go with no kernel on it (is a waiting channel enough?), and --stage-first (the staging done before the
+# other process queues anything: does the excess vanish, or move into the round?)
 VARIANTS = ("none", "conv_transpose_b128", "conv_transpose_b120", "conv_transpose_b128_nobias", "gelu_b136",
-            "gelu_b128", "conv_b128", "gelu_b128_side_stream", "small_kernels_2000")
+            "gelu_b128", "conv_b128", "gelu_b128_side_stream", "small_kernels_2000", "gelu_b128_two_side_streams",
+            "gelu_b128_empty_side_stream")
 SPLIT_ONLY = ("small_kernels_2000",)
 
 
@@ -83,6 +91,27 @@ def forwards(torch: Any) -> dict[str, Callable[[], Any]]:
         queued.wait_stream(stream)
         return out
 
+    def side_streams(count: int) -> Any:
+        queued = torch.cuda.current_stream()
+        streams = made.setdefault(f"side{count}", [torch.cuda.Stream() for _ in range(count)])
+        x = batch_of(128)
+        parts = x.chunk(count)
+        outs = []
+        for stream, part in zip(streams, parts, strict=True):
+            stream.wait_stream(queued)  # each behind the queued stream's wait for the word
+            with torch.cuda.stream(stream):
+                outs.append(torch.nn.functional.gelu(part))
+        for stream in streams:
+            queued.wait_stream(stream)
+        return outs
+
+    def empty_side_stream() -> Any:
+        queued = torch.cuda.current_stream()
+        stream = made.setdefault("empty_side", torch.cuda.Stream())
+        stream.wait_stream(queued)  # a channel waiting behind the go, with nothing queued after its wait
+        queued.wait_stream(stream)
+        return torch.nn.functional.gelu(batch_of(128))
+
     def small_kernels(count: int) -> Callable[[], Any]:
         def queue() -> Any:
             if "one" not in made:
@@ -95,7 +124,8 @@ def forwards(torch: Any) -> dict[str, Callable[[], Any]]:
     return {"none": lambda: None, "conv_transpose_b128": conv_transpose(128),
             "conv_transpose_b120": conv_transpose(120), "conv_transpose_b128_nobias": conv_transpose(128, bias=False),
             "gelu_b136": gelu(136), "gelu_b128": gelu(128), "conv_b128": conv,
-            "gelu_b128_side_stream": side_stream_gelu, "small_kernels_2000": small_kernels(2000)}
+            "gelu_b128_side_stream": side_stream_gelu, "small_kernels_2000": small_kernels(2000),
+            "gelu_b128_two_side_streams": lambda: side_streams(2), "gelu_b128_empty_side_stream": empty_side_stream}
 
 
 def staging_buffers(torch: Any) -> tuple[Any, Any, Any, Any]:
@@ -109,10 +139,11 @@ def staging_buffers(torch: Any) -> tuple[Any, Any, Any, Any]:
     return src, dst, out, flush
 
 
-def stage(torch: Any, stream: Any, buffers: tuple[Any, Any, Any, Any], word: int, n: int) -> float:
+def stage(torch: Any, stream: Any, buffers: tuple[Any, Any, Any, Any], word: int, n: int, go: bool = True) -> float:
     """One staging as the judge's, timed on ``stream`` (µs), then the word set to ``n``, then the GPU idle.
 
-    ``buffers``: the inputs' source and place, the outputs to poison, the L2 flush's buffer.
+    ``buffers``: the inputs' source and place, the outputs to poison, the L2 flush's buffer. ``go=False``: the
+    word is left as it is (``--stage-first`` writes it once the other process has queued).
     """
     from cudagym.judge.split.signals import write_value
 
@@ -123,7 +154,8 @@ def stage(torch: Any, stream: Any, buffers: tuple[Any, Any, Any, Any], word: int
     out.fill_(float("nan"))
     flush.fill_(1.0)
     end.record(stream)
-    write_value(stream.cuda_stream, word, n)
+    if go:
+        write_value(stream.cuda_stream, word, n)
     torch.cuda.synchronize()
     return float(start.elapsed_time(end)) * 1000.0
 
@@ -157,10 +189,17 @@ def use_precision(spec: str) -> str:
             f"{'on' if protocol.cudnn_tf32 else 'off'} for cuDNN")
 
 
-def split(names: list[str], rounds: int, json_path: str, spec: str) -> int:
-    """The staging here, the forwards queued behind the word in a second process (its own context, as the runner's)."""
+def split(names: list[str], rounds: int, json_path: str, spec: str, stage_first: bool = False) -> int:
+    """The staging here, the forwards queued behind the word in a second process (its own context, as the runner's).
+
+    ``stage_first``: each round's staging is done (the GPU idle) before the other process queues its forward, and the
+    word is written once it has: no channel of the other context waits behind the go during the staging. Each row
+    also has the round's wall time on this host's clock (from asking for the round to its end), which compares the
+    two orders: an excess that vanished, or one that moved from the staging into the round.
+    """
     import os
     import subprocess
+    import time
 
     import torch
 
@@ -187,28 +226,39 @@ def split(names: list[str], rounds: int, json_path: str, spec: str) -> int:
         for name in names:
             _expect(child, f"variant {name}")
             times: list[float] = []
+            walls: list[float] = []
             late = 0
             for _ in range(rounds):
                 n += 1
+                began = time.perf_counter()
+                if stage_first:
+                    times.append(stage(torch, stream, buffers, word, n, go=False))
                 child.stdin.write(f"round {n}\n")
                 child.stdin.flush()
                 # the whole forward queued behind the word in the other context; else (a forward that waits for
                 # its GPU inside would never finish queueing) the staging and the word go ahead, as the judge's go
                 armed = _expect(child, f"armed {n}", ARM_WAIT_S) is not None
                 late += not armed
-                times.append(stage(torch, stream, buffers, word, n))
+                if stage_first:
+                    write_value(stream.cuda_stream, word, n)
+                    torch.cuda.synchronize()
+                else:
+                    times.append(stage(torch, stream, buffers, word, n))
                 if not armed:
                     _expect(child, f"armed {n}")
                 _expect(child, f"done {n}")
+                walls.append((time.perf_counter() - began) * 1e6)
             seen = json.loads(_expect(child, "report ") or "{}")
-            row = {"forward": name, "split": True, "rounds": len(times), "late_rounds": late,
-                   "staging_median_us": round(statistics.median(times), 1),
-                   "staging_max_us": round(max(times), 1), **seen}
+            row = {"forward": name, "split": True, "stage_first": stage_first, "rounds": len(times),
+                   "late_rounds": late, "staging_median_us": round(statistics.median(times), 1),
+                   "staging_max_us": round(max(times), 1), "round_wall_median_us": round(statistics.median(walls), 1),
+                   **seen}
             rows.append(row)
-            print(f"{name:22s} (second process) staging median {row['staging_median_us']:9.1f} us, max "
-                  f"{row['staging_max_us']:9.1f} us ({late} late); its forward {row['forward_median_us']:9.1f} us "
-                  "after the go; its context's GPU work before the go (rounds, median start from the go, length):",
-                  flush=True)
+            order = "staged first" if stage_first else "second process"
+            print(f"{name:22s} ({order}) staging median {row['staging_median_us']:9.1f} us, max "
+                  f"{row['staging_max_us']:9.1f} us ({late} late); round {row['round_wall_median_us']:9.1f} us; its "
+                  f"forward {row['forward_median_us']:9.1f} us after the go; its context's GPU work before the go "
+                  "(rounds, median start from the go, length):", flush=True)
             api = seen["api_calls_per_round"]
             print("    its host API calls per round: " + ", ".join(f"{k} {v:g}" for k, v in api.items()))
             for b in seen["before_go"]:
@@ -312,10 +362,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="the protocol whose precision switches both processes run under (default: %(default)s)")
     parser.add_argument("--split", action="store_true",
                         help="queue the forwards in a second process (its own CUDA context, as the judge's runner)")
+    parser.add_argument("--stage-first", action="store_true",
+                        help="with --split: stage before the second process queues (nothing of it waits behind the go)")
     parser.add_argument("--child", type=int, default=-1, help=argparse.SUPPRESS)  # the second process: the word's fd
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if args.stage_first and not args.split:
+        parser.error("--stage-first needs --split (in one process the staging and the forward share a context)")
     one_process = not args.split and args.child < 0
     if args.variants is None:
         args.variants = [v for v in VARIANTS if not (one_process and v in SPLIT_ONLY)]
@@ -337,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         return queue_side(args.child, args.variants, args.rounds)
     print(f"precision: {precision}", flush=True)
     if args.split:
-        return split(args.variants, args.rounds, args.json, args.protocol)
+        return split(args.variants, args.rounds, args.json, args.protocol, args.stage_first)
     from torch.profiler import ProfilerActivity, profile
 
     from cudagym.judge.split.signals import wait_value, write_value

@@ -107,3 +107,10 @@ def test_the_queueing_report_names_work_that_began_before_the_go() -> None:
     assert report["before_go"] == [{"name": "Memset (Device)", "rounds": 1, "start_us": -85.0, "length_us": 2.0}]
     assert report["forward_median_us"] == 55.0  # from each mark to the round's last GPU work: 50 and 60
     assert report["api_calls_per_round"] == {"cudaLaunchKernel": 1.0, "cudaMemsetAsync": 0.5}
+
+
+def test_staging_first_is_refused_without_a_second_process(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        probe.main(["--stage-first"])
+    assert stop.value.code == 2
+    assert "--stage-first needs --split" in capsys.readouterr().err
