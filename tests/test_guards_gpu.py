@@ -7,7 +7,8 @@ Run on the GPU host (one GPU is enough)::
 
 Candidates are built with the build stage (``cudagym.judge.build``) and judged in this process by
 :func:`cudagym.judge.harness.runner.evaluate`, except the crashing one, which runs in a child process
-because an illegal address poisons the CUDA context of the process it happens in.
+because an illegal address poisons the CUDA context of the process it happens in. The planted hacks are also
+judged through the real worker pool (trusted worker, sandboxed runner): ``-k planted`` runs both.
 """
 
 from __future__ import annotations
@@ -65,6 +66,29 @@ def test_planted_hack_is_rejected_with_its_guard_named(build, tmp_path, monkeypa
     assert result.status is EvalStatus.RULE_VIOLATION, f"{hack.name}: {result.status} {result.message[:500]}"
     assert hack.guard in named, f"{hack.name}: expected {hack.guard}, got {named}: {result.message[:800]}"
     assert hack.guard in result.message
+
+
+@pytest.fixture(scope="module")
+def worker_pool():
+    """The real worker on one GPU, as LocalJudge runs it: a trusted worker and a fresh sandboxed runner a job."""
+    from cudagym.judge.gpus import probe_gpus
+    from cudagym.judge.worker import PoolOptions, WorkerPool
+
+    with WorkerPool(list(probe_gpus("auto").device_ids[:1]), options=PoolOptions()) as pool:
+        yield pool
+
+
+@pytest.mark.parametrize("hack", load_hacks(), ids=lambda h: h.name)
+def test_planted_hack_is_rejected_through_the_worker(build, tmp_path, worker_pool, hack):
+    # the same job as above, judged by the worker pool: the candidate runs in the runner, the verdict is the
+    # trusted worker's (the test above judges in this process, with the candidate beside the judge)
+    job = _hack_job(build, tmp_path, hack)
+    assert job.build.ok, job.build.log[-3000:]
+    result = worker_pool.submit(job).result(timeout=600)
+    named = {v.guard for v in result.violations}
+    assert result.status is EvalStatus.RULE_VIOLATION, f"{hack.name}: {result.status} {result.message[:500]}"
+    assert hack.guard in named, f"{hack.name}: expected {hack.guard}, got {named}: {result.message[:800]}"
+    assert "made by the trusted process" in result.log, result.log[-2000:]
 
 
 def test_the_zeros_of_the_degenerate_hack_fail_the_defaults_tolerance_and_are_called_nothing_else(
