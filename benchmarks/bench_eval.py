@@ -108,6 +108,16 @@ def test_repeatability_of_speedup_and_tier(benchmark, judges, bundled, task_id):
         _report(benchmark, task_id, name, results, judges[name].protocol.threshold)
 
 
+def yardstick_factors(results: list) -> list[float]:
+    """Each result's speedup against eager over eager / candidate: the factor the runner's reference scaled it by.
+
+    1.0 where nothing scaled it (no runner, or a disputed yardstick); a spread of these is the part of the speedup's
+    spread that the yardstick adds to the candidate's own.
+    """
+    return [r.speedup_vs_eager * r.candidate.median_us / r.eager.median_us
+            if r.candidate.median_us > 0 and r.eager.median_us > 0 else float("nan") for r in results]
+
+
 def _report(benchmark, task_id: str, name: str, results: list, threshold: float) -> None:
     speedups = [r.speedup_vs_eager for r in results]
     tiers = [tier_of(r.candidate.median_us, r.eager.median_us, r.compiled.median_us,
@@ -116,14 +126,15 @@ def _report(benchmark, task_id: str, name: str, results: list, threshold: float)
     cand = [r.candidate.median_us for r in results]
     paired = [p for r in results if (p := paired_speedup(r)[0])]
     paired_spread = max(paired) / min(paired) - 1 if len(paired) == len(results) else float("nan")
+    factors = yardstick_factors(results)
     benchmark.extra_info[name] = {
         "task": task_id, "spread": spread, "tiers": tiers, "speedup_median": statistics.median(speedups),
         "candidate_median_us": statistics.median(cand), "candidate_spread": max(cand) / min(cand) - 1,
-        "paired_spread": paired_spread,
+        "paired_spread": paired_spread, "yardstick_factors": factors,
     }
     print(f"\n{task_id} [{name}]: speedup vs eager median {statistics.median(speedups):.3f}x, spread {spread:.2%} "
-          f"(candidate alone {max(cand) / min(cand) - 1:.2%}; paired per-round estimate {paired_spread:.2%}), "
-          f"tiers {tiers}")
+          f"(candidate alone {max(cand) / min(cand) - 1:.2%}; paired per-round estimate {paired_spread:.2%}; "
+          f"the yardstick's factor {min(factors):.4f}-{max(factors):.4f}), tiers {tiers}")
     for i, r in enumerate(results):  # which side moved, if the spread is large: the candidate or a baseline
         print(f"  run {i}: candidate {r.candidate.median_us:.1f} us (CI {r.candidate.ci95_halfwidth_pct:.2f}%, "
               f"{r.candidate.runs} runs), eager {r.eager.median_us:.1f} us (CI {r.eager.ci95_halfwidth_pct:.2f}%), "
