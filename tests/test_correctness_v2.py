@@ -7,7 +7,7 @@ candidate passing both.
 from __future__ import annotations
 
 import pytest
-from test_harness_cpu import run
+from test_harness_cpu import cached_by, memorised, run
 
 from cudagym.judge.protocol import CUDAGYM_V1, CUDAGYM_V2, DEFAULT_PROTOCOL
 from cudagym.judge.records import EvalStatus
@@ -203,38 +203,17 @@ def test_zeros_under_a_tiny_reference_are_incorrect_not_a_cached_result(tmp_path
 
 
 def test_a_result_cached_by_shape_is_still_named_under_v2(tmp_path) -> None:
-    from test_harness_cpu import HONEST
-
-    cached = HONEST.replace("        return torch.relu(", "        key = tuple(x.shape)\n"
-                            "        if key in self.__dict__.setdefault('memo', {}):\n"
-                            "            return self.memo[key]\n"
-                            "        self.memo[key] = torch.relu(")
-    cached = cached.rstrip() + "\n        return self.memo[key]\n"
-    result = run(tmp_path, cached, guards=("result_cache",), **V2_FIELDS)
+    result = run(tmp_path, cached_by("tuple(x.shape)"), guards=("result_cache",), **V2_FIELDS)
     assert {v.guard for v in result.violations} == {"result_cache"}, result.message
     assert "seed 43 is the reference output of seed 42" in result.violations[0].message
 
 
-def _memorised(tmp_path) -> str:
-    """A candidate right on the published seeds 42 and 43 (keyed on an input checksum), zeros elsewhere."""
-    import torch
-    from test_harness_cpu import HONEST, LINEAR_TASK
-
-    from cudagym.judge.harness.inputs import generate_inputs
-
-    ns: dict = {}
-    exec(LINEAR_TASK, ns)
-    sums = [round(float(generate_inputs(ns["get_inputs"], s, torch.device("cpu"))[0].sum()), 3) for s in (42, 43)]
-    return HONEST.replace("        return torch.relu(", f"        if round(float(x.sum()), 3) not in {sums}:\n"
-                          "            return torch.zeros(8, 32)\n        return torch.relu(")
-
-
 def test_answers_memorised_for_the_published_seeds_are_named_hard_coding_under_v2(tmp_path) -> None:
     # v2's scaled set (an unseen seed at 4x) failed them first: INCORRECT, and hard_coding never asked
-    memorised = _memorised(tmp_path)
-    plain = run(tmp_path, memorised, **V2_FIELDS)
+    answers = memorised()  # right on the published seeds 42 and 43 (keyed on an input checksum), zeros elsewhere
+    plain = run(tmp_path, answers, **V2_FIELDS)
     assert plain.status is EvalStatus.INCORRECT and "inputs scaled x4" in plain.message  # no guard: the check
-    result = run(tmp_path, memorised, guards=("hard_coding",), **V2_FIELDS)
+    result = run(tmp_path, answers, guards=("hard_coding",), **V2_FIELDS)
     assert result.status is EvalStatus.RULE_VIOLATION, result.message
     assert {v.guard for v in result.violations} == {"hard_coding"}
     assert "unseen input (seed" in result.violations[0].message

@@ -338,38 +338,41 @@ def test_lazy_output_subclass_and_aliasing(tmp_path):
     assert guards_named(result) == {"lazy_output"} and "shares memory with an input" in result.violations[0].message
 
 
-def test_result_cache_keyed_on_shape_is_named_not_just_incorrect(tmp_path):
-    cached = HONEST.replace("        return torch.relu(", "        key = tuple(x.shape)\n"
+def cached_by(key: str) -> str:
+    """HONEST with its result memoised under ``key`` (an expression of ``x``) and returned for any later match."""
+    cached = HONEST.replace("        return torch.relu(", f"        key = {key}\n"
                             "        if key in self.__dict__.setdefault('memo', {}):\n"
                             "            return self.memo[key]\n"
                             "        self.memo[key] = torch.relu(")
-    cached = cached.rstrip() + "\n        return self.memo[key]\n"
-    result = run(tmp_path, cached, guards=["result_cache"])
+    return cached.rstrip() + "\n        return self.memo[key]\n"
+
+
+def memorised(seeds: Sequence[int] = (42, 43)) -> str:
+    """HONEST where the input's checksum is one of ``seeds``' sets (LINEAR_TASK's published seeds), zeros elsewhere."""
+    ns: dict = {}
+    exec(LINEAR_TASK, ns)
+    sums = [round(float(generate_inputs(ns["get_inputs"], s, torch.device("cpu"))[0].sum()), 3) for s in seeds]
+    return HONEST.replace("        return torch.relu(", f"        if round(float(x.sum()), 3) not in {sums}:\n"
+                          "            return torch.zeros(8, 32)\n        return torch.relu(")
+
+
+def test_result_cache_keyed_on_shape_is_named_not_just_incorrect(tmp_path):
+    result = run(tmp_path, cached_by("tuple(x.shape)"), guards=["result_cache"])
     assert result.status is EvalStatus.RULE_VIOLATION and guards_named(result) == {"result_cache"}
     assert "seed 43 is the reference output of seed 42" in result.violations[0].message
 
 
 def test_result_cache_keyed_on_address_is_caught_after_correctness(tmp_path):
     # keyed on the data pointer: the correctness inputs sit at different addresses, the reuse test does not
-    cached = HONEST.replace("        return torch.relu(", "        key = x.data_ptr()\n"
-                            "        if key in self.__dict__.setdefault('memo', {}):\n"
-                            "            return self.memo[key]\n"
-                            "        self.memo[key] = torch.relu(")
-    cached = cached.rstrip() + "\n        return self.memo[key]\n"
-    result = run(tmp_path, cached, guards=["result_cache"], num_inputs=1)
+    result = run(tmp_path, cached_by("x.data_ptr()"), guards=["result_cache"], num_inputs=1)
     assert guards_named(result) == {"result_cache"}
     assert "same input buffers" in result.violations[0].message
 
 
 def test_hard_coding_fails_on_unseen_seeds(tmp_path):
     # outputs memorised for the protocol's published seeds (keyed on an input checksum), zeros otherwise
-    ns: dict = {}
-    exec(LINEAR_TASK, ns)
-    sums = [round(float(generate_inputs(ns["get_inputs"], s, torch.device("cpu"))[0].sum()), 3) for s in (42, 43)]
-    memorised = HONEST.replace("        return torch.relu(", f"        if round(float(x.sum()), 3) not in {sums}:\n"
-                               "            return torch.zeros(8, 32)\n        return torch.relu(")
-    assert run(tmp_path, memorised).status is EvalStatus.OK  # the published seeds alone cannot tell
-    result = run(tmp_path, memorised, guards=["hard_coding"])
+    assert run(tmp_path, memorised()).status is EvalStatus.OK  # the published seeds alone cannot tell
+    result = run(tmp_path, memorised(), guards=["hard_coding"])
     assert guards_named(result) == {"hard_coding"} and "unseen input (seed" in result.violations[0].message
 
 
@@ -561,12 +564,7 @@ def test_suspicious_speedup_is_reverified(tmp_path):
                           compiled=TimingStats(median_us=1e9, mean_us=1e9, runs=30))
     result = run(tmp_path, HONEST, mode=EvalMode.PROFILE, baselines=fast, guards=["suspicious_speedup"])
     assert result.status is EvalStatus.OK and "re-verified on 5 extra inputs" in result.log
-    ns: dict = {}
-    exec(LINEAR_TASK, ns)
-    sums = [round(float(generate_inputs(ns["get_inputs"], s, torch.device("cpu"))[0].sum()), 3) for s in (42, 43)]
-    memorised = HONEST.replace("        return torch.relu(", f"        if round(float(x.sum()), 3) not in {sums}:\n"
-                               "            return torch.zeros(8, 32)\n        return torch.relu(")
-    result = run(tmp_path, memorised, mode=EvalMode.PROFILE, baselines=fast, guards=["suspicious_speedup"])
+    result = run(tmp_path, memorised(), mode=EvalMode.PROFILE, baselines=fast, guards=["suspicious_speedup"])
     assert guards_named(result) == {"suspicious_speedup"} and "wrong on an extra input" in result.violations[0].message
 
 

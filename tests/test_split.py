@@ -12,10 +12,9 @@ import textwrap
 from collections.abc import Sequence
 
 import pytest
-import torch
 from split_pools import cpu_split_pool
+from test_harness_cpu import memorised
 
-from cudagym.judge.harness.inputs import generate_inputs
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import Job, KnownBaselines
 from cudagym.judge.protocol import CUDAGYM_V0
@@ -397,13 +396,9 @@ def test_the_runner_has_the_raw_runtimes_cupy_imported_before_the_job(pool: Work
 
 def test_answers_memorised_for_the_published_seeds_are_named_hard_coding_through_the_split(pool: WorkerPool) -> None:
     # the trusted side's guards are sided wrappers: hard_coding must still ask before the failed 4x set is the verdict
-    ns: dict = {}
-    exec(textwrap.dedent(TASK), ns)
-    sums = [round(float(generate_inputs(ns["get_inputs"], s, torch.device("cpu"))[0].sum()), 3) for s in (42, 43)]
-    memorised = HONEST.replace("        return torch.relu(", f"        if round(float(x.sum()), 3) not in {sums}:\n"
-                               "            return torch.zeros(8, 32)\n        return torch.relu(")
-    plain = judge(pool, memorised, job_id="memorised-plain", scaled_inputs=(4.0,))
+    answers = memorised()  # TASK is the CPU harness tests' LINEAR_TASK: the same inputs for the same seeds
+    plain = judge(pool, answers, job_id="memorised-plain", scaled_inputs=(4.0,))
     assert plain.status is EvalStatus.INCORRECT and "inputs scaled x4" in plain.message, plain.message
-    result = judge(pool, memorised, job_id="memorised", guards=("hard_coding",), scaled_inputs=(4.0,))
+    result = judge(pool, answers, job_id="memorised", guards=("hard_coding",), scaled_inputs=(4.0,))
     assert result.status is EvalStatus.RULE_VIOLATION, result.message
     assert {v.guard for v in result.violations} == {"hard_coding"}
