@@ -7,7 +7,11 @@ The timer's device-wide synchronize still waits for it, so it shows in the host 
 - after each audited forward, before anything synchronises: the current stream must be the one the
   forward started on (a forward that switches streams is flagged, and the stream restored); then the
   harness waits for that stream only, snapshots the outputs, synchronises the device and compares: outputs
-  that changed after the forward's stream was done were still being written by escaped work;
+  that changed after the forward's stream was done were still being written by escaped work. The snapshot
+  is taken twice: pieces of each output at random places, copied to the host by the copy engine, and a full
+  copy on the GPU. A full copy is a kernel, which cannot start while escaped work holds every SM (the planted
+  side-stream hack's kernel fills the GPU and idles first, and its full copy was taken after it ended, on
+  the H100: 2026-12-07); the copy engine needs no SM;
 - after timing (CUDA events timer): the host wall time minus the event time (the part of the call the
   events did not see) must stay small: its 20th percentile over the timed calls above ``max(100 us, half the
   event time)``, and more than three times the eager baseline's (when timed in the same run), is escaped work.
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import sys
 import threading
 from collections.abc import Iterator
@@ -46,6 +51,11 @@ TAIL_VS_EAGER = 3.0  # times the eager baseline's tail
 # call it escapes from, while a busy host adds to some calls only (on the H200, beside other judges' builds, the
 # bundled Swish's median tail was 157-338 us against events of 137 us, and honest SUBMITs were flagged)
 TAIL_QUANTILE = 0.2
+
+# The pieces of each output read by the copy engine right after the forward's stream is done, and again after the
+# device is: at random places (a forward cannot know which to finish first), each at most PIECE_BYTES
+PIECES = 32
+PIECE_BYTES = 8192
 
 THREAD_MODULES = frozenset({"threading", "_thread", "multiprocessing", "concurrent", "asyncio"})
 # Threads the CUDA driver and profiler start on their own (named by them); a candidate's thread inherits
@@ -68,7 +78,7 @@ class SideStream(Guard):
             return
         import torch
 
-        from cudagym.judge.harness.inputs import clone_tree, trees_bitwise_equal
+        from cudagym.judge.harness.inputs import bitwise_equal, clone_tree, tensors_in, trees_bitwise_equal
         from cudagym.judge.harness.integrity import PRISTINE
 
         now = PRISTINE.current_stream(ctx.device)
@@ -79,9 +89,14 @@ class SideStream(Guard):
         done = PRISTINE.event()
         PRISTINE.event_record(done, call.stream)
         PRISTINE.event_synchronize(done)  # the forward's stream is idle; other streams may not be
+        pieces = sampled_pieces(tensors_in(call.outputs))
+        # device to host, queued at once on the forward's idle stream: the copy engine, beside whatever holds the SMs
+        early = [piece.to("cpu", non_blocking=True) for piece in pieces]
         snapshot = clone_tree(call.outputs)
         PRISTINE.sync(ctx.device)
-        if not trees_bitwise_equal(snapshot, call.outputs):
+        late = [piece.cpu() for piece in pieces]
+        if not all(bitwise_equal(a, b) for a, b in zip(early, late, strict=True)) or \
+                not trees_bitwise_equal(snapshot, call.outputs):
             ctx.flag(self.name, "outputs were still being written after the forward's stream finished: work "
                      "on another stream was not joined to the current stream")
 
@@ -153,6 +168,32 @@ class HostThreads(Guard):
         if new:
             names = ", ".join(t.name for t in new[:5])
             ctx.flag(self.name, f"extra Python threads are running after {stage}: {names}")
+
+
+def sampled_pieces(tensors: list[Any], pieces: int = PIECES, piece_bytes: int = PIECE_BYTES,
+                   devices: tuple[str, ...] = ("cuda",)) -> list[Any]:
+    """Views of about ``pieces`` pieces of the contiguous tensors on ``devices``, shared out, in the order to read.
+
+    Each tensor's last and first pieces are always among its own (two at least) and come first: escaped work that
+    writes front to back (or back to front) is behind on one of them. The others lie at random places and follow
+    in random order, so no order of writing keeps ahead of the reads. A tensor no larger than its share of pieces
+    together is one piece. Other tensors give none (the full copy of the outputs still covers them).
+    """
+    tensors = [t for t in tensors if t.device.type in devices and t.is_contiguous() and t.numel() > 0]
+    share = max(2, pieces // max(1, len(tensors)))
+    ends, middles = [], []
+    for tensor in tensors:
+        flat = tensor.reshape(-1)  # a view: the tensor is contiguous
+        size = max(1, piece_bytes // tensor.element_size())
+        count = flat.numel()
+        if count <= size * share:
+            ends.append(flat)
+            continue
+        ends += [flat[count - size:], flat[:size]]
+        middles += [flat[start:start + size] for start in
+                    {secrets.randbelow(count - size + 1) for _ in range(share - 2)} - {0, count - size}]
+    secrets.SystemRandom().shuffle(middles)
+    return ends + middles
 
 
 def native_threads() -> set[int]:
