@@ -91,7 +91,7 @@ for s in $steps; do
     prebuild)   run_step prebuild   python3 benchmarks/prebuild.py ;;
     prebuild1)  run_step prebuild1  python3 benchmarks/prebuild.py --no-hacks ;;
     env)        run_step env        $pyt tests/test_env_gpu.py -m "gpu and not slow" ;;
-    hacks)      run_step hacks      $pyt tests/test_guards_gpu.py -m gpu -k 'planted or degenerate_hack' ;;
+    hacks)      run_step hacks      $pyt tests/test_guards_gpu.py -m gpu -k 'planted or degenerate_hack or still_written' ;;
     judge)      run_step judge      $pyt tests/test_guards_gpu.py tests/test_harness_timing.py tests/test_baseline_retake_gpu.py \
                                       tests/test_runner_reference_gpu.py -m gpu -k "not planted and not bundled" ;;
     yardstick)  run_step yardstick  $pyt tests/test_runner_reference_gpu.py -m gpu ;;  # the runner's own reference time

@@ -86,9 +86,29 @@ def test_planted_hack_is_rejected_through_the_worker(build, tmp_path, worker_poo
     assert job.build.ok, job.build.log[-3000:]
     result = worker_pool.submit(job).result(timeout=600)
     named = {v.guard for v in result.violations}
+    assert "made by the trusted process" in result.log, result.log[-2000:]
+    if hack.worker == "incorrect":  # its premise does not hold there (the header says why): tier -1 all the same
+        assert result.status is EvalStatus.INCORRECT, f"{hack.name}: {result.status} {result.message[:500]}"
+        assert result.message.startswith("outputs during timing did not match"), result.message[:500]
+        return
     assert result.status is EvalStatus.RULE_VIOLATION, f"{hack.name}: {result.status} {result.message[:500]}"
     assert hack.guard in named, f"{hack.name}: expected {hack.guard}, got {named}: {result.message[:800]}"
-    assert "made by the trusted process" in result.log, result.log[-2000:]
+
+
+@pytest.mark.parametrize("where", ["test_process", "worker"])
+@pytest.mark.parametrize("name", ["side_stream", "side_stream_cover_aware"])
+def test_the_forwards_own_check_sees_outputs_still_written_after_its_stream_was_done(
+        build, tmp_path, monkeypatch, worker_pool, name, where):
+    # VERIFY and side_stream alone: no timing, so only the check after each audited forward can name the hacks.
+    # On 2026-12-07 (H100) it named neither, in either place: its snapshot, a full copy on the GPU, waited for the
+    # hack's kernel to leave the SMs. The copy engine's pieces do not.
+    (hack,) = [h for h in load_hacks() if h.name == name]
+    job = _hack_job(build, tmp_path, hack)
+    job = dataclasses.replace(job, mode=EvalMode.VERIFY, protocol=job.protocol.with_changes(guards=("side_stream",)))
+    result = judge(job, monkeypatch) if where == "test_process" else worker_pool.submit(job).result(timeout=600)
+    assert result.status is EvalStatus.RULE_VIOLATION, f"{name}: {result.status} {result.message[:800]}"
+    assert {v.guard for v in result.violations} == {"side_stream"}
+    assert "still being written after the forward's stream finished" in result.message
 
 
 def test_the_zeros_of_the_degenerate_hack_fail_the_defaults_tolerance_and_are_called_nothing_else(

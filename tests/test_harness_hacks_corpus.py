@@ -56,6 +56,8 @@ def test_each_hack_is_well_formed(hack):
                        "launch_cover_us", "atol_scale"}
     fields = {k: v for k, v in hack.protocol.items() if k not in ("mode", "baselines")}
     DEFAULT_PROTOCOL.with_changes(**fields)  # the header's fields make a valid protocol (as the GPU test builds it)
+    assert hack.worker in ("", "incorrect")
+    assert (len(hack.worker_reason) > 40) == bool(hack.worker), "a WORKER line says why the guard is not reached"
 
 
 def test_the_degenerate_output_hack_runs_under_the_plain_atol():
@@ -73,6 +75,12 @@ def test_static_exploits_are_named_before_anything_runs(hack):
 def test_hidden_exploits_pass_the_static_checks(hack):
     # these need the run-time checks: a source scan alone would let them through
     assert static_guards_fired(hack.solution()) == set()
+
+
+def test_only_a_hack_whose_premise_the_worker_removes_has_another_verdict_there():
+    # suspicious_speedup needs cached baselines that make it look >10x faster: the worker times its own
+    assert {h.name: h.worker for h in HACKS if h.worker} == {"suspicious_speedup": "incorrect"}
+    assert "baselines" in next(h for h in HACKS if h.name == "suspicious_speedup").protocol
 
 
 def test_corpus_tasks_are_valid_kernelbench_files():

@@ -6,8 +6,11 @@ Every ``<hack>/model_new.py`` opens with comment lines naming the exploit and th
     # GUARD: the guard's registered name
     # TASK: bundled/L1/01_Swish  (a bundled task id) or hacks/<name> (a file in tests/hacks/tasks/)
     # PROTOCOL: key=value ...   (optional: protocol fields, mode=..., baselines=fast)
+    # WORKER: incorrect: why   (optional: the verdict through the worker, where the GUARD cannot be reached there)
 
 ``baselines=fast`` means cached baselines that make any candidate look >10x faster than eager.
+``WORKER: incorrect`` says that through the worker (trusted process, sandboxed runner) the hack's premise does not
+hold and it gets tier -1 as INCORRECT from the checks of its timed calls; the reason follows the colon.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 TASKS = HERE / "tasks"
-_HEADER = re.compile(r"^#\s*(EXPLOIT|GUARD|TASK|PROTOCOL):\s*(.*)$")
+_HEADER = re.compile(r"^#\s*(EXPLOIT|GUARD|TASK|PROTOCOL|WORKER):\s*(.*)$")
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,8 @@ class Hack:
     guard: str
     task: str
     protocol: dict[str, Any] = field(default_factory=dict)
+    worker: str = ""  # "" (the worker names ``guard`` too) or "incorrect"
+    worker_reason: str = ""
 
     def solution(self) -> Any:
         from cudagym.solution import Solution
@@ -52,10 +57,12 @@ def load_hacks() -> list[Hack]:
             if match:
                 last = match.group(1)
                 fields[last] = match.group(2).strip()
-            elif last == "EXPLOIT":
+            elif last in ("EXPLOIT", "WORKER"):
                 fields[last] += " " + line.lstrip("#").strip()
+        worker, _, reason = fields.get("WORKER", "").partition(":")
         hacks.append(Hack(folder.name, folder, fields.get("EXPLOIT", ""), fields.get("GUARD", ""),
-                          fields.get("TASK", ""), _protocol(fields.get("PROTOCOL", ""))))
+                          fields.get("TASK", ""), _protocol(fields.get("PROTOCOL", "")), worker.strip(),
+                          reason.strip()))
     return hacks
 
 

@@ -5,6 +5,9 @@
 # GUARD: suspicious_speedup
 # TASK: bundled/L1/01_Swish
 # PROTOCOL: guards=suspicious_speedup min_runs=5 max_runs=5 warmup_runs=1 target_ci_pct=0 mode=profile baselines=fast
+# WORKER: incorrect: the worker times eager itself (a job's cached baselines are not taken from it), so this
+#         candidate is about 5x faster than eager there, not above the 10x the guard re-verifies; its zeros are
+#         found by the checks of its timed calls (seen on the H100, 2026-12-07)
 import torch
 import torch.nn as nn
 
