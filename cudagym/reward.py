@@ -11,6 +11,10 @@ tier  condition (``t`` = candidate time)
 3     correct, ``b(t, t_eager)`` and ``b(t, t_compile)``
 ====  ===========================================================================
 
+``t_eager`` and ``t_compile`` are the baselines as the judge compared them: times taken in the judge's clean
+process, multiplied by the verdict's ``baseline_scale`` (the reference's time in the candidate's own runner over
+eager's, where the protocol takes that yardstick), so the tier and the verdict's speedups agree.
+
 A kernel that beats torch.compile but not eager earns 1: tier 3 needs both. The ``speedup`` mode is the
 CUDA Agent paper's ablation (``t_compile / t`` when correct, -1 otherwise). A verdict that is not the
 agent's doing (no GPU on the judge, the judge's own failure, a missing build tool) scores 0 and is marked
@@ -150,8 +154,10 @@ def score(result: EvalResult, config: RewardConfig = RewardConfig()) -> Score:  
     if not result.correct:
         return Score(reward=WRONG, tier=-1, evaluated=True, status=status)
     t = _time_us(result.candidate, config.statistic)
-    t_eager = _time_us(result.eager, config.statistic)
-    t_compile = _time_us(result.compiled, config.statistic)
+    # the baselines as the judge compared them: moved into the candidate's process by its yardstick, where taken
+    scale = _baseline_scale(result)
+    t_eager = _time_us(result.eager, config.statistic) * scale
+    t_compile = _time_us(result.compiled, config.statistic) * scale
     tier = tier_of(
         t, t_eager, t_compile,
         threshold_vs_eager=config.threshold_vs_eager, threshold_vs_compile=config.threshold_vs_compile,
@@ -213,6 +219,14 @@ def reward_config(
     raise ConfigError(
         f"expected reward as 'tier', 'speedup', a dict or a RewardConfig, got {type(spec).__name__}"
     )
+
+
+def _baseline_scale(result: EvalResult) -> float:
+    scale = result.baseline_scale
+    if not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"the verdict's baseline_scale must be a positive finite number, got {scale!r} (a judge "
+                         f"of protocol {result.protocol_id!r} wrote it)")
+    return float(scale)
 
 
 def _time_us(stats: TimingStats, statistic: str) -> float:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from fakes import failed_build, incorrect_result, timed_result, timing
 from hypothesis import given
@@ -112,6 +114,31 @@ def test_statistic_picks_median_or_mean() -> None:
     )
     assert score(slow_mean, RewardConfig(statistic="median")).tier == 3
     assert score(slow_mean, RewardConfig(statistic="mean")).tier == 1
+
+
+def test_the_tier_takes_the_baselines_as_the_judge_compared_them() -> None:
+    # kernelbench-v0.8 on the H100, L3/10_ResNet101 with the reference's own code as the candidate: eager 8,922.5 us
+    # in the judge's process (its host outlasted its cover), the same code 4,292.0 us in the candidate's runner, the
+    # reference 4,273.7 us there; the verdict was 1.007x vs eager, but the tier was taken from the raw times: 2
+    scale = 4273.7 / 8922.5
+    same_code = dataclasses.replace(timed_result(4292.0, 8922.5, 2622.9), baseline_scale=scale,
+                                    speedup_vs_eager=8922.5 * scale / 4292.0,
+                                    speedup_vs_compile=2622.9 * scale / 4292.0)
+    s = score(same_code)
+    assert s.tier == 1 and s.reward == 1.0
+    assert s.speedup_vs_eager == pytest.approx(same_code.speedup_vs_eager)  # the verdict's own figures
+    assert s.speedup_vs_compile == pytest.approx(same_code.speedup_vs_compile)
+    assert score(dataclasses.replace(same_code, baseline_scale=1.0)).tier == 2  # what it scored before
+    # a real 2x over that yardstick keeps its tier, under either statistic, and the speedup mode moves alike
+    fast = dataclasses.replace(same_code, candidate=timing(2100.0))
+    assert score(fast, RewardConfig(statistic="mean")).tier == 2
+    assert score(fast, RewardConfig(mode="speedup")).reward == pytest.approx(2622.9 * scale / 2100.0)
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
+def test_a_baseline_scale_that_is_not_a_positive_number_is_refused_by_name(bad: float) -> None:
+    with pytest.raises(ValueError, match="baseline_scale must be a positive finite number"):
+        score(dataclasses.replace(timed_result(50.0), baseline_scale=bad))
 
 
 def test_best_of_and_better() -> None:

@@ -31,6 +31,7 @@ from cudagym.judge.protocol import (
 from cudagym.judge.records import BuildResult, BuildStatus, EvalResult, EvalStatus, TimingStats, Yardstick
 from cudagym.judge.split import RUNNER_PHASES, TRUSTED_PHASES
 from cudagym.judge.worker import WorkerPool
+from cudagym.reward import reward_config, score, tier_of
 from cudagym.solution import Solution
 from cudagym.task import make_task
 
@@ -145,6 +146,15 @@ def test_the_same_code_is_as_fast_as_eager_when_the_yardstick_is_the_runners(poo
     assert fair.runner_reference.runs == 10 and 1400 < fair.runner_reference.median_us < 5000
     assert fair.eager.median_us > 5500  # the judge's process still times eager at its own speed ...
     assert 0.8 < fair.speedup_vs_eager < 1.25, fair.message + fair.log[-3000:]  # ... and the verdict is fair
+    # and the reward's tier takes the same yardstick (it once took the raw times: a tier 2 or 3 for the same code)
+    assert fair.baseline_scale == pytest.approx(fair.runner_reference.median_us / fair.eager.median_us)
+    config = reward_config(None, threshold=protocol(10).threshold, statistic=protocol(10).statistic)
+    scored = score(fair, config)
+    assert scored.speedup_vs_eager == pytest.approx(fair.speedup_vs_eager)
+    assert scored.tier == tier_of(1.0, fair.speedup_vs_eager, fair.speedup_vs_compile,
+                                  threshold_vs_eager=config.threshold_vs_eager,
+                                  threshold_vs_compile=config.threshold_vs_compile)  # the verdict's own figures' tier
+    assert alone.baseline_scale == 1.0 and score(alone, config).tier >= 2  # alone, the raw times stand
     note = next(n for n in fair.notes if n.startswith("speedups against the reference in the candidate's runner"))
     assert re.search(r"median of 10, 95% interval \+-[0-9.]+%, timed before the candidate loaded\) against "
                      r"eager's [0-9.]+ us here "

@@ -296,6 +296,10 @@ class EvalResult:
     runner_reference: TimingStats = field(default_factory=TimingStats)
     # why the judge's clock disputed that yardstick's on-time claims ("" where it agreed or none were on time)
     runner_reference_disputed: str = ""
+    # what the judge multiplied eager's and torch.compile's times by to move them into the candidate's process (the
+    # yardstick over eager's time here, or 1 where it was not taken or not trusted): the speedups above include it,
+    # and the reward's tier (cudagym.reward.score) takes it too
+    baseline_scale: float = 1.0
     notes: tuple[str, ...] = ()  # the harness's own notes (timing method, covers, ...), apart from ``log``
 
     @property

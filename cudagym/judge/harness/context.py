@@ -133,6 +133,7 @@ class EvalContext:
         self.runner_reference = TimingStats()  # the reference timed in the runner before the candidate loaded
         self.cached_yardstick: Yardstick | None = None  # that time from the baseline cache (a clean job's), if so
         self.runner_reference_disputed = ""  # why the judge's clock disputes its on-time claims ("" if it agrees)
+        self.baseline_scale = 1.0  # the speedups' yardstick factor on the baselines' times (1: not applied)
         self.runner_job: Job = job  # the job as the runner sees it (its own paths), in the split
 
     # ------------------------------------------------------------------------------------- reporting

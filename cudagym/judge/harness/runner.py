@@ -512,6 +512,7 @@ def _against_runner_reference(ctx: EvalContext) -> None:
     before = (ctx.speedup_vs_eager, ctx.speedup_vs_compile)
     ctx.speedup_vs_eager *= factor
     ctx.speedup_vs_compile *= factor
+    ctx.baseline_scale = factor  # the reward's tier is computed from the times: it must take the same factor
     ctx.note(f"{RUNNER_REFERENCE_NOTE}: the reference took {own.median_us:.1f} us there (median of {own.runs}, "
              f"95% interval +-{own.ci95_halfwidth_pct:.1f}%, timed before "
              f"{'any candidate loaded, in a clean job' if cached is not None else 'the candidate loaded'}) "
@@ -1108,6 +1109,7 @@ def _result(ctx: EvalContext, status: EvalStatus, message: str, wall_s: float, p
         paired_rounds=ctx.paired[1] if ctx.paired else 0,
         runner_reference=ctx.runner_reference,
         runner_reference_disputed=ctx.runner_reference_disputed,
+        baseline_scale=ctx.baseline_scale,
         notes=tuple(ctx.notes),
     )
 
