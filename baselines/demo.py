@@ -41,7 +41,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                        help=f"how many tasks, spread over the levels (default {DEFAULT_COUNT})")
     which.add_argument("--all", action="store_true", help="every bundled task")
     parser.add_argument("--judge", default="local", choices=sorted(JUDGES), help="judge backend (default local)")
-    parser.add_argument("--protocol", default=None, help="evaluation protocol (default: cudagym-v5)")
+    parser.add_argument("--protocol", default=None, help="evaluation protocol (default: cudagym-v6)")
     parser.add_argument("--bundled-root", default=None,
                         help="a folder laid out like envs/bundled/ (default: the installed suite)")
     parser.add_argument("--tokenizer", default=None,

@@ -235,7 +235,8 @@ class CudaKernelEnv(gym.Env[str, str]):
         self._judge_spec = judge
         self._judge: Judge | None = judge if isinstance(judge, Judge) else None
         reward_spec = dict(reward) if isinstance(reward, Mapping) else reward
-        config = reward_config(reward_spec, threshold=self._protocol.threshold, statistic=self._protocol.statistic)
+        config = reward_config(reward_spec, threshold=self._protocol.threshold, statistic=self._protocol.statistic,
+                               interval=self._protocol.tier_interval)
         self.reward_config: RewardConfig = (  # RewardConfig checks scoring
             replace(config, scoring=scoring) if scoring is not None else config)  # type: ignore[arg-type]
         self._counter_spec = token_counter

@@ -172,6 +172,9 @@ def render_eval(result: EvalResult, mode: str) -> str:
     return "\n".join(lines)
 
 
+INTERVAL_SHOWN_PCT = 1.0  # a score's interval from this size on is named in the episode's last line
+
+
 def render_score(score: Score, *, scoring: str) -> str:
     """The episode's final line: reward, tier and speedups."""
     if not score.evaluated:
@@ -181,6 +184,8 @@ def render_score(score: Score, *, scoring: str) -> str:
         versus = f"{score.speedup_vs_compile:.2f}x vs torch.compile" if score.speedup_vs_compile \
             else "torch.compile: not timed"
         speed = f", {score.speedup_vs_eager:.2f}x vs eager, {versus}"
+    if score.interval_pct >= INTERVAL_SHOWN_PCT:  # where it can move a tier: say so beside the figures it overrules
+        speed += f"; a tier step must also clear the timing's own 95% interval, +-{score.interval_pct:.1f}% here"
     return f"Episode over. Reward {score.reward:g} (tier {score.tier}, {scoring} state{speed})."
 
 

@@ -179,6 +179,8 @@ def _judging(protocol: Protocol, hardware: Hardware, reward: RewardConfig) -> st
         f"Reward at the end (tiered): -1 if it does not build, crashes, times out, is wrong or breaks a rule; "
         f"1 if correct; 2 if correct and more than {te:.0%} faster than eager PyTorch; 3 if also more than "
         f"{tc:.0%} faster than torch.compile."
+        + (" Each step up must hold beyond the timing's own 95% interval too (a noisy, host-bound time earns no "
+           "step its noise could explain)." if reward.interval else "")
         if reward.mode == "tier" else
         "Reward at the end: torch.compile time / your time when correct, -1 otherwise."
     )

@@ -54,6 +54,9 @@ class RewardConfig:
         threshold_vs_eager: Fraction faster than eager needed for tier 2 (0.05 = 5%).
         threshold_vs_compile: Fraction faster than torch.compile needed (with eager) for tier 3.
         statistic: Which timing statistic is compared: ``median`` or ``mean``.
+        interval: A tier step also needs the speedup beyond its threshold by the timing's own 95% interval (the
+            candidate's and the baseline's, combined); a protocol's ``tier_interval`` (``cudagym-v6`` on). The
+            ``speedup`` mode's reward is the point estimate either way.
     """
 
     mode: RewardMode = "tier"
@@ -61,6 +64,7 @@ class RewardConfig:
     threshold_vs_eager: float = 0.05
     threshold_vs_compile: float = 0.05
     statistic: Literal["median", "mean"] = "median"
+    interval: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in REWARD_MODES:
@@ -73,6 +77,8 @@ class RewardConfig:
                 raise ConfigError(f"expected {name} in [0, 1), got {value!r}; 0.05 means 5% faster")
         if self.statistic not in ("median", "mean"):
             raise ConfigError(f"expected statistic 'median' or 'mean', got {self.statistic!r}")
+        if not isinstance(self.interval, bool):
+            raise ConfigError(f"expected interval to be True or False, got {self.interval!r}")
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,7 @@ class Score:
         speedup_vs_eager: ``t_eager / t`` (0 when not timed).
         speedup_vs_compile: ``t_compile / t`` (0 when not timed).
         status: The verdict's status value.
+        interval_pct: The 95% interval the eager tier step had to clear beyond its threshold (0: none asked).
     """
 
     reward: float
@@ -94,6 +101,7 @@ class Score:
     speedup_vs_eager: float = 0.0
     speedup_vs_compile: float = 0.0
     status: str = ""
+    interval_pct: float = 0.0
 
 
 # A gain this close to the threshold (relative) is the threshold: 0.95 us against 1.0 us is exactly 5% faster,
@@ -158,16 +166,33 @@ def score(result: EvalResult, config: RewardConfig = RewardConfig()) -> Score:  
     scale = _baseline_scale(result)
     t_eager = _time_us(result.eager, config.statistic) * scale
     t_compile = _time_us(result.compiled, config.statistic) * scale
-    tier = tier_of(
-        t, t_eager, t_compile,
-        threshold_vs_eager=config.threshold_vs_eager, threshold_vs_compile=config.threshold_vs_compile,
-    )
+    margin_eager = margin_compile = 0.0
+    if config.interval:  # the yardstick's interval where it scaled the baselines, else each baseline's own
+        scaled = scale != 1.0 and result.runner_reference.measured
+        margin_eager = _interval(result.candidate, result.runner_reference if scaled else result.eager)
+        margin_compile = _interval(result.candidate, result.runner_reference if scaled else result.compiled)
+    tier = 1
+    if is_faster(_at_interval(t, margin_eager), t_eager, config.threshold_vs_eager):
+        tier = 3 if is_faster(_at_interval(t, margin_compile), t_compile, config.threshold_vs_compile) else 2
     vs_eager, vs_compile = speedup(t_eager, t), speedup(t_compile, t)
     reward = float(tier) if config.mode == "tier" else vs_compile
     return Score(
         reward=reward, tier=tier, evaluated=True,
-        speedup_vs_eager=vs_eager, speedup_vs_compile=vs_compile, status=status,
+        speedup_vs_eager=vs_eager, speedup_vs_compile=vs_compile, status=status, interval_pct=100.0 * margin_eager,
     )
+
+
+def _interval(candidate: TimingStats, baseline: TimingStats) -> float:
+    """The speedup's relative 95% half-width from two times' own (a fraction; 1 where either is unknown)."""
+    halves = (candidate.ci95_halfwidth_pct, baseline.ci95_halfwidth_pct)
+    if not all(isinstance(h, (int, float)) and math.isfinite(h) and h >= 0 for h in halves):
+        return 1.0
+    return min(1.0, math.hypot(*halves) / 100.0)
+
+
+def _at_interval(t: float, margin: float) -> float:
+    """The candidate's time at the slow end of the speedup's interval (infinite: no tier step can be resolved)."""
+    return t / (1.0 - margin) if margin < 1.0 else math.inf
 
 
 def better(a: Score, b: Score) -> bool:
@@ -189,6 +214,7 @@ def reward_config(
     *,
     threshold: float = 0.05,
     statistic: str = "median",
+    interval: bool = False,
 ) -> RewardConfig:
     """Resolve a reward option: a mode name, a dict of :class:`RewardConfig` fields, or a config.
 
@@ -197,6 +223,7 @@ def reward_config(
             :class:`RewardConfig`, or None for the default.
         threshold: The protocol's threshold, used for both baselines unless ``spec`` sets them.
         statistic: The protocol's statistic, unless ``spec`` sets one.
+        interval: The protocol's ``tier_interval``, unless ``spec`` sets ``interval``.
 
     Raises:
         ConfigError: Unknown mode, scoring, field or threshold.
@@ -205,6 +232,7 @@ def reward_config(
         return spec
     base: dict[str, Any] = {
         "threshold_vs_eager": threshold, "threshold_vs_compile": threshold, "statistic": statistic,
+        "interval": interval,
     }
     if spec is None:
         return RewardConfig(**base)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -63,6 +64,20 @@ def timed_result(candidate_us: float, eager_us: float = 100.0, compile_us: float
         kernels=(KernelTime("relu_kernel", candidate_us, 1, 1.0),),
         protocol_id=protocol_id, hardware=Hardware(gpu=H200),
     )
+
+
+def host_bound_result(candidate_us: float = 14084.3, candidate_ci: float = 13.0, reference_us: float = 17488.8,
+                      reference_ci: float = 15.4) -> EvalResult:
+    """A correct verdict timed behind its host, against the runner's yardstick: by default kernelbench-v0.8's
+    ``L3/34_VanillaRNNHidden`` with its reference as the candidate (H100, session 44; eager 29,891.3 us here)."""
+    eager_us = 29891.3
+    scale = reference_us / eager_us
+    return dataclasses.replace(
+        timed_result(candidate_us, eager_us, 24620.0), baseline_scale=scale,
+        speedup_vs_eager=reference_us / candidate_us, speedup_vs_compile=24620.0 * scale / candidate_us,
+        candidate=TimingStats(median_us=candidate_us, mean_us=candidate_us, runs=100, ci95_halfwidth_pct=candidate_ci),
+        runner_reference=TimingStats(median_us=reference_us, mean_us=reference_us, runs=92,
+                                     ci95_halfwidth_pct=reference_ci))
 
 
 def incorrect_result(build: BuildResult | None = None) -> EvalResult:

@@ -281,7 +281,7 @@ def test_check_writes_a_row_per_task_and_a_resumed_run_answers_from_the_journal(
     rows = list(csv_rows(table))
     assert {r["status"] for r in rows} == {"ok"} and all(float(r["eager_over_compile"]) > 1 for r in rows)
     markdown = table.read_text()
-    assert "4 tasks: 4 ok; 4 loaded, checked and timed." in markdown and "protocol kernelbench-v0.8" in markdown
+    assert "4 tasks: 4 ok; 4 loaded, checked and timed." in markdown and "protocol kernelbench-v0.9" in markdown
     assert "This run: 4 evaluations in " in markdown and "per GPU-hour; 0 answered from the journal." in markdown
     journal = (tmp_path / "journal.jsonl").read_text()
     assert _check_run(tmp_path, tasks)[0] == 0  # resumed: every job id already has its result
@@ -306,7 +306,7 @@ def test_from_journal_rewrites_the_table_from_a_runs_results_with_no_gpu(tmp_pat
     code = cli_main(["baselines", "check", "--tasks", tasks[0].id, "--protocol", "kernelbench-v0.4",
                      "--journal", str(tmp_path / "journal.jsonl"), "--table", str(again), "--from-journal"])
     err = capsys.readouterr().err  # another protocol's journal: it names the protocols the journal does hold
-    assert code == 1 and "0 of 1 tasks" in err and "check results under kernelbench-v0.8-" in err
+    assert code == 1 and "0 of 1 tasks" in err and "check results under kernelbench-v0.9-" in err
     code = cli_main(["baselines", "check", "--tasks", tasks[0].id, "--journal", str(tmp_path / "none.jsonl"),
                      "--table", str(again), "--from-journal"])
     assert code != 0 and "no such file" in capsys.readouterr().err

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest_env import SOLUTION, act, make_env, small_kernelbench, write_solution_actions
-from fakes import FakeJudge, incorrect_result, ok_build, timed_result
+from fakes import FakeJudge, host_bound_result, incorrect_result, ok_build, timed_result
 from gymnasium.error import ResetNeeded
 
 from cudagym.env import JUDGES, CudaKernelEnv
@@ -108,6 +108,24 @@ def test_full_episode_tier_two_with_the_fake_judge(env: CudaKernelEnv) -> None:
     judge = env._judge
     assert isinstance(judge, FakeJudge)
     assert [c[2] for c in judge.evaluations()] == ["verify", "profile", "submit"]
+
+
+@pytest.mark.parametrize(("protocol", "reward"), [(None, 1.0), ("cudagym-v5", 2.0)])
+def test_a_tier_inside_the_timings_own_interval_is_not_paid_under_the_default(
+        tree: Path, tmp_path: Path, protocol: str | None, reward: float) -> None:
+    # the same code, host-bound, 1.24x against its runner's yardstick with 95% intervals of 13% and 15%
+    judge = FakeJudge(eval_fn=lambda *a: host_bound_result(), protocol=get_protocol(protocol))
+    env = make_env(tree, judge, workspace_dir=str(tmp_path), **({"protocol": protocol} if protocol else {}))
+    first, _ = env.reset(seed=0)
+    assert ("Each step up must hold beyond the timing's own 95% interval too" in first) is (reward == 1.0)  # it says so
+    for action in write_solution_actions():
+        env.step(action)
+    obs, paid, terminated, _, info = env.step(act("submit"))
+    assert terminated and paid == reward, obs
+    assert info["last_eval"]["speedup_vs_eager"] == pytest.approx(17488.8 / 14084.3)  # the verdict's, either way
+    assert f"Episode over. Reward {reward:g} (tier {reward:g}" in obs
+    assert ("a tier step must also clear the timing's own 95% interval, +-20.2% here" in obs) is (reward == 1.0)
+    env.close()
 
 
 def test_the_judge_sees_exactly_the_snapshot(tree: Path, tmp_path: Path) -> None:
@@ -262,7 +280,7 @@ def test_speedup_reward_mode(tree: Path, tmp_path: Path) -> None:
     env.step(write_solution_actions()[0])
     _, reward, *_ = env.step(act("submit"))
     assert reward == pytest.approx(2.0)
-    assert env.reward_config == RewardConfig(mode="speedup")
+    assert env.reward_config == RewardConfig(mode="speedup", interval=True)  # the default protocol asks it
     env.close()
 
 
@@ -324,7 +342,7 @@ def test_judge_registry_and_ownership(tree: Path, tmp_path: Path, monkeypatch: p
     monkeypatch.setitem(JUDGES, "fake", factory)
     env = make_env(tree, judge="fake", protocol="kernelbench", workspace_dir=str(tmp_path))
     env.reset(seed=0)
-    assert made[0].protocol.id == "kernelbench-v0.8"
+    assert made[0].protocol.id == "kernelbench-v0.9"
     env.close()
     env.close()
     assert made[0].closed == 1  # the env made it, so the env closes it (once)

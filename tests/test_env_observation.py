@@ -105,7 +105,7 @@ def test_profile_table_and_kernel_breakdown() -> None:
     assert rows["torch.compile"][1] == "80.00" and rows["torch.compile"][-1] == "1.60x"
     assert "Kernel breakdown (candidate, per forward pass):" in text
     assert rows["relu_kernel"][1:] == ["50.00", "1", "100.0%"]
-    assert text.splitlines()[-1] == "(protocol cudagym-v5, GPU NVIDIA H200)"
+    assert text.splitlines()[-1] == "(protocol cudagym-v6, GPU NVIDIA H200)"
 
 
 def test_the_table_shows_the_reference_timed_in_the_candidates_process_when_it_scaled_the_speedups() -> None:

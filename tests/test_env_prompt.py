@@ -47,7 +47,10 @@ def test_sections_in_order_and_the_reference() -> None:
 def test_gpu_protocol_and_precision_are_stated() -> None:
     text = prompt()
     assert "GPU: NVIDIA H200 (compute capability 9.0)." in text
-    assert "Protocol `cudagym-v5`" in text
+    assert "Protocol `cudagym-v6`" in text
+    assert "95% interval too" not in text  # the reward's word, not the protocol's: RewardConfig() does not ask it
+    asked = prompt(reward=RewardConfig(interval=True))
+    assert "Each step up must hold beyond the timing's own 95% interval too" in asked
     assert "x4" in text and "unpublished seed" in text
     assert "5 input sets from seeds (42, 43, 44, 45, 46)" in text
     assert "|out - ref| <= 0.0001 + 0.0001 * |ref|" in text

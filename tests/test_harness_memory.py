@@ -680,7 +680,7 @@ def test_the_probe_takes_any_suites_task_and_protocol_and_refuses_unknown_ones_p
     assert probe.main(["--cpu", "--task", "bundled/L1/01_Swish", "--protocol", "kernelbench", "--mode", "one",
                        "--out", str(tmp_path)]) == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["task"] == "bundled/L1/01_Swish" and summary["protocol"] == "memory-probe-kernelbench-v0.8"
+    assert summary["task"] == "bundled/L1/01_Swish" and summary["protocol"] == "memory-probe-kernelbench-v0.9"
     assert summary["one_process"]["status"] == "ok"
     assert probe.main(["--cpu", "--task", "L9/nope", "--out", str(tmp_path)]) == 2
     assert probe.main(["--cpu", "--protocol", "fastest", "--out", str(tmp_path)]) == 2

@@ -223,7 +223,7 @@ def test_default_judge_handles_share_one_backend_until_the_last_closes(tmp_path)
     first = default_judge("cudagym", devices="none", build_fn=CountingBuild(), cache_dir=tmp_path)
     second = default_judge("kernelbench")
     try:
-        assert first.pipeline is second.pipeline and second.protocol.id == "kernelbench-v0.8"
+        assert first.pipeline is second.pipeline and second.protocol.id == "kernelbench-v0.9"
         first.close()
         first.close()
         assert not second.pipeline.closed

@@ -14,6 +14,8 @@ from cudagym.judge.protocol import (
     CUDAGYM_V2,
     CUDAGYM_V4,
     CUDAGYM_V5,
+    CUDAGYM_V6,
+    DEFAULT_PROTOCOL,
     KERNELBENCH,
     get_protocol,
 )
@@ -71,8 +73,13 @@ def test_presets_run_under_their_sources_precision_and_the_default_stays_strict_
     v07 = get_protocol("kernelbench-v0.7")
     assert v06.with_changes(id=v07.id, description=v07.description, runner_reference_runs=100) == v07
     # v0.8: v0.7 with each timed call queued in full before the go (a host-bound forward was timed behind its host)
-    assert v07.with_changes(id=KERNELBENCH.id, description=KERNELBENCH.description, arm_wait_ms=250.0,
-                            late_reference_floor=True) == KERNELBENCH
+    v08 = get_protocol("kernelbench-v0.8")
+    assert v07.with_changes(id=v08.id, description=v08.description, arm_wait_ms=250.0,
+                            late_reference_floor=True) == v08
+    # v0.9: v0.8 with a tier step only beyond the timing's own interval (rewards only: the same times)
+    assert v08.with_changes(id=KERNELBENCH.id, description=KERNELBENCH.description, tier_interval=True) == KERNELBENCH
+    assert not v08.tier_interval and KERNELBENCH.description.startswith(v08.description)
+    assert KERNELBENCH.timing_key.removeprefix(KERNELBENCH.id) == v08.timing_key.removeprefix(v08.id)
     assert v05.timing_key == "kernelbench-v0.5-854494a5f3"  # it times no baseline differently: v0.5's key stays
     assert v04.timing_key == "kernelbench-v0.4-d12f807abb"  # the new field left the older keys (and caches) alone
     assert old_ca.with_changes(id=CUDA_AGENT.id, description=CUDA_AGENT.description,
@@ -85,13 +92,14 @@ def test_presets_run_under_their_sources_precision_and_the_default_stays_strict_
 
 
 def test_get_protocol_resolves_names_and_rejects_unknown():
-    assert get_protocol(None) is CUDAGYM_V5 and get_protocol("cudagym") is CUDAGYM_V5
+    assert get_protocol(None) is CUDAGYM_V6 and get_protocol("cudagym") is CUDAGYM_V6
+    assert get_protocol("cudagym-v5") is CUDAGYM_V5
     assert get_protocol("cudagym-v4") is CUDAGYM_V4 and get_protocol("kernelbench-v0.7").arm_wait_ms == 5.0
     assert get_protocol("cudagym-v2") is CUDAGYM_V2
     assert get_protocol("cudagym-v1") is CUDAGYM_V1
     assert get_protocol("cudagym-v0") is CUDAGYM_V0  # old results stay reproducible by id
-    assert get_protocol("cuda-agent") is CUDA_AGENT and get_protocol("kernelbench-v0.8") is KERNELBENCH
-    assert get_protocol("kernelbench").id == "kernelbench-v0.8" and get_protocol("cuda-agent").id == "cuda-agent-v1"
+    assert get_protocol("cuda-agent") is CUDA_AGENT and get_protocol("kernelbench-v0.9") is KERNELBENCH
+    assert get_protocol("kernelbench").id == "kernelbench-v0.9" and get_protocol("cuda-agent").id == "cuda-agent-v1"
     assert get_protocol("kernelbench-v0.4").id == "kernelbench-v0.4"
     assert get_protocol(CUDA_AGENT) is CUDA_AGENT
     with pytest.raises(ConfigError, match="expected one of"):
@@ -100,10 +108,10 @@ def test_get_protocol_resolves_names_and_rejects_unknown():
 
 def test_a_name_with_extra_settings_is_that_protocol_under_an_id_of_its_own():
     probe = get_protocol("cudagym[arm_wait_ms=200,module_mode=train]")
-    assert probe.id == "cudagym-v5[arm_wait_ms=200,module_mode=train]"
+    assert probe.id == "cudagym-v6[arm_wait_ms=200,module_mode=train]"
     assert probe.extra == {"arm_wait_ms": 200, "module_mode": "train"}
-    assert dataclasses.replace(probe, id=CUDAGYM_V5.id, extra={}) == CUDAGYM_V5  # nothing else differs
-    assert probe.timing_key != CUDAGYM_V5.timing_key and probe.timing_key.startswith(probe.id)  # caches apart
+    assert dataclasses.replace(probe, id=CUDAGYM_V6.id, extra={}) == CUDAGYM_V6  # nothing else differs
+    assert probe.timing_key != CUDAGYM_V6.timing_key and probe.timing_key.startswith(probe.id)  # caches apart
     assert get_protocol(probe.id).extra == probe.extra  # its id resolves to it again (a remote judge's way)
     assert get_protocol("kernelbench[arm_wait_ms=1.5]").extra == {**KERNELBENCH.extra, "arm_wait_ms": 1.5}
     for bad, why in (("cudagym[x]", "key=value"), ("cudagym[=1]", "key=value"), ("cudagym[x=../a]", "key=value"),
@@ -208,9 +216,17 @@ def test_the_cli_takes_a_protocol_name_with_extra_settings(tmp_path, capsys):
     argv = ["baselines", "show", "--suite", "bundled", "--level", "1", "--cache-dir", str(tmp_path), "--protocol"]
     assert cli.main([*argv, "cudagym[arm_wait_ms=200]"]) == 0
     out, err = capsys.readouterr()
-    assert "protocol cudagym-v5[arm_wait_ms=200], timing key cudagym-v5[arm_wait_ms=200]-" in out + err
+    assert "protocol cudagym-v6[arm_wait_ms=200], timing key cudagym-v6[arm_wait_ms=200]-" in out + err
     assert cli.main([*argv, "cudagym[arm wait]"]) != 0
     assert "expected NAME[key=value,...]" in capsys.readouterr().err
+
+
+def test_the_default_differs_from_cudagym_v5_only_in_asking_a_tier_to_clear_the_timings_interval():
+    assert DEFAULT_PROTOCOL is CUDAGYM_V6 and CUDAGYM_V6.tier_interval and not CUDAGYM_V5.tier_interval
+    assert dataclasses.replace(CUDAGYM_V6, id=CUDAGYM_V5.id, description=CUDAGYM_V5.description,
+                               tier_interval=False) == CUDAGYM_V5
+    assert CUDAGYM_V6.timing_key.removeprefix("cudagym-v6") == CUDAGYM_V5.timing_key.removeprefix("cudagym-v5")
+    assert not CUDA_AGENT.tier_interval  # the paper's rule: any speedup past the threshold
 
 
 def test_the_wait_for_a_queued_call_is_a_field_of_its_own_checked_when_made():

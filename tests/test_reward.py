@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from fakes import failed_build, incorrect_result, timed_result, timing
+from fakes import failed_build, host_bound_result, incorrect_result, timed_result, timing
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -133,6 +133,42 @@ def test_the_tier_takes_the_baselines_as_the_judge_compared_them() -> None:
     fast = dataclasses.replace(same_code, candidate=timing(2100.0))
     assert score(fast, RewardConfig(statistic="mean")).tier == 2
     assert score(fast, RewardConfig(mode="speedup")).reward == pytest.approx(2622.9 * scale / 2100.0)
+
+
+def test_a_tier_must_clear_the_timings_own_interval_where_the_protocol_asks() -> None:
+    same_code = host_bound_result(14084.3, 13.0, 17488.8, 15.4)  # 1.24x by the yardstick: a tier by the point estimate
+    assert score(same_code).tier == 2
+    withheld = score(same_code, RewardConfig(interval=True))
+    assert withheld.tier == 1 and withheld.speedup_vs_eager == pytest.approx(17488.8 / 14084.3)
+    assert withheld.interval_pct == pytest.approx((13.0**2 + 15.4**2) ** 0.5)  # the yardstick's and the candidate's
+    # a real gain on the same task clears it (the RNN's steps as one kernel: 4x)
+    assert score(host_bound_result(17488.8 / 4, 13.0, 17488.8, 15.4), RewardConfig(interval=True)).tier >= 2
+    # on a GPU-bound task the intervals are a few tenths of a percent: a 6% gain keeps its tier
+    tight = dataclasses.replace(timed_result(94.0, 100.0, 120.0),
+                                candidate=TimingStats(median_us=94.0, mean_us=94.0, runs=100, ci95_halfwidth_pct=0.3),
+                                eager=TimingStats(median_us=100.0, mean_us=100.0, runs=100, ci95_halfwidth_pct=0.2),
+                                compiled=TimingStats(median_us=120.0, mean_us=120.0, runs=100, ci95_halfwidth_pct=0.2))
+    assert score(tight, RewardConfig(interval=True)).tier == 3
+    # unscaled, each baseline's own interval counts: eager's wide one withholds the eager step, and so tier 3
+    loose_eager = dataclasses.replace(tight, eager=dataclasses.replace(tight.eager, ci95_halfwidth_pct=4.0))
+    assert score(loose_eager, RewardConfig(interval=True)).tier == 1
+    assert score(loose_eager).tier == 3  # the paper's rule, and every protocol before cudagym-v6
+    # an unknown interval resolves nothing
+    nan = dataclasses.replace(tight.candidate, ci95_halfwidth_pct=float("nan"))
+    unknown = dataclasses.replace(tight, candidate=nan)
+    assert score(unknown, RewardConfig(interval=True)).tier == 1
+
+
+def test_the_default_and_kernelbench_protocols_ask_it_and_the_cuda_agent_preset_does_not() -> None:
+    from cudagym.judge.protocol import CUDA_AGENT, DEFAULT_PROTOCOL, KERNELBENCH
+
+    for protocol, asks in ((DEFAULT_PROTOCOL, True), (KERNELBENCH, True), (CUDA_AGENT, False)):
+        config = reward_config(None, threshold=protocol.threshold, statistic=protocol.statistic,
+                               interval=protocol.tier_interval)
+        assert config.interval is asks
+    assert reward_config({"interval": False}, interval=True).interval is False  # the user's choice stands
+    with pytest.raises(ConfigError, match="interval to be True or False"):
+        reward_config({"interval": "yes"})
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])

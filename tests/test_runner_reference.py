@@ -249,10 +249,10 @@ def test_the_runners_reference_stops_once_its_median_is_as_precise_as_the_protoc
 
 
 def test_the_default_and_kernelbench_presets_take_the_runners_yardstick() -> None:
-    assert DEFAULT_PROTOCOL is CUDAGYM_V5 and CUDAGYM_V5.runner_reference_runs == 200
+    assert DEFAULT_PROTOCOL.runner_reference_runs == CUDAGYM_V5.runner_reference_runs == 200
     assert CUDAGYM_V4.min_runs < 200 and CUDAGYM_V4.target_ci_pct > 0  # it stops once precise enough
     assert CUDAGYM_V3.runner_reference_runs == 20  # kept by id
-    assert KERNELBENCH.id == "kernelbench-v0.8" and KERNELBENCH.runner_reference_runs == 100
+    assert KERNELBENCH.id == "kernelbench-v0.9" and KERNELBENCH.runner_reference_runs == 100
 
 
 def _scaled(protocol: Protocol, own_us: float, late: list[int],

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     finally:
         judge.close()
     verdict = score(result, reward_config(None, threshold=judge.protocol.threshold,
-                                          statistic=judge.protocol.statistic))
+                                          statistic=judge.protocol.statistic, interval=judge.protocol.tier_interval))
     if args.json:
         data = {"task": task.id, "solution": str(args.path), "format": solution.format, "mode": args.mode,
                 "tier": verdict.tier, "reward": verdict.reward, "evaluated": verdict.evaluated,

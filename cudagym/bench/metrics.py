@@ -314,7 +314,8 @@ def _config(protocol_id: str) -> Any:
         protocol = get_protocol(protocol_id or None)
     except ConfigError:  # a verdict of a protocol this install does not know: the default threshold
         return reward_config(None, threshold=DEFAULT_THRESHOLD)
-    return reward_config(None, threshold=protocol.threshold, statistic=protocol.statistic)
+    return reward_config(None, threshold=protocol.threshold, statistic=protocol.statistic,
+                         interval=protocol.tier_interval)
 
 
 def _outcome(s: Score, protocol_id: str) -> Outcome:

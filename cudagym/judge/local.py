@@ -311,7 +311,7 @@ class LocalJudge(PipelineJudge):
         ...     result = judge.evaluate(task, solution, EvalMode.PROFILE)
 
     Args:
-        protocol: Protocol name, id or record (default ``cudagym-v5``).
+        protocol: Protocol name, id or record (default ``cudagym-v6``).
         devices: ``"auto"`` (every visible GPU), ``"none"``, or a list of CUDA device ids / UUIDs (one worker each).
         build_workers: Builds that may run at once (default: one per CPU core of this process).
         cache_dir: The cudagym cache folder (baselines under ``baselines/``, builds under ``build/``);

@@ -118,6 +118,12 @@ class Protocol:
         interleave: Time candidate, eager and compile round-robin in one process so drift cancels.
         statistic: ``median`` or ``mean`` of the timed calls.
         threshold: Fraction faster than a baseline needed for a tier step (0.05 = 5%).
+        tier_interval: A tier step needs the speedup faster than ``threshold`` by the timing's own 95% interval
+            too: the candidate's and the baseline's (the runner's reference where it scaled the baselines),
+            combined (:func:`cudagym.reward.score`). Where the times hold host time their intervals are wide: on
+            an H100 (``kernelbench-v0.8``, session 44) ``L3/34_VanillaRNNHidden``'s reference as its own candidate
+            took 17,488.8 us a call as the runner's reference (+-15.4%) and 14,084.3 us as the candidate (+-13.0%)
+            in one runner, and was judged 1.179x eager: a tier. Rewards only; no time changes.
         guards: Names of the reward-hacking guards that run (see ``cudagym.judge.guards``).
         atol_scale: 0 keeps ``atol`` as is. Above it, each output tensor's absolute tolerance is at most this
             fraction of the reference tensor's RMS, so zeros cannot pass on a reference of tiny magnitude.
@@ -164,6 +170,7 @@ class Protocol:
     interleave: bool = True
     statistic: Statistic = "median"
     threshold: float = 0.05
+    tier_interval: bool = False
     guards: tuple[str, ...] = ("all",)
     atol_scale: float = 0.0
     scaled_inputs: tuple[float, ...] = ()
@@ -347,6 +354,18 @@ CUDAGYM_V5 = CUDAGYM_V4.with_changes(
     late_reference_floor=True,
 )
 
+# cudagym-v5 with a tier step only where the speedup clears its threshold by the timing's own 95% interval (see
+# Protocol.tier_interval): the same code was judged a tier on host-bound tasks, where one process's host ran faster
+# for a while than another's. Its times are v5's (its baselines are cached under its own id all the same).
+CUDAGYM_V6 = CUDAGYM_V5.with_changes(
+    id="cudagym-v6",
+    description="as cudagym-v5 (5 seeded inputs, atol=rtol=1e-4 with atol at most 1% of each output's RMS, a 4x "
+    "input set, launch covers, L2 flush, interleaved median, every guard, speedups against the reference as timed "
+    "to the candidate's precision in its own process, every timed call queued in full before the go), a tier step "
+    "only where the speedup clears its threshold by the timing's own 95% interval",
+    tier_interval=True,
+)
+
 # The CUDA Agent scripts (verification.py / profiling.py): 5 random inputs at atol=rtol=1e-2, 5 warm-ups
 # then 10 runs under torch.profiler summing kernel device time, no L2 flush, mean. v0 ran its baselines with
 # TF32 off for convolutions too, which the scripts never do: kept by id, superseded by v1.
@@ -471,8 +490,19 @@ KERNELBENCH = KERNELBENCH_V07.with_changes(
     late_reference_floor=True,
 )
 
+# v0.8 with a tier step only where the speedup clears its threshold by the timing's own 95% interval (cudagym-v6
+# says why; KernelBench's own fast_p counts any speedup over its threshold).
+KERNELBENCH_V08 = KERNELBENCH
+KERNELBENCH = KERNELBENCH_V08.with_changes(
+    id="kernelbench-v0.9",
+    description=KERNELBENCH_V08.description + "; a tier step only where the speedup clears its threshold by the "
+    "timing's own 95% interval",
+    tier_interval=True,
+)
+
 PROTOCOLS: dict[str, Protocol] = {
-    "cudagym": CUDAGYM_V5,
+    "cudagym": CUDAGYM_V6,
+    CUDAGYM_V6.id: CUDAGYM_V6,
     CUDAGYM_V5.id: CUDAGYM_V5,
     CUDAGYM_V4.id: CUDAGYM_V4,
     CUDAGYM_V3.id: CUDAGYM_V3,
@@ -484,6 +514,7 @@ PROTOCOLS: dict[str, Protocol] = {
     CUDA_AGENT_V0.id: CUDA_AGENT_V0,
     "kernelbench": KERNELBENCH,
     KERNELBENCH.id: KERNELBENCH,
+    KERNELBENCH_V08.id: KERNELBENCH_V08,
     KERNELBENCH_V07.id: KERNELBENCH_V07,
     KERNELBENCH_V06.id: KERNELBENCH_V06,
     KERNELBENCH_V05.id: KERNELBENCH_V05,
@@ -492,7 +523,7 @@ PROTOCOLS: dict[str, Protocol] = {
     KERNELBENCH_V02.id: KERNELBENCH_V02,
 }
 
-DEFAULT_PROTOCOL = CUDAGYM_V5
+DEFAULT_PROTOCOL = CUDAGYM_V6
 
 
 def get_protocol(spec: str | Protocol | None) -> Protocol:
