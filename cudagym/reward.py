@@ -13,7 +13,9 @@ tier  condition (``t`` = candidate time)
 
 ``t_eager`` and ``t_compile`` are the baselines as the judge compared them: times taken in the judge's clean
 process, multiplied by the verdict's ``baseline_scale`` (the reference's time in the candidate's own runner over
-eager's, where the protocol takes that yardstick), so the tier and the verdict's speedups agree.
+eager's, where the protocol takes that yardstick), so the tier and the verdict's speedups agree. Under a protocol's
+``tier_interval`` (``cudagym-v6``, ``kernelbench-v0.9``) ``b`` must also hold at the slow end of the speedup's 95%
+interval, from the candidate's and that baseline's own intervals combined.
 
 A kernel that beats torch.compile but not eager earns 1: tier 3 needs both. The ``speedup`` mode is the
 CUDA Agent paper's ablation (``t_compile / t`` when correct, -1 otherwise). A verdict that is not the
