@@ -113,8 +113,8 @@ class ModelNew(nn.Module):
 
 def test_the_default_protocol_carries_the_fields() -> None:
     v2 = DEFAULT_PROTOCOL.with_changes(id=CUDAGYM_V2.id, description=CUDAGYM_V2.description, runner_reference_runs=0,
-                                       arm_wait_ms=5.0, late_reference_floor=False)
-    assert v2 == CUDAGYM_V2  # the default is cudagym-v2's correctness, with the runner's yardstick and the wait
+                                       arm_wait_ms=5.0, late_reference_floor=False, tier_interval=False)
+    assert v2 == CUDAGYM_V2  # the default is cudagym-v2's correctness, with the yardstick, the wait and the interval
     assert CUDAGYM_V2.atol_scale > 0 and CUDAGYM_V2.scaled_inputs and CUDAGYM_V2.flat_reference_note
 
 
