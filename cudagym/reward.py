@@ -173,9 +173,11 @@ def score(result: EvalResult, config: RewardConfig = RewardConfig()) -> Score:  
         scaled = scale != 1.0 and result.runner_reference.measured
         margin_eager = _interval(result.candidate, result.runner_reference if scaled else result.eager)
         margin_compile = _interval(result.candidate, result.runner_reference if scaled else result.compiled)
-    tier = 1
-    if is_faster(_at_interval(t, margin_eager), t_eager, config.threshold_vs_eager):
-        tier = 3 if is_faster(_at_interval(t, margin_compile), t_compile, config.threshold_vs_compile) else 2
+    # b(t, t0) at the slow end of the interval: t0 * (1 - margin) against t is t against t0 / (1 - margin)
+    tier = tier_of(
+        t, t_eager * (1.0 - margin_eager), t_compile * (1.0 - margin_compile),
+        threshold_vs_eager=config.threshold_vs_eager, threshold_vs_compile=config.threshold_vs_compile,
+    )
     vs_eager, vs_compile = speedup(t_eager, t), speedup(t_compile, t)
     reward = float(tier) if config.mode == "tier" else vs_compile
     return Score(
@@ -185,16 +187,11 @@ def score(result: EvalResult, config: RewardConfig = RewardConfig()) -> Score:  
 
 
 def _interval(candidate: TimingStats, baseline: TimingStats) -> float:
-    """The speedup's relative 95% half-width from two times' own (a fraction; 1 where either is unknown)."""
+    """The speedup's relative 95% half-width from two times' own (a fraction; 1 where either is unknown: no step)."""
     halves = (candidate.ci95_halfwidth_pct, baseline.ci95_halfwidth_pct)
     if not all(isinstance(h, (int, float)) and math.isfinite(h) and h >= 0 for h in halves):
         return 1.0
     return min(1.0, math.hypot(*halves) / 100.0)
-
-
-def _at_interval(t: float, margin: float) -> float:
-    """The candidate's time at the slow end of the speedup's interval (infinite: no tier step can be resolved)."""
-    return t / (1.0 - margin) if margin < 1.0 else math.inf
 
 
 def better(a: Score, b: Score) -> bool:
