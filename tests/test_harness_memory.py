@@ -8,16 +8,20 @@ one input set and its outputs beyond what the reference itself needs.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import weakref
 from pathlib import Path
 
 import pytest
 import torch
+import torch.utils._pytree as pytree
 from script_module import load_script
 from test_harness_cpu import HONEST, LINEAR_TASK, one_thread, run  # noqa: F401 - one_thread is autouse
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from cudagym.judge.harness import memory
-from cudagym.judge.harness.correctness import Tolerance, compare_outputs, nonfinite_count
+from cudagym.judge.harness.correctness import Tolerance, compare_outputs, comparison_temporaries_bytes, nonfinite_count
 from cudagym.judge.harness.inputs import bitwise_equal
 from cudagym.judge.harness.memory import PhaseClock, chunked_equal, flat_chunks, moments, rms_difference
 from cudagym.judge.harness.runner import ARENAS_NOTE
@@ -26,6 +30,7 @@ from cudagym.judge.job import KnownBaselines
 from cudagym.judge.protocol import CUDAGYM_V0
 from cudagym.judge.records import EvalStatus
 from cudagym.judge.split.remote import SERIES_CALLS
+from cudagym.judge.task_check import memory_bound_bytes
 
 TOL = Tolerance(1e-4, 1e-4)
 
@@ -715,3 +720,68 @@ def test_a_runner_grown_beyond_the_reference_and_an_output_set_took_the_judges_m
 def test_no_other_process_is_counted_off_the_gpu() -> None:
     meter = memory.DeviceMemoryMeter.start(torch.device("cpu"))
     assert meter.others_bytes(0) is None
+
+
+class _LiveBytes(TorchDispatchMode):
+    """The peak of the bytes held by storages that ops create while they are alive (a view keeps its base's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = 0
+        self.peak = 0
+        self.holders: dict[int, list[int]] = {}  # storage address -> [tensors alive on it, its bytes]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        given = {t.untyped_storage().data_ptr() for t in pytree.tree_leaves((args, kwargs))
+                 if isinstance(t, torch.Tensor)}
+        for t in pytree.tree_leaves(out):
+            if not isinstance(t, torch.Tensor):
+                continue
+            storage = t.untyped_storage()
+            address = storage.data_ptr()
+            if address not in self.holders:
+                if address in given:  # the caller's own tensor, written in place or viewed
+                    continue
+                self.holders[address] = [0, storage.nbytes()]
+                self.live += storage.nbytes()
+                self.peak = max(self.peak, self.live)
+            self.holders[address][0] += 1
+            weakref.finalize(t, self._released, address)
+        return out
+
+    def _released(self, address: int) -> None:
+        holder = self.holders[address]
+        holder[0] -= 1
+        if holder[0] == 0:
+            self.live -= holder[1]
+            del self.holders[address]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.complex64])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+@pytest.mark.parametrize("wrong", [False, True])
+def test_the_memory_bound_counts_every_temporary_a_comparison_makes(monkeypatch, dtype, layout, wrong):
+    monkeypatch.setattr(memory, "CHUNK_ELEMENTS", 1 << 14)  # pieces of 16K elements, several per tensor
+    ref = (torch.randn(300, 200) * 3).to(dtype) if not dtype.is_complex else torch.randn(300, 200, dtype=dtype)
+    if layout == "transposed":
+        ref = ref.t()
+    out = ref.clone()
+    if wrong:
+        out[5, 7] += 1
+    counted = comparison_temporaries_bytes([ref, ref[:10]])
+    with _LiveBytes() as seen:
+        compare_outputs(ref, out, Tolerance(1e-4, 1e-4, atol_scale=0.01))
+    assert 0 < seen.peak <= counted, (seen.peak, counted)
+    assert seen.peak >= 0.6 * counted, (seen.peak, counted)  # a count, not a blanket allowance
+    assert comparison_temporaries_bytes([]) == 0
+
+
+def test_the_bound_adds_the_small_buffers_an_evaluation_recorded(tmp_path):
+    result = run(tmp_path, HONEST)
+    cost = result.cost
+    assert result.status is EvalStatus.OK, result.message
+    # on the CPU: no flush buffer, the comparison's temporaries of the task's (8, 32) fp32 output
+    assert cost.small_buffers_bytes == comparison_temporaries_bytes(torch.empty(8, 32)) > 0
+    without = dataclasses.replace(cost, small_buffers_bytes=0)
+    assert memory_bound_bytes(cost) == memory_bound_bytes(without) + cost.small_buffers_bytes

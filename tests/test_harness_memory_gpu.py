@@ -41,6 +41,7 @@ from cudagym.judge.job import Job, KnownBaselines
 from cudagym.judge.protocol import DEFAULT_PROTOCOL, KERNELBENCH
 from cudagym.judge.records import EvalCost, EvalResult, EvalStatus
 from cudagym.judge.split.heap import heap_bytes
+from cudagym.judge.task_check import memory_bound_bytes
 from cudagym.task import make_task
 
 pytestmark = pytest.mark.gpu
@@ -105,6 +106,19 @@ def cost_line(cost: EvalCost) -> str:
             f"(compile {cost.compile_s:.2f} s), profile {cost.profile_s:.2f} s")
 
 
+def assert_within_the_recorded_bound(cost: EvalCost) -> None:
+    """Live allocations within the bound the tables apply, whose small buffers the evaluation recorded itself."""
+    import torch
+
+    from cudagym.judge.harness.hardware import l2_cache_bytes
+
+    flush = 2 * l2_cache_bytes(torch.device("cuda", torch.cuda.current_device()))
+    assert flush < cost.small_buffers_bytes < SMALL  # the flush buffer and the comparisons' temporaries
+    print(f"small buffers {cost.small_buffers_bytes / MIB:.0f} MiB (flush {flush / MIB:.0f} MiB); live peak "
+          f"{(cost.peak_allocated_bytes - memory_bound_bytes(cost)) / MIB:+.0f} MiB against the recorded bound")
+    assert cost.peak_allocated_bytes <= memory_bound_bytes(cost)
+
+
 def test_a_2_gib_task_stays_within_the_bound_in_one_process(tmp_path, monkeypatch):
     result = run(tmp_path, RMSNORM_2GIB, "rmsnorm_2gib", monkeypatch=monkeypatch)
     assert result.status is EvalStatus.OK, result.message
@@ -117,6 +131,7 @@ def test_a_2_gib_task_stays_within_the_bound_in_one_process(tmp_path, monkeypatc
     r, s, o = cost.reference_peak_bytes, cost.input_set_bytes, cost.output_set_bytes
     assert 6 * GIB < cost.peak_device_memory_bytes <= r + s + o + SMALL
     assert 6 * GIB < cost.peak_allocated_bytes <= cost.peak_device_memory_bytes  # live tensors, within the reserved
+    assert_within_the_recorded_bound(cost)
     assert cost.device_memory_total_bytes > cost.peak_device_memory_bytes
 
 
@@ -195,6 +210,7 @@ def test_a_2_gib_task_stays_within_the_bound_in_the_split_both_processes_and_the
     assert s + heap <= cost.arena_bytes <= s + heap + 6 * MIB
     assert cost.peak_device_memory_bytes <= r + s + 2 * o + room + SMALL
     assert cost.arena_bytes < cost.peak_allocated_bytes <= cost.peak_device_memory_bytes  # the arenas counted in both
+    assert_within_the_recorded_bound(cost)
     # the runner's candidate is the reference on the arena's input (R - S) + its own profile input draw (S)
     assert 2 * GIB <= cost.runner_peak_device_memory_bytes <= r + o + SMALL
     # The whole device: both processes' bounds and the CUDA contexts of the processes alive (the worker, its

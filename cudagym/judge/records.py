@@ -232,7 +232,7 @@ class EvalCost:
     ``peak <= R + input_set + output_set``; in the split ``peak <= R + input_set + 2 * output_set`` (with a shared
     heap, ``R + input_set + output_set + heap``: its reserve is the output arena) and the runner's ``runner_peak
     <=`` the candidate's own need ``+ input_set + output_set``; each plus small buffers (the L2 flush, the chunked
-    comparisons' temporaries).
+    comparisons' temporaries: ``small_buffers_bytes``).
     """
 
     peak_device_memory_bytes: int = 0
@@ -249,6 +249,9 @@ class EvalCost:
     compiled_peak_bytes: int = 0  # torch.compile's warm-up: the compiled reference's run on one input set, alone
     input_set_bytes: int = 0  # one input set of the task
     output_set_bytes: int = 0  # the reference's outputs for one input set
+    # the bounds' small buffers (0: not recorded): the L2 flush buffer and the most a chunked comparison of the
+    # outputs holds beside them (cudagym.judge.harness.correctness.comparison_temporaries_bytes)
+    small_buffers_bytes: int = 0
     load_s: float = 0.0  # the reference and the candidate module loaded, both models built
     check_s: float = 0.0  # correctness on the protocol's inputs, and the guards' extra checks
     timing_s: float = 0.0  # the timing loop, with torch.compile's compile and warm-up

@@ -79,16 +79,18 @@ class TaskRow:
 
 
 def memory_bound_bytes(cost: EvalCost) -> int:
-    """The README's device-memory bound for the process ``cost`` measured, small buffers aside.
+    """The README's device-memory bound for the process ``cost`` measured.
 
     With R the task's own need (the reference's peak, eager or compiled by torch.compile, whichever is larger),
-    S one input set and O one output set: R + S + O in one process; in the split's trusted process, whose peak
-    includes its arenas (the candidate's copy of the inputs and its outputs), R + S + 2 O; with a heap shared
-    with the runner (``heap_bytes``: its reserve is the output arena, its room the runner's), R + S + O + the heap.
+    S one input set, O one output set and ε the small buffers (``small_buffers_bytes``: the L2 flush buffer and
+    the chunked comparisons' temporaries; 0 in results that did not record them): R + S + O + ε in one process;
+    in the split's trusted process, whose peak includes its arenas (the candidate's copy of the inputs and its
+    outputs), R + S + 2 O + ε; with a heap shared with the runner (``heap_bytes``: its reserve is the output
+    arena, its room the runner's), R + S + O + the heap + ε.
     """
     outputs = cost.output_set_bytes * (2 if cost.arena_bytes > 0 and not cost.heap_bytes else 1)
     return max(cost.reference_peak_bytes, cost.compiled_peak_bytes) + cost.input_set_bytes + outputs + \
-        cost.heap_bytes
+        cost.heap_bytes + cost.small_buffers_bytes
 
 
 def row_of(task: Task, result: EvalResult) -> TaskRow:

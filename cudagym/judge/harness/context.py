@@ -124,6 +124,8 @@ class EvalContext:
         self.others_at_candidate_load: int | None = None
         self.compiled_peak_bytes = 0  # the compile warm-up's peak: the torch.compile reference's own need
         self.io_bytes = (0, 0)  # bytes of one input set and of its reference outputs
+        self.flush_bytes = 0  # the L2 flush buffer's, once allocated
+        self.temporaries_bytes = 0  # the most a comparison of the reference's outputs holds beside them
         self.remote: Any = None  # the runner link when the candidate runs in another process (the split)
         self.side = "both"  # "trusted" / "runner" in the split; "both" when one process does everything
         self.reference_aliases: dict[str, bool] = {}  # does the reference's output alias an input, weights, ...

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from cudagym.judge.harness import memory
 from cudagym.judge.harness.memory import count_where_not_finite, flat_chunks
 from cudagym.judge.harness.memory import float64_copy as _float64
 from cudagym.judge.records import InputCheck
@@ -207,6 +208,45 @@ def _compare_piece(ref: torch.Tensor, out: torch.Tensor, offset: int, tol: Toler
         local = int(bad.nonzero()[0].item())
         first.flat = offset + local
         first.got, first.want = out[local].item(), ref[local].item()
+
+
+def comparison_temporaries_bytes(tree: Any) -> int:
+    """Device memory that comparing ``tree``'s tensors (a reference's outputs) holds beside them at most.
+
+    The largest tensor's share, one chunk at a time: in :func:`_compare_piece` the difference, then three
+    temporaries of the piece (the difference's and the reference's magnitudes, the limit) and two masks, beside
+    both sides' converted copies where the dtype changes (half precision and integers compare in float64) and
+    both sides' piece copies where the tensor is not contiguous; the scale-aware tolerance's float64 copy comes
+    before them, never beside them. Each temporary is counted as the caching
+    allocator rounds it. Part of the memory bound's small buffers (README, "Device memory is bounded").
+    """
+    most, chunk = 0, memory.CHUNK_ELEMENTS  # read at each call, as flat_chunks does
+    for t in _tensors(tree):
+        n = t.numel()
+        if n == 0:
+            continue
+        row = n // t.shape[0] if t.dim() > 0 and t.shape[0] > 0 else n
+        contiguous = t.dim() == 0 or t.is_contiguous()
+        piece = min(n, chunk) if contiguous else min(n, max(row, chunk // max(row, 1) * row))
+        comparable = _comparable(torch.empty(0, dtype=t.dtype)).dtype
+        wide = torch.empty(0, dtype=comparable).element_size()
+        real = wide // 2 if comparable.is_complex else wide  # |a - b| and |ref| of complex values are real
+        kept = []  # alive through the piece's comparison
+        if comparable != t.dtype:
+            kept += [piece * wide] * 2  # the reference's and the output's pieces, converted
+        if not contiguous:
+            kept += [piece * t.element_size()] * 2  # the pieces themselves, copied out of strided tensors
+        difference = kept + [piece * wide, piece * real]  # out - ref, and its magnitude
+        checking = kept + [piece * real] * 3 + [piece] * 2  # diff, |ref|, the limit; the two masks
+        compare = max(sum(_blocks(b) for b in difference), sum(_blocks(b) for b in checking))
+        most = max(most, compare, _blocks(piece * 8))  # the tolerance's float64 copy, alone
+    return most
+
+
+def _blocks(nbytes: int) -> int:
+    """``nbytes`` as the caching allocator holds it: rounded up to 512 B below 1 MiB, to 2 MiB from there."""
+    block = 512 if nbytes < 1 << 20 else 2 << 20
+    return -(-nbytes // block) * block
 
 
 def _exact(t: torch.Tensor) -> bool:

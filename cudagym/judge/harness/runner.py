@@ -29,7 +29,7 @@ from cudagym.judge.guards.base import select_guards, sided
 from cudagym.judge.harness import COMPILE_FAILED_PREFIX, CONTEXT_POISONED_MARKER, CUDA_ERROR_PREFIX
 from cudagym.judge.harness.claims import disputed_yardstick, series_floor, series_wanted, verify_claims
 from cudagym.judge.harness.context import PROFILE_REPEATS, EvalContext
-from cudagym.judge.harness.correctness import compare_outputs
+from cudagym.judge.harness.correctness import compare_outputs, comparison_temporaries_bytes
 from cudagym.judge.harness.failures import (
     CandidateFailure,
     TaskProblem,
@@ -282,6 +282,7 @@ def _load_remote(ctx: EvalContext) -> None:
         # allocated before any input set: carved out of a freed input-sized block, it left the H200's 2 GiB
         # task one more set's worth reserved (memory_probe: 120 MiB used of a 2 GiB segment)
         ctx.remote.flusher = L2Flusher(ctx.device, l2_cache_bytes(ctx.device), ctx.protocol.l2_flush)
+        ctx.flush_bytes = ctx.remote.flusher.nbytes
     ctx.remote.arm_wait_s = arm_wait_s(ctx.protocol)
     inputs, prime = _prime(ctx)
     ctx.reference_aliases = reference_aliasing(prime, inputs, ctx.ref_model)
@@ -563,6 +564,7 @@ def _prime(ctx: EvalContext) -> tuple[list[Any], Any]:
 
 def _primed(ctx: EvalContext, inputs: list[Any], prime: Any, written: bool) -> None:
     ctx.io_bytes = (nbytes(inputs), nbytes(prime))
+    ctx.temporaries_bytes = comparison_temporaries_bytes(prime)
     ctx.reference_peak_bytes = ctx.meter.peak_bytes()  # the models and one reference run: what the task needs
     ctx.reference_writes_inputs = written
     ctx.output_dtype = ctx.first_output_dtype(prime)
@@ -674,6 +676,7 @@ def _timing(ctx: EvalContext) -> None:
     ctx.meter.release(0)
     held = ctx.remote.flusher if ctx.remote is not None else None  # the bracket's: one flush buffer, not two
     flusher = held if held is not None else L2Flusher(ctx.device, l2_cache_bytes(ctx.device), protocol.l2_flush)
+    ctx.flush_bytes = flusher.nbytes
     contenders = [_candidate_contender(ctx)]
     if retime:
         contenders.extend(_baseline_contenders(ctx))
@@ -1126,6 +1129,7 @@ def _cost(ctx: EvalContext) -> EvalCost:
                     reference_peak_bytes=ctx.reference_peak_bytes, compiled_peak_bytes=ctx.compiled_peak_bytes,
                     input_set_bytes=ctx.io_bytes[0],
                     output_set_bytes=ctx.io_bytes[1],
+                    small_buffers_bytes=ctx.flush_bytes + ctx.temporaries_bytes,
                     load_s=clock.get("load"), check_s=clock.get("check"), timing_s=clock.get("timing"),
                     compile_s=clock.get("compile"), profile_s=clock.get("profile"),
                     **_late_calls(link.unqueued if link is not None else {}, ctx.cached_yardstick))

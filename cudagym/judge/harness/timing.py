@@ -241,6 +241,11 @@ class L2Flusher:
         self.buffer = torch.empty(2 * l2_bytes, dtype=torch.uint8, device=device) if self.enabled else None
         self._value = 0
 
+    @property
+    def nbytes(self) -> int:
+        """Device memory the buffer holds (0 where flushing is off)."""
+        return self.buffer.numel() if self.buffer is not None else 0
+
     def flush(self) -> None:
         """Write the whole buffer (a different byte each time); asynchronous on the current stream."""
         if self.buffer is not None:
