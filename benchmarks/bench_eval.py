@@ -14,6 +14,7 @@ The spread and tiers go to ``benchmark.extra_info`` (``--benchmark-json`` keeps 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import statistics
@@ -77,18 +78,19 @@ def test_full_evaluation_latency_with_build_and_baselines_cached(benchmark, requ
 # CUDAGYM_BENCH_COMPARE=<protocol id> times that protocol alongside the default, alternating SUBMIT by SUBMIT, so
 # both spreads come from one run (cudagym-v0: the default before the sized launch cover; in-process: the judge
 # before the trust split, the candidate in the worker itself).
+# Several, ';'-separated, time each of them alongside the default.
 COMPARE = os.environ.get("CUDAGYM_BENCH_COMPARE", "")
 
 
 @pytest.fixture(scope="module")
 def judges(judge):
-    if not COMPARE:
-        yield {DEFAULT_PROTOCOL.id: judge}
-        return
-    other_judge = (LocalJudge(pool_options=IN_PROCESS_OPTIONS) if COMPARE == IN_PROCESS
-                   else LocalJudge(get_protocol(COMPARE)))
-    with other_judge as other:
-        yield {DEFAULT_PROTOCOL.id: judge, COMPARE: other}
+    found = {DEFAULT_PROTOCOL.id: judge}
+    with contextlib.ExitStack() as stack:
+        for name in filter(None, (n.strip() for n in COMPARE.split(";"))):
+            other = (LocalJudge(pool_options=IN_PROCESS_OPTIONS) if name == IN_PROCESS
+                     else LocalJudge(get_protocol(name)))
+            found[name] = stack.enter_context(other)
+        yield found
 
 
 @pytest.mark.parametrize("task_id", LEVEL1)

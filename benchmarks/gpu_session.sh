@@ -7,7 +7,7 @@
 # Steps: prebuild (prebuild1: bundled only) build formats local sandbox split split_gpu heap (the shared heap in one
 # process; wb_36 is its attack through the worker) heapcmp (benchmarks/heap_probe.py: the bundled solutions' medians
 # with the heap and with the copy delivery; $HEAP_TASKS: some bundled ids, $HEAP_ROUNDS) whitebox templates env hacks judge
-# bundled bundled_split (the bundled suite through LocalJudge and its runners; bundled_copy: under the copy delivery; bundled_attrib: under the attribution gate) bench_bld bench_eval bench_cmp (bench_eval on the split and on the judge before it, the candidate in the worker, side by side: issue 13's before and after) soak, and the later issues' runs: cupy sb3 ppo ray bench_gpu chat tuning bench
+# bundled bundled_split (the bundled suite through LocalJudge and its runners; bundled_copy: under the copy delivery; bundled_attrib: under the attribution gate) bench_bld bench_eval bench_cmp (bench_eval on the split and on the judge before it, the candidate in the worker, side by side: issue 13's before and after; $BENCH_COMPARE: another protocol instead, e.g. 'cudagym[yardstick_beside_eager=true]') soak, and the later issues' runs: cupy sb3 ppo ray bench_gpu chat tuning bench
 # bench_rs (the bench resumed from $BENCH_DIR, carried) yardstick (the runner's reference time) spares (bench_vec's
 # LocalJudge rate by spare runners, $SPARES, default 8,12) memprobe (memory_probe.py on $PROBE_TASK, default L1/87,
 # under $PROBE_PROTOCOL, default cudagym, in the split) sync (benchmarks/sync_probe.py on $SYNC_TASK, default L1/71,
@@ -188,7 +188,7 @@ for s in $steps; do
     sandbox)    run_step sandbox    $pyt tests/test_sandbox_gpu.py tests/test_sandbox_escapes.py ;;
     bench_bld)  run_step bench_bld  $base benchmarks/bench_build.py --benchmark-only --benchmark-json "$out/bench_bld.json" ;;  # one load_inline: 25-60 s
     bench_eval) run_step bench_eval $base benchmarks/bench_eval.py --benchmark-only --benchmark-json "$out/bench_eval.json" ;;  # 10 SUBMITs per test
-    bench_cmp)  run_step bench_cmp  env CUDAGYM_BENCH_COMPARE=in-process $base benchmarks/bench_eval.py --benchmark-only \
+    bench_cmp)  run_step bench_cmp  env CUDAGYM_BENCH_COMPARE="${BENCH_COMPARE:-in-process}" $base benchmarks/bench_eval.py --benchmark-only \
                                       --benchmark-json "$out/bench_cmp.json" ;;  # the split and the judge before it: 20 SUBMITs per test
     soak)       run_step soak       $base -m slow benchmarks/soak_judge.py ;;  # one long test: no per-test limit
     *)          summary+=("$s: unknown step") ;;

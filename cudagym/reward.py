@@ -15,7 +15,9 @@ tier  condition (``t`` = candidate time)
 process, multiplied by the verdict's ``baseline_scale`` (the reference's time in the candidate's own runner over
 eager's, where the protocol takes that yardstick), so the tier and the verdict's speedups agree. Under a protocol's
 ``tier_interval`` (``cudagym-v6``, ``kernelbench-v0.9``) ``b`` must also hold at the slow end of the speedup's 95%
-interval, from the candidate's and that baseline's own intervals combined.
+interval, from the candidate's and that baseline's own intervals combined (the yardstick's for the baseline's where
+it scaled them; where the scale is the yardstick over eager timed around it, ``yardstick_beside_eager``, the
+baseline's own and both of the scale's).
 
 A kernel that beats torch.compile but not eager earns 1: tier 3 needs both. The ``speedup`` mode is the
 CUDA Agent paper's ablation (``t_compile / t`` when correct, -1 otherwise). A verdict that is not the
@@ -171,8 +173,15 @@ def score(result: EvalResult, config: RewardConfig = RewardConfig()) -> Score:  
     margin_eager = margin_compile = 0.0
     if config.interval:  # the yardstick's interval where it scaled the baselines, else each baseline's own
         scaled = scale != 1.0 and result.runner_reference.measured
-        margin_eager = _interval(result.candidate, result.runner_reference if scaled else result.eager)
-        margin_compile = _interval(result.candidate, result.runner_reference if scaled else result.compiled)
+        # scaled by the yardstick over eager timed around it: the baseline's own interval and both of the scale's
+        beside = (result.eager_beside_yardstick,) if scaled and result.eager_beside_yardstick.measured else ()
+        if scaled and not beside:
+            margin_eager = _interval(result.candidate, result.runner_reference)
+            margin_compile = margin_eager
+        else:
+            scaling = (result.runner_reference, *beside) if beside else ()
+            margin_eager = _interval(result.candidate, result.eager, *scaling)
+            margin_compile = _interval(result.candidate, result.compiled, *scaling)
     # b(t, t0) at the slow end of the interval: t0 * (1 - margin) against t is t against t0 / (1 - margin)
     tier = tier_of(
         t, t_eager * (1.0 - margin_eager), t_compile * (1.0 - margin_compile),
@@ -186,9 +195,9 @@ def score(result: EvalResult, config: RewardConfig = RewardConfig()) -> Score:  
     )
 
 
-def _interval(candidate: TimingStats, baseline: TimingStats) -> float:
-    """The speedup's relative 95% half-width from two times' own (a fraction; 1 where either is unknown: no step)."""
-    halves = (candidate.ci95_halfwidth_pct, baseline.ci95_halfwidth_pct)
+def _interval(*times: TimingStats) -> float:
+    """The speedup's relative 95% half-width from its times' own (a fraction; 1 where one is unknown: no step)."""
+    halves = tuple(t.ci95_halfwidth_pct for t in times)
     if not all(isinstance(h, (int, float)) and math.isfinite(h) and h >= 0 for h in halves):
         return 1.0
     return min(1.0, math.hypot(*halves) / 100.0)

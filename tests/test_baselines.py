@@ -72,13 +72,20 @@ def test_the_yardstick_is_kept_beside_the_baselines_and_read_back_checked(tmp_pa
     assert cache.get(key()).yardstick == Yardstick(stats(130.0), 0, 20, "x")
     data = json.loads(cache.path(key()).read_text())
     assert data["runner_reference"]["time"]["median_us"] == 130.0 and data["runner_reference"]["disputed"] == "x"
+    # eager timed around it (yardstick_beside_eager) goes with it; a file without one reads as untimed
+    assert "eager_beside" in data["runner_reference"] and not cache.get(key()).yardstick.eager_beside.measured
+    beside = Yardstick(stats(130.0), 0, 20, "x", eager_beside=stats(125.0))
+    cache.put(key(), TimingStats(), TimingStats(), replace=True, yardstick=beside)
+    assert cache.get(key()).yardstick == beside
+    data = json.loads(cache.path(key()).read_text())
     # a file of a cudagym that kept no yardstick: the baselines stand, the yardstick is unknown (the job times it)
     del data["runner_reference"]
     cache.path(key()).write_text(json.dumps(data))
     assert cache.get(key()).known and not cache.get(key()).yardstick.measured
     # one whose yardstick fields are damaged counts as unknown altogether, as a damaged time does
     for bad in ({"time": {"median_us": -1.0, "runs": 20}}, {"time": stats(1.0).__dict__, "late_calls": 5, "calls": 2},
-                {"time": stats(1.0).__dict__, "late_calls": "3"}, {"time": stats(1.0).__dict__, "disputed": 7}, [1]):
+                {"time": stats(1.0).__dict__, "late_calls": "3"}, {"time": stats(1.0).__dict__, "disputed": 7},
+                {"time": stats(1.0).__dict__, "eager_beside": {"median_us": -2.0, "runs": 3}}, [1]):
         cache.path(key()).write_text(json.dumps({**data, "runner_reference": bad}))
         assert cache.get(key()) == KnownBaselines(), bad
 

@@ -10,6 +10,7 @@ as fast as eager.
 
 from __future__ import annotations
 
+import math
 import re
 import textwrap
 
@@ -158,7 +159,7 @@ def test_the_same_code_is_as_fast_as_eager_when_the_yardstick_is_the_runners(poo
     note = next(n for n in fair.notes if n.startswith("speedups against the reference in the candidate's runner"))
     assert re.search(r"median of 10, 95% interval \+-[0-9.]+%, timed before the candidate loaded\) against "
                      r"eager's [0-9.]+ us here "
-                     r"\(x0\.[0-9]+\): [0-9.]+x vs eager, [0-9.]+x vs torch.compile \(against this process's times "
+                     r"\(beside the candidate, x0\.[0-9]+\): [0-9.]+x vs eager, [0-9.]+x vs torch.compile \(against this process's times "
                      r"alone: [0-9.]+x", note), note
     assert f"{fair.speedup_vs_eager:.3f}x vs eager" in fair.message
     # what each kind of timed request cost the judge, beside the runner's own part: 15 + 8 empty calls (a second
@@ -273,7 +274,7 @@ def _scaled(protocol: Protocol, own_us: float, late: list[int],
     ctx = types.SimpleNamespace(
         protocol=protocol, remote=remote, notes=notes, cached_yardstick=cached, runner_reference_disputed="",
         note=notes.append, speedup_vs_eager=1.0, speedup_vs_compile=0.5,
-        runner_reference=TimingStats(median_us=own_us, runs=50),
+        runner_reference=TimingStats(median_us=own_us, runs=50), eager_beside_yardstick=TimingStats(),
         timed={"eager": TimingStats(median_us=1000.0, runs=50),
                "candidate": TimingStats(median_us=1000.0, runs=50)})
     _against_runner_reference(ctx)  # type: ignore[arg-type]
@@ -301,6 +302,29 @@ def test_a_reference_whose_claims_the_clock_contradicts_cannot_raise_the_speedup
     assert _scaled(CUDAGYM_V5, 950.0, [0, 30], shown_less_claimed=-50.0)[0] == pytest.approx(0.95)  # lowering stands
     assert _scaled(CUDAGYM_V4, 1050.0, [0, 30], shown_less_claimed=-50.0)[0] == pytest.approx(1.05)  # kept by id
 
+
+
+def test_beside_eager_timed_around_it_the_yardstick_scales_by_two_times_taken_together(pool: WorkerPool) -> None:
+    """``yardstick_beside_eager``: the scale is the runner's reference over eager timed here around it (two times
+    taken together), and the speedup eager's time beside the candidate over the candidate's, times that scale."""
+    proto = protocol(10).with_changes(id="test-runner-reference-beside", yardstick_beside_eager=True)
+    result = judge(pool, SAME_CODE, proto, job_id="beside", mode=EvalMode.SUBMIT)
+    assert result.status is EvalStatus.OK, result.message + result.log[-3000:]
+    beside = result.eager_beside_yardstick
+    assert beside.runs == 2 * 7 and 5500 < beside.median_us < 8000  # 15 // 2 calls before and after it, 6 ms each
+    assert result.baseline_scale == pytest.approx(result.runner_reference.median_us / beside.median_us)
+    assert result.speedup_vs_eager == pytest.approx(
+        result.eager.median_us / result.candidate.median_us * result.baseline_scale)
+    note = next(n for n in result.notes if n.startswith("speedups against the reference in the candidate's runner"))
+    assert re.search(r"against eager's [0-9.]+ us here \(timed around it, x0\.[0-9]+\)", note), note
+    # the reward's interval then takes the baseline's own and both of the scale's
+    config = reward_config(None, threshold=proto.threshold, statistic=proto.statistic, interval=True)
+    halves = [t.ci95_halfwidth_pct for t in (result.candidate, result.eager, result.runner_reference, beside)]
+    assert score(result, config).interval_pct == pytest.approx(min(100.0, math.hypot(*halves)))
+    # and the clean job's eager beside it goes into the baseline cache with the yardstick
+    assert result.yardstick.eager_beside == beside
+    off = judge(pool, SAME_CODE, protocol(10), job_id="not-beside", mode=EvalMode.SUBMIT)
+    assert not off.eager_beside_yardstick.measured and off.yardstick.eager_beside == TimingStats()
 
 
 def test_a_cached_yardstick_is_held_to_the_same_rules_by_the_clean_jobs_calls() -> None:

@@ -215,7 +215,8 @@ def _yardstick(data: Any) -> Yardstick:
             raise ValueError(f"runner_reference.{name} is {value!r}")
     if late > calls or not isinstance(disputed, str):
         raise ValueError(f"runner_reference has {late!r} late calls of {calls!r}, disputed {disputed!r}")
-    return Yardstick(_timing(data.get("time", {}), "runner_reference.time"), late, calls, disputed)
+    return Yardstick(_timing(data.get("time", {}), "runner_reference.time"), late, calls, disputed,
+                     _timing(data.get("eager_beside", {}), "runner_reference.eager_beside"))
 
 
 _Measured = TypeVar("_Measured", TimingStats, Yardstick)

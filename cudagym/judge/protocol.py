@@ -114,6 +114,13 @@ class Protocol:
             The same holds where the reference's on-time claims there and the judge's clock around them disagree
             beyond an on-time call's allowance (:func:`~cudagym.judge.harness.claims.disputed_yardstick`; on an
             H100 ``L1/72``'s reference claimed 4.66% more than the clock showed, and the same code was judged 1.053x).
+        yardstick_beside_eager: Eager is timed in the judge's process around the runner's reference (half its
+            calls just before, half just after), and the baselines are scaled by the reference's time there over
+            that eager time: two times taken together, so the drift between the yardstick and the candidate's
+            rounds, which interleaving cancels between eager and the candidate, stays cancelled. Without it the
+            scale is the yardstick over the eager time beside the candidate, so the speedup is the yardstick over
+            the candidate, taken apart: on an H100 (session 43) ten SUBMITs of one solution spread 0.61-0.74%
+            through the split against 0.34-0.37% with the candidate in the judge's process.
         l2_flush: Overwrite a buffer twice the L2's size before each timed call.
         interleave: Time candidate, eager and compile round-robin in one process so drift cancels.
         statistic: ``median`` or ``mean`` of the timed calls.
@@ -166,6 +173,7 @@ class Protocol:
     runner_reference_batch: int = 0
     arm_wait_ms: float = 5.0
     late_reference_floor: bool = False
+    yardstick_beside_eager: bool = False
     l2_flush: bool = True
     interleave: bool = True
     statistic: Statistic = "median"

@@ -84,7 +84,8 @@ NUMBER_FIELDS: dict[str, Rule] = {
     "build_timeout_s": POSITIVE,
     "eval_timeout_s": POSITIVE,
 }
-FLAG_FIELDS = ("retake_leaked_baselines", "late_reference_floor", "l2_flush", "interleave", "flat_reference_note")
+FLAG_FIELDS = ("retake_leaked_baselines", "late_reference_floor", "l2_flush", "interleave", "flat_reference_note",
+               "yardstick_beside_eager", "tier_interval")
 
 # The settings a probe may put in Protocol.extra (``NAME[key=value,...]``), each read where it acts; any other key
 # is refused, so a misspelt one cannot leave the preset's value in force under an id that names it. The build_*
@@ -92,6 +93,7 @@ FLAG_FIELDS = ("retake_leaked_baselines", "late_reference_floor", "l2_flush", "i
 EXTRA_SETTINGS: dict[str, Rule] = {
     "arm_wait_ms": NUMBER_FIELDS["arm_wait_ms"],  # overrides Protocol.arm_wait_ms
     "runner_reference_batch": NUMBER_FIELDS["runner_reference_batch"],  # overrides the field of that name
+    "yardstick_beside_eager": FLAG,  # overrides the field of that name
     "module_mode": Rule("text", choices=("eval", "train")),  # harness: the models in .eval() or .train()
     # harness: a job that looks its baselines up takes the yardstick from the cache too ("cached"), or times the
     # reference in its own runner every time ("retimed": the rate's control, issue 15)

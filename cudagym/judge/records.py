@@ -166,12 +166,15 @@ class Yardstick:
             host time).
         calls: The calls timed one a request.
         disputed: Why the judge's clock disputes its on-time claims ("" where it agrees).
+        eager_beside: Eager timed in the judge's process around it, half before and half after (unmeasured
+            where the protocol takes none: ``Protocol.yardstick_beside_eager``).
     """
 
     time: TimingStats = field(default_factory=TimingStats)
     late_calls: int = 0
     calls: int = 0
     disputed: str = ""
+    eager_beside: TimingStats = field(default_factory=TimingStats)
 
     @property
     def measured(self) -> bool:
@@ -303,6 +306,9 @@ class EvalResult:
     # yardstick over eager's time here, or 1 where it was not taken or not trusted): the speedups above include it,
     # and the reward's tier (cudagym.reward.score) takes it too
     baseline_scale: float = 1.0
+    # eager timed in the judge's process around that yardstick (Protocol.yardstick_beside_eager): the scale is then
+    # the yardstick over it, two times taken together, and eager's time beside the candidate keeps its own drift
+    eager_beside_yardstick: TimingStats = field(default_factory=TimingStats)
     notes: tuple[str, ...] = ()  # the harness's own notes (timing method, covers, ...), apart from ``log``
 
     @property
@@ -324,7 +330,7 @@ class EvalResult:
     def yardstick(self) -> Yardstick:
         """The reference's time in the candidate's runner with what decides its use (unmeasured where not taken)."""
         return Yardstick(self.runner_reference, self.cost.late_reference_calls, self.cost.reference_calls,
-                         self.runner_reference_disputed)
+                         self.runner_reference_disputed, self.eager_beside_yardstick)
 
 
 # ----------------------------------------------------------------------------------------------------

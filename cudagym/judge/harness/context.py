@@ -134,6 +134,7 @@ class EvalContext:
         self.paired: tuple[float, int] | None = None  # paired speedup vs eager and its rounds, when interleaved
         self.runner_reference = TimingStats()  # the reference timed in the runner before the candidate loaded
         self.cached_yardstick: Yardstick | None = None  # that time from the baseline cache (a clean job's), if so
+        self.eager_beside_yardstick = TimingStats()  # eager here around that yardstick (yardstick_beside_eager)
         self.runner_reference_disputed = ""  # why the judge's clock disputes its on-time claims ("" if it agrees)
         self.baseline_scale = 1.0  # the speedups' yardstick factor on the baselines' times (1: not applied)
         self.runner_job: Job = job  # the job as the runner sees it (its own paths), in the split

@@ -363,6 +363,7 @@ def arm_wait_s(protocol: Protocol) -> float:
     return min(max(ms / 1000.0, 0.001), ARM_WAIT_MAX_S)
 
 
+BESIDE_WORDS = "timed around it"  # the yardstick note's words for eager timed with it (yardstick_beside_eager)
 REFERENCE_BUDGET_S = 3.0  # the reference's timed calls in the runner stop after this long (once 5 are in)
 REFERENCE_WARMUP_MAX = 5  # untimed calls first, in one request (the first cuDNN or cuBLAS call sets up its handles)
 RUNNER_REFERENCE_NOTE = "speedups against the reference in the candidate's runner"
@@ -381,6 +382,8 @@ def _time_reference_in_runner(ctx: EvalContext, model: Any, recalibrate: bool = 
     protocol = ctx.protocol
     inputs = ctx.make_inputs(TIMING_SEED_OFFSET + secrets.randbelow(2**30))
     warmup = min(protocol.warmup_runs, REFERENCE_WARMUP_MAX)
+    beside = yardstick_beside_eager(protocol)
+    before = _eager_here(ctx, inputs) if beside else []
     try:
         samples = model.time_reference(inputs, protocol.runner_reference_runs, warmup, REFERENCE_BUDGET_S,
                                        enough=_reference_enough(protocol), batch=reference_batch(protocol),
@@ -390,6 +393,8 @@ def _time_reference_in_runner(ctx: EvalContext, model: Any, recalibrate: bool = 
         ctx.note(f"{RUNNER_REFERENCE_NOTE}: not taken, the reference failed in the runner ({last[:300]})")
         return
     ctx.runner_reference = summarize(samples)
+    if beside:
+        ctx.eager_beside_yardstick = summarize(before + _eager_here(ctx, inputs))
     warm = ctx.remote.reference_warm_us if ctx.remote is not None else []
     if len(warm) == 2 and min(warm) >= 0:
         ctx.note(f"{REFERENCE_WARM_NOTE}: {warmup} untimed call(s) in one request, the reference built there in "
@@ -411,6 +416,44 @@ def _recalibrate(ctx: EvalContext, model: Any, inputs: list[Any]) -> None:
     model.calibrate_series(inputs, rounds=SERIES_RECALIBRATION_ROUNDS)
 
 
+def yardstick_beside_eager(protocol: Protocol) -> bool:
+    """:attr:`Protocol.yardstick_beside_eager`, or ``extra["yardstick_beside_eager"]`` (a probe's) where given."""
+    return bool(protocol.extra.get("yardstick_beside_eager", protocol.yardstick_beside_eager))
+
+
+BESIDE_BUDGET_S = REFERENCE_BUDGET_S / 2  # each of eager's two blocks around the runner's reference stops after this
+
+
+def _eager_here(ctx: EvalContext, inputs: list[Any]) -> list[float]:
+    """Eager's timed calls in this process on the yardstick's input set, as the timing loop times a baseline.
+
+    Half the protocol's ``min_runs`` (at least 5) after a few untimed ones, each behind the L2 flush and a launch
+    cover sized to its host time where the protocol has covers, within :data:`BESIDE_BUDGET_S`.
+    """
+    protocol, ref = ctx.protocol, ctx.ref_model
+    assert ref is not None
+    held = ctx.remote.flusher if ctx.remote is not None else None
+    flusher = held if held is not None else L2Flusher(ctx.device, l2_cache_bytes(ctx.device), protocol.l2_flush)
+    sized = ctx.cover is not None and protocol.launch_cover_max_us > 0
+    runs = max(protocol.min_runs // 2, 5)
+    loop = TimingLoop(
+        contenders=[Contender("eager", lambda args: ref(*args), baseline=True)],
+        make_inputs=lambda _: inputs,
+        timer=make_timer(protocol.timing, ctx.device, ctx.cover),
+        flusher=flusher,
+        rule=StoppingRule(runs, runs, 0.0, protocol.statistic),
+        warmup_runs=min(protocol.warmup_runs, REFERENCE_WARMUP_MAX),
+        warmup_s=0.0,
+        interleave=True,
+        budget_s=BESIDE_BUDGET_S,
+        may_poison=ctx.may_poison,
+        cover_sizing=CoverSizing(protocol.launch_cover_us, protocol.launch_cover_max_us) if sized else None,
+        baselines_share_inputs=not ctx.reference_writes_inputs,
+        retake_limit=runs if sized and protocol.retake_leaked_baselines else 0,
+    )
+    return loop.run().samples["eager"].time_us
+
+
 def _cached_yardstick(ctx: EvalContext, model: Any, cached: Yardstick) -> None:
     """The yardstick from the baseline cache: the reference's time in the runner of the clean job that timed them.
 
@@ -419,6 +462,8 @@ def _cached_yardstick(ctx: EvalContext, model: Any, cached: Yardstick) -> None:
     """
     ctx.cached_yardstick = cached
     ctx.runner_reference = cached.time
+    if yardstick_beside_eager(ctx.protocol):  # the clean job's eager beside it, where it took one
+        ctx.eager_beside_yardstick = cached.eager_beside
     ctx.note(f"{RUNNER_REFERENCE_NOTE}: the reference's time in a runner from the baseline cache, taken by the clean "
              f"job that timed the baselines ({cached.time.median_us:.1f} us, median of {cached.time.runs}; "
              f"{cached.late_calls} of its {cached.calls} calls one a request not queued before the go)")
@@ -484,6 +529,9 @@ def _against_runner_reference(ctx: EvalContext) -> None:
     if not ctx.protocol.runner_reference_runs or not ctx.timed.get("candidate", TimingStats()).measured:
         return
     own, eager = ctx.runner_reference, ctx.timed.get("eager", TimingStats())
+    beside = ctx.eager_beside_yardstick.measured and ctx.eager_beside_yardstick.median_us > 0
+    if beside:  # the scale from two times taken together; eager's time beside the candidate keeps their drift
+        eager = ctx.eager_beside_yardstick
     if ctx.remote is None:
         ctx.note(f"{RUNNER_REFERENCE_NOTE}: not taken, the candidate ran in the judge's process (no runner)")
         return
@@ -518,7 +566,7 @@ def _against_runner_reference(ctx: EvalContext) -> None:
              f"95% interval +-{own.ci95_halfwidth_pct:.1f}%, timed before "
              f"{'any candidate loaded, in a clean job' if cached is not None else 'the candidate loaded'}) "
              f"against eager's "
-             f"{eager.median_us:.1f} us here (x{factor:.3f}): "
+             f"{eager.median_us:.1f} us here ({BESIDE_WORDS if beside else 'beside the candidate'}, x{factor:.3f}): "
              f"{ctx.speedup_vs_eager:.3f}x vs eager, {ctx.speedup_vs_compile:.3f}x vs torch.compile (against this "
              f"process's times alone: {before[0]:.3f}x, {before[1]:.3f}x)")
 
@@ -1113,6 +1161,7 @@ def _result(ctx: EvalContext, status: EvalStatus, message: str, wall_s: float, p
         runner_reference=ctx.runner_reference,
         runner_reference_disputed=ctx.runner_reference_disputed,
         baseline_scale=ctx.baseline_scale,
+        eager_beside_yardstick=ctx.eager_beside_yardstick,
         notes=tuple(ctx.notes),
     )
 
