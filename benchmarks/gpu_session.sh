@@ -189,7 +189,7 @@ for s in $steps; do
     bench_bld)  run_step bench_bld  $base benchmarks/bench_build.py --benchmark-only --benchmark-json "$out/bench_bld.json" ;;  # one load_inline: 25-60 s
     bench_eval) run_step bench_eval $base benchmarks/bench_eval.py --benchmark-only --benchmark-json "$out/bench_eval.json" ;;  # 10 SUBMITs per test
     bench_cmp)  run_step bench_cmp  env CUDAGYM_BENCH_COMPARE="${BENCH_COMPARE:-in-process}" $base benchmarks/bench_eval.py --benchmark-only \
-                                      --benchmark-json "$out/bench_cmp.json" ;;  # the split and the judge before it: 20 SUBMITs per test
+                                      --benchmark-json "$out/bench_cmp.json" ${BENCH_K:+-k "$BENCH_K"} ;;  # the split and the judge before it: 20 SUBMITs per test ($BENCH_K: pytest -k, e.g. repeatability)
     soak)       run_step soak       $base -m slow benchmarks/soak_judge.py ;;  # one long test: no per-test limit
     *)          summary+=("$s: unknown step") ;;
   esac
