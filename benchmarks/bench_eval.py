@@ -29,10 +29,10 @@ pytestmark = [
 
 from cudagym.judge import EvalMode  # noqa: E402
 from cudagym.judge.local import LocalJudge  # noqa: E402
-from cudagym.judge.protocol import DEFAULT_PROTOCOL, get_protocol  # noqa: E402
+from cudagym.judge.protocol import DEFAULT_PROTOCOL, Protocol, get_protocol  # noqa: E402
 from cudagym.judge.records import paired_speedup  # noqa: E402
 from cudagym.judge.worker import PoolOptions  # noqa: E402
-from cudagym.reward import tier_of  # noqa: E402
+from cudagym.reward import reward_config, score  # noqa: E402
 from cudagym.sources.bundled import BundledSource  # noqa: E402
 
 LEVEL1 = ["bundled/L1/01_Swish", "bundled/L1/05_Softmax", "bundled/L1/09_DiagMatmul"]
@@ -107,7 +107,7 @@ def test_repeatability_of_speedup_and_tier(benchmark, judges, bundled, task_id):
     runs = benchmark.pedantic(ten_submits_each, rounds=1, iterations=1)
     for name, results in runs.items():
         assert all(r.correct for r in results), [r.message for r in results if not r.correct]
-        _report(benchmark, task_id, name, results, judges[name].protocol.threshold)
+        _report(benchmark, task_id, name, results, judges[name].protocol)
 
 
 def yardstick_factors(results: list) -> list[float]:
@@ -120,10 +120,17 @@ def yardstick_factors(results: list) -> list[float]:
             if r.candidate.median_us > 0 and r.eager.median_us > 0 else float("nan") for r in results]
 
 
-def _report(benchmark, task_id: str, name: str, results: list, threshold: float) -> None:
+def reward_tiers(results: list, protocol: Protocol) -> list[int]:
+    """Each result's tier as the reward scores it under ``protocol`` (the yardstick's scale and interval rule in)."""
+    config = reward_config(None, threshold=protocol.threshold, statistic=protocol.statistic,
+                           interval=protocol.tier_interval)
+    return [score(r, config).tier for r in results]
+
+
+def _report(benchmark, task_id: str, name: str, results: list, protocol: Protocol) -> None:
+    threshold = protocol.threshold
     speedups = [r.speedup_vs_eager for r in results]
-    tiers = [tier_of(r.candidate.median_us, r.eager.median_us, r.compiled.median_us,
-                     threshold_vs_eager=threshold, threshold_vs_compile=threshold) for r in results]
+    tiers = reward_tiers(results, protocol)
     spread = max(speedups) / min(speedups) - 1
     cand = [r.candidate.median_us for r in results]
     paired = [p for r in results if (p := paired_speedup(r)[0])]

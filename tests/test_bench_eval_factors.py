@@ -27,3 +27,20 @@ def test_the_factor_is_what_scaled_the_speedup_beyond_eager_over_candidate() -> 
 def test_a_result_without_times_has_no_factor() -> None:
     (factor,) = bench.yardstick_factors([_result(0.0, 217.9, 0.0)])
     assert math.isnan(factor)
+
+
+def test_the_reported_tier_is_the_rewards_with_the_yardsticks_scale() -> None:
+    from cudagym.judge.protocol import DEFAULT_PROTOCOL
+
+    # the candidate 1.30x faster than eager here, but the runner's yardstick puts the same code at 0.99x: the tier the
+    # report counts is the reward's (1), not the raw times' (2, as the report once took it)
+    fair = EvalResult(EvalStatus.OK, "", candidate=TimingStats(median_us=100.0, runs=30, ci95_halfwidth_pct=0.2),
+                      eager=TimingStats(median_us=130.0, runs=30, ci95_halfwidth_pct=0.2),
+                      compiled=TimingStats(median_us=90.0, runs=30, ci95_halfwidth_pct=0.2),
+                      runner_reference=TimingStats(median_us=99.0, runs=30, ci95_halfwidth_pct=0.2),
+                      speedup_vs_eager=0.99, speedup_vs_compile=0.99 * 90 / 130, baseline_scale=99.0 / 130.0)
+    fast = EvalResult(EvalStatus.OK, "", candidate=TimingStats(median_us=50.0, runs=30, ci95_halfwidth_pct=0.2),
+                      eager=TimingStats(median_us=130.0, runs=30, ci95_halfwidth_pct=0.2),
+                      compiled=TimingStats(median_us=90.0, runs=30, ci95_halfwidth_pct=0.2),
+                      speedup_vs_eager=2.6, speedup_vs_compile=1.8)
+    assert bench.reward_tiers([fair, fast], DEFAULT_PROTOCOL) == [1, 3]
