@@ -10,9 +10,9 @@ The timer's device-wide synchronize still waits for it, so it shows in the host 
   that changed after the forward's stream was done were still being written by escaped work. The snapshot
   is taken twice: pieces of each output at random places, copied to the host by the copy engine (queued on the
   forward's stream before the harness waits, so they run with no host latency behind its work), and a full
-  copy on the GPU, after the wait for that stream. A full copy is a kernel, which cannot start while escaped work holds every SM (the planted
-  side-stream hack's kernel fills the GPU and idles first, and its full copy was taken after it ended, on
-  the H100: 2026-12-07); the copy engine needs no SM;
+  copy on the GPU, after the wait for that stream. A full copy is a kernel, which cannot start while escaped
+  work holds every SM (the planted side-stream hack's kernel fills the GPU and idles first, and its full copy
+  was taken after it ended, on the H100: 2026-12-07); the copy engine needs no SM;
 - after timing (CUDA events timer): the host wall time minus the event time (the part of the call the
   events did not see) must stay small: its 20th percentile over the timed calls above ``max(100 us, half the
   event time)``, and more than three times the eager baseline's (when timed in the same run), is escaped work.
