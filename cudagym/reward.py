@@ -173,13 +173,10 @@ def score(result: EvalResult, config: RewardConfig = RewardConfig()) -> Score:  
     margin_eager = margin_compile = 0.0
     if config.interval:  # the yardstick's interval where it scaled the baselines, else each baseline's own
         scaled = scale != 1.0 and result.runner_reference.measured
-        # scaled by the yardstick over eager timed around it: the baseline's own interval and both of the scale's
-        beside = (result.eager_beside_yardstick,) if scaled and result.eager_beside_yardstick.measured else ()
-        if scaled and not beside:
-            margin_eager = _interval(result.candidate, result.runner_reference)
-            margin_compile = margin_eager
-        else:
-            scaling = (result.runner_reference, *beside) if beside else ()
+        if scaled and not result.eager_beside_yardstick.measured:  # the speedup is the yardstick over the candidate
+            margin_eager = margin_compile = _interval(result.candidate, result.runner_reference)
+        else:  # scaled by the yardstick over eager timed around it: the baseline's own interval and both of the scale's
+            scaling = (result.runner_reference, result.eager_beside_yardstick) if scaled else ()
             margin_eager = _interval(result.candidate, result.eager, *scaling)
             margin_compile = _interval(result.candidate, result.compiled, *scaling)
     # b(t, t0) at the slow end of the interval: t0 * (1 - margin) against t is t against t0 / (1 - margin)

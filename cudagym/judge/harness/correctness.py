@@ -217,8 +217,8 @@ def comparison_temporaries_bytes(tree: Any) -> int:
     temporaries of the piece (the difference's and the reference's magnitudes, the limit) and two masks, beside
     both sides' converted copies where the dtype changes (half precision and integers compare in float64) and
     both sides' piece copies where the tensor is not contiguous; the scale-aware tolerance's float64 copy comes
-    before them, never beside them. Each temporary is counted as the caching
-    allocator rounds it. Part of the memory bound's small buffers (README, "Device memory is bounded").
+    before them, never beside them. Each temporary is counted as the caching allocator rounds it. Part of the
+    memory bound's small buffers (README, "Device memory is bounded").
     """
     most, chunk = 0, memory.CHUNK_ELEMENTS  # read at each call, as flat_chunks does
     for t in _tensors(tree):
@@ -229,13 +229,13 @@ def comparison_temporaries_bytes(tree: Any) -> int:
         contiguous = t.dim() == 0 or t.is_contiguous()
         piece = min(n, chunk) if contiguous else min(n, max(row, chunk // max(row, 1) * row))
         comparable = _comparable(torch.empty(0, dtype=t.dtype)).dtype
-        wide = torch.empty(0, dtype=comparable).element_size()
+        wide = comparable.itemsize
         real = wide // 2 if comparable.is_complex else wide  # |a - b| and |ref| of complex values are real
         kept = []  # alive through the piece's comparison
         if comparable != t.dtype:
             kept += [piece * wide] * 2  # the reference's and the output's pieces, converted
         if not contiguous:
-            kept += [piece * t.element_size()] * 2  # the pieces themselves, copied out of strided tensors
+            kept += [piece * t.dtype.itemsize] * 2  # the pieces themselves, copied out of strided tensors
         difference = kept + [piece * wide, piece * real]  # out - ref, and its magnitude
         checking = kept + [piece * real] * 3 + [piece] * 2  # diff, |ref|, the limit; the two masks
         compare = max(sum(_blocks(b) for b in difference), sum(_blocks(b) for b in checking))

@@ -281,8 +281,7 @@ def _load_remote(ctx: EvalContext) -> None:
         ctx.remote.bracket = True
         # allocated before any input set: carved out of a freed input-sized block, it left the H200's 2 GiB
         # task one more set's worth reserved (memory_probe: 120 MiB used of a 2 GiB segment)
-        ctx.remote.flusher = L2Flusher(ctx.device, l2_cache_bytes(ctx.device), ctx.protocol.l2_flush)
-        ctx.flush_bytes = ctx.remote.flusher.nbytes
+        ctx.remote.flusher = _flusher(ctx)
     ctx.remote.arm_wait_s = arm_wait_s(ctx.protocol)
     inputs, prime = _prime(ctx)
     ctx.reference_aliases = reference_aliasing(prime, inputs, ctx.ref_model)
@@ -432,15 +431,13 @@ def _eager_here(ctx: EvalContext, inputs: list[Any]) -> list[float]:
     """
     protocol, ref = ctx.protocol, ctx.ref_model
     assert ref is not None
-    held = ctx.remote.flusher if ctx.remote is not None else None
-    flusher = held if held is not None else L2Flusher(ctx.device, l2_cache_bytes(ctx.device), protocol.l2_flush)
     sized = ctx.cover is not None and protocol.launch_cover_max_us > 0
     runs = max(protocol.min_runs // 2, 5)
     loop = TimingLoop(
         contenders=[Contender("eager", lambda args: ref(*args), baseline=True)],
         make_inputs=lambda _: inputs,
         timer=make_timer(protocol.timing, ctx.device, ctx.cover),
-        flusher=flusher,
+        flusher=_flusher(ctx),
         rule=StoppingRule(runs, runs, 0.0, protocol.statistic),
         warmup_runs=min(protocol.warmup_runs, REFERENCE_WARMUP_MAX),
         warmup_s=0.0,
@@ -713,6 +710,14 @@ class RoundSeeds:
         return self._seeds[round_]
 
 
+def _flusher(ctx: EvalContext) -> L2Flusher:
+    """The job's L2 flush buffer: the split's bracket's where it holds one (one buffer, not two), else a new one."""
+    held = ctx.remote.flusher if ctx.remote is not None else None
+    flusher = held if held is not None else L2Flusher(ctx.device, l2_cache_bytes(ctx.device), ctx.protocol.l2_flush)
+    ctx.flush_bytes = flusher.nbytes  # one of the memory bound's small buffers
+    return flusher
+
+
 def _timing(ctx: EvalContext) -> None:
     protocol, job = ctx.protocol, ctx.job
     retime = _retimes(ctx)
@@ -722,9 +727,7 @@ def _timing(ctx: EvalContext) -> None:
     # The flush buffer lives through the loop: allocated first, on an emptied cache, so it is never carved out
     # of a free input-sized block (which no input set could then use: one more set's worth reserved).
     ctx.meter.release(0)
-    held = ctx.remote.flusher if ctx.remote is not None else None  # the bracket's: one flush buffer, not two
-    flusher = held if held is not None else L2Flusher(ctx.device, l2_cache_bytes(ctx.device), protocol.l2_flush)
-    ctx.flush_bytes = flusher.nbytes
+    flusher = _flusher(ctx)
     contenders = [_candidate_contender(ctx)]
     if retime:
         contenders.extend(_baseline_contenders(ctx))
