@@ -17,7 +17,7 @@
 # default the yardstick timed in every job against taken from the baseline cache: issue 15) spy_batch (that rate under py-spy,
 # --nonblocking: each process kind's inclusive and self time, benchmarks/spy_summary.py, in spy_batch.summary) attrib (benchmarks/attribution_probe.py: does
 # ncu name a forward's kernels from outside its Python, plain and sandboxed, and at what cost: issue 13; $ATTRIB_ARGS: its options) staging
-# (benchmarks/staging_probe.py: which op or size of L2/19's forward slows the judge's staging; $STAGING_VARIANTS: some of them) launch (benchmarks/launch_probe.py: the same question with the forward in a second process, then in one process with the profiler; both under the default protocol's precision, $LAUNCH_PROTOCOL for another) launch_order (launch_probe.py in two processes, the usual order, then --stage-first: the staging done before the other process queues) raw_rt raw_full (its full evaluation alone) vec (LocalJudge then RayJudge, $VEC_SECONDS each, default 60: give it vec:300) scaling (two GPUs) memory repeat (benchmarks/repeat_probe.py on
+# (benchmarks/staging_probe.py: which op or size of L2/19's forward slows the judge's staging; $STAGING_VARIANTS: some of them) launch (benchmarks/launch_probe.py: the same question with the forward in a second process, then in one process with the profiler; both under the default protocol's precision, $LAUNCH_PROTOCOL for another) launch_order (launch_probe.py in two processes, the usual order, then --stage-first: the staging done before the other process queues) launch_conn (the usual order with the second process's streams on 8 hardware queues, CUDA's default, then on 1) raw_rt raw_full (its full evaluation alone) vec (LocalJudge then RayJudge, $VEC_SECONDS each, default 60: give it vec:300) scaling (two GPUs) memory repeat (benchmarks/repeat_probe.py on
 # $REPEAT_TASK, a KernelBench task: carry .data/kb) sanit (default: the first list but soak; sanit_gpu: tests/test_sanitizer_gpu.py alone) hostbound (a host-bound forward under the default
 # arm wait and a long one). A step may carry its own limit: NAME:SECONDS. A step that runs out its limit leaves
 # NAME.stacks beside NAME.log: py-spy's dump of every Python process then (stage py-spy into .whl to get it).
@@ -170,6 +170,9 @@ for s in $steps; do
     launch_order) run_step launch_order bash -c 'python3 benchmarks/launch_probe.py --split --protocol "$2" --json "$1/launch_split.json"
                                       python3 benchmarks/launch_probe.py --split --stage-first --protocol "$2" --json "$1/launch_first.json"' \
                                       _ "$out" "${LAUNCH_PROTOCOL:-cudagym}" ;;  # L2/19's excess: the usual order (the other process queued, then the staging), then the staging first (issue 13)
+    launch_conn) run_step launch_conn bash -c 'for c in 8 1; do python3 benchmarks/launch_probe.py --split --protocol "$2" --rounds 6 \
+                                      --variants none gelu_b128 gelu_b128_side_stream conv_transpose_b128 --child-env CUDA_DEVICE_MAX_CONNECTIONS=$c \
+                                      --json "$1/launch_conn$c.json" || exit 1; done' _ "$out" "${LAUNCH_PROTOCOL:-cudagym}" ;;  # L2/19: does one hardware queue for the runner's streams remove the excess? (8: CUDA's default)
     attrib)     run_step attrib     python3 benchmarks/attribution_probe.py --out "$out/attrib" ${ATTRIB_ARGS:-} ;;  # issue 13: ncu's kernel list
     batch)      run_step batch      env CUDAGYM_BENCH_GPU=1 CUDAGYM_BENCH_SECONDS=${VEC_SECONDS:-60} \
                                       CUDAGYM_BENCH_PROTOCOLS="${PROTOCOLS:-cudagym[yardstick=retimed];cudagym}" \

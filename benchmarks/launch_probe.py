@@ -193,13 +193,15 @@ def use_precision(spec: str) -> str:
             f"{'on' if protocol.cudnn_tf32 else 'off'} for cuDNN")
 
 
-def split(names: list[str], rounds: int, json_path: str, spec: str, stage_first: bool = False) -> int:
+def split(names: list[str], rounds: int, json_path: str, spec: str, stage_first: bool = False,
+          child_env: dict[str, str] | None = None) -> int:
     """The staging here, the forwards queued behind the word in a second process (its own context, as the runner's).
 
     ``stage_first``: each round's staging is done (the GPU idle) before the other process queues its forward, and the
     word is written once it has: no channel of the other context waits behind the go during the staging. Each row
     also has the round's wall time on this host's clock (from asking for the round to its end), which compares the
-    two orders: an excess that vanished, or one that moved from the staging into the round.
+    two orders: an excess that vanished, or one that moved from the staging into the round. ``child_env``: variables
+    set in the second process alone (e.g. ``CUDA_DEVICE_MAX_CONNECTIONS=1``: all its streams on one hardware queue).
     """
     import os
     import subprocess
@@ -220,7 +222,7 @@ def split(names: list[str], rounds: int, json_path: str, spec: str, stage_first:
     torch.cuda.synchronize()
     child = subprocess.Popen([sys.executable, __file__, "--child", str(fd), "--rounds", str(rounds), "--protocol",
                               spec, "--variants", *names], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                             bufsize=1, pass_fds=[fd])
+                             bufsize=1, pass_fds=[fd], env={**os.environ, **(child_env or {})})
     os.close(fd)
     assert child.stdin is not None and child.stdout is not None
     rows: list[dict[str, Any]] = []
@@ -368,12 +370,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="queue the forwards in a second process (its own CUDA context, as the judge's runner)")
     parser.add_argument("--stage-first", action="store_true",
                         help="with --split: stage before the second process queues (nothing of it waits behind the go)")
+    parser.add_argument("--child-env", nargs="+", default=[], metavar="NAME=VALUE",
+                        help="with --split: environment variables for the second process alone")
     parser.add_argument("--child", type=int, default=-1, help=argparse.SUPPRESS)  # the second process: the word's fd
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     if args.stage_first and not args.split:
         parser.error("--stage-first needs --split (in one process the staging and the forward share a context)")
+    if any(item.partition("=")[0] == "" or "=" not in item for item in args.child_env):
+        parser.error("--child-env takes NAME=VALUE pairs")
+    child_env = dict(item.split("=", 1) for item in args.child_env)
+    if child_env and not args.split:
+        parser.error("--child-env needs --split (the variables are for the second process)")
     one_process = not args.split and args.child < 0
     if args.variants is None:
         args.variants = [v for v in VARIANTS if not (one_process and v in SPLIT_ONLY)]
@@ -395,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         return queue_side(args.child, args.variants, args.rounds)
     print(f"precision: {precision}", flush=True)
     if args.split:
-        return split(args.variants, args.rounds, args.json, args.protocol, args.stage_first)
+        return split(args.variants, args.rounds, args.json, args.protocol, args.stage_first, child_env)
     from torch.profiler import ProfilerActivity, profile
 
     from cudagym.judge.split.signals import wait_value, write_value

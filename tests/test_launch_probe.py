@@ -114,3 +114,16 @@ def test_staging_first_is_refused_without_a_second_process(capsys: pytest.Captur
         probe.main(["--stage-first"])
     assert stop.value.code == 2
     assert "--stage-first needs --split" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--split", "--child-env", "CUDA_DEVICE_MAX_CONNECTIONS"], "--child-env takes NAME=VALUE pairs"),
+    (["--split", "--child-env", "=1"], "--child-env takes NAME=VALUE pairs"),
+    (["--child-env", "CUDA_DEVICE_MAX_CONNECTIONS=1"], "--child-env needs --split"),
+])
+def test_the_second_process_environment_is_checked_before_anything_runs(
+        argv: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        probe.main(argv)
+    assert stop.value.code == 2
+    assert said in capsys.readouterr().err
