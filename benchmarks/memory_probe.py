@@ -46,6 +46,7 @@ from cudagym.solution import Solution
 from cudagym.task import Task, make_task
 
 GIB = 1 << 30
+LISTED_BYTES = [memhistory.LARGE]  # the live blocks a table lists at a peak: this size and up (--min-mib)
 # As the GPU test: every guard off, a short loop (the harness's own copies are what is measured)
 QUICK = dict(guards=(), warmup_runs=2, warmup_ms=0.0, min_runs=5, max_runs=10, target_ci_pct=0.0)
 
@@ -111,7 +112,7 @@ def write_report(out: Path, name: str, snapshot: dict[str, Any], counters: dict[
 
     with (out / f"{name}.pickle").open("wb") as fh:
         pickle.dump(snapshot, fh)
-    text = f"=== {name}\n{memhistory.report(snapshot, counters)}\n"
+    text = f"=== {name}\n{memhistory.report(snapshot, counters, min_bytes=LISTED_BYTES[0])}\n"
     (out / f"{name}.txt").write_text(text)
     return text
 
@@ -310,7 +311,12 @@ def main(argv: list[str] | None = None) -> int:
                         "CUDAGYM_KERNELBENCH_DIR set) instead of the RMS-norm task; --gib is then unused")
     parser.add_argument("--protocol", default="", help="the protocol whose precision and guards apply (default: "
                         "the default protocol); the timing loop is always the short one")
+    parser.add_argument("--min-mib", type=float, default=memhistory.LARGE / (1 << 20),
+                        help="list the live blocks of this size and up at each peak (default: %(default)s)")
     args = parser.parse_args(argv)
+    if not args.min_mib > 0:
+        parser.error("--min-mib must be above 0")
+    LISTED_BYTES[0] = int(args.min_mib * (1 << 20))
     if not args.cpu and not torch.cuda.is_available():
         print("memory_probe: no CUDA device here (--cpu runs the evaluations without recording)", file=sys.stderr)
         return 2

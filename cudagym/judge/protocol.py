@@ -121,6 +121,15 @@ class Protocol:
             scale is the yardstick over the eager time beside the candidate, so the speedup is the yardstick over
             the candidate, taken apart: on an H100 (session 43) ten SUBMITs of one solution spread 0.61-0.74%
             through the split against 0.34-0.37% with the candidate in the judge's process.
+        runner_queues: Hardware work queues of the runner's CUDA context (``CUDA_DEVICE_MAX_CONNECTIONS`` in the
+            candidate's process, set when it starts; 0 leaves CUDA's default, 8). With 1, every stream of the
+            candidate shares one queue: work on a side stream runs in the order it was queued, behind the go like
+            the rest. On an H100 (session 46) a second stream of the runner's context with work waiting behind the
+            go doubled the judge's staging before it (2,155 to 4,197 us, ``L2/19``'s false
+            ``unverifiable_timing``); with one queue it stayed at 2,154-2,156 us, and cuDNN's fp32 transposed
+            convolution, which waits across its streams 97 times a forward, took 13,723 us instead of 12,534.
+            The runner's reference (the yardstick) is timed in a runner of the same kind; a setting of the split
+            (the path without a runner ignores it).
         l2_flush: Overwrite a buffer twice the L2's size before each timed call.
         interleave: Time candidate, eager and compile round-robin in one process so drift cancels.
         statistic: ``median`` or ``mean`` of the timed calls.
@@ -174,6 +183,7 @@ class Protocol:
     arm_wait_ms: float = 5.0
     late_reference_floor: bool = False
     yardstick_beside_eager: bool = False
+    runner_queues: int = 0
     l2_flush: bool = True
     interleave: bool = True
     statistic: Statistic = "median"
@@ -267,6 +277,8 @@ class Protocol:
         timing = {k: fields[k] for k in _TIMING_FIELDS}
         if self.retake_leaked_baselines:  # only when set: the protocols before it keep their keys (and caches)
             timing["retake_leaked_baselines"] = True
+        if runner_queues(self):  # only when set: the protocols before it keep their keys (and caches)
+            timing["runner_queues"] = runner_queues(self)
         if self.extra.get("module_mode", "eval") != "eval":  # the models in .train(): other times (eval keeps its key)
             timing["module_mode"] = self.extra["module_mode"]
         digest = hashlib.sha256(json.dumps(timing, sort_keys=True).encode()).hexdigest()[:10]
@@ -532,6 +544,11 @@ PROTOCOLS: dict[str, Protocol] = {
 }
 
 DEFAULT_PROTOCOL = CUDAGYM_V6
+
+
+def runner_queues(protocol: Protocol) -> int:
+    """:attr:`Protocol.runner_queues`, or ``extra["runner_queues"]`` (a probe's) where given; 0: CUDA's default."""
+    return int(protocol.extra.get("runner_queues", protocol.runner_queues))
 
 
 def get_protocol(spec: str | Protocol | None) -> Protocol:

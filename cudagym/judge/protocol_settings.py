@@ -79,6 +79,7 @@ NUMBER_FIELDS: dict[str, Rule] = {
     "runner_reference_runs": Rule("whole", 0, 1000),
     "runner_reference_batch": Rule("whole", 0, 1000),
     "arm_wait_ms": Rule("number", 0, 1000),
+    "runner_queues": Rule("whole", 0, 32),
     "threshold": Rule("number", 0, 1, below=True),
     "atol_scale": Rule("number"),
     "build_timeout_s": POSITIVE,
@@ -94,6 +95,7 @@ EXTRA_SETTINGS: dict[str, Rule] = {
     "arm_wait_ms": NUMBER_FIELDS["arm_wait_ms"],  # overrides Protocol.arm_wait_ms
     "runner_reference_batch": NUMBER_FIELDS["runner_reference_batch"],  # overrides the field of that name
     "yardstick_beside_eager": FLAG,  # overrides the field of that name
+    "runner_queues": NUMBER_FIELDS["runner_queues"],  # overrides the field of that name (the runner's start)
     "module_mode": Rule("text", choices=("eval", "train")),  # harness: the models in .eval() or .train()
     # harness: a job that looks its baselines up takes the yardstick from the cache too ("cached"), or times the
     # reference in its own runner every time ("retimed": the rate's control, issue 15)

@@ -58,6 +58,7 @@ from cudagym.judge.guards import escape
 from cudagym.judge.harness import is_context_poisoned
 from cudagym.judge.hostpaths import scrub_result
 from cudagym.judge.job import Job
+from cudagym.judge.protocol import runner_queues
 from cudagym.judge.records import EvalResult, EvalStatus, Isolation, Violation, from_dict, to_dict
 from cudagym.judge.sandbox import (
     CappedLog,
@@ -541,12 +542,16 @@ class _Worker:
 
 
 
-def _runner_env(device: str, options: PoolOptions, root: Path) -> dict[str, str]:
-    """The scrubbed environment of a runner (the job's, or a sanitized one) whose private folder is ``root``."""
+def _runner_env(device: str, options: PoolOptions, root: Path, queues: int = 0) -> dict[str, str]:
+    """The scrubbed environment of a runner (the job's, or a sanitized one) whose private folder is ``root``.
+
+    ``queues``: its CUDA context's hardware work queues (:attr:`Protocol.runner_queues`; 0: CUDA's default).
+    """
+    queued = {"CUDA_DEVICE_MAX_CONNECTIONS": str(queues)} if queues else {}
     return trace_runner_env(scrub_env(os.environ, home=str(root / "home"), tmpdir=str(root / "tmp"), extra={
         "CUDA_VISIBLE_DEVICES": device, "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
         "TRITON_CACHE_DIR": str(root / "triton"), "TORCHINDUCTOR_COMPILE_THREADS": "1",
-        "PYTHONPATH": child_pythonpath(options.pythonpath), **options.model_env(), **options.env}))
+        "PYTHONPATH": child_pythonpath(options.pythonpath), **options.model_env(), **options.env, **queued}))
 
 
 class _Runner:
@@ -556,17 +561,18 @@ class _Runner:
     pair; the other end goes to the worker that judges the job.
     """
 
-    def __init__(self, device: str, options: PoolOptions, root: Path) -> None:
+    def __init__(self, device: str, options: PoolOptions, root: Path, queues: int = 0) -> None:
         from cudagym.judge.split import RUNNER_MODULE
 
         self.options = options
+        self.queues = queues  # its CUDA context's hardware work queues, fixed when it started (0: CUDA's default)
         self.root = Path(tempfile.mkdtemp(prefix=f"gpu{device}-runner-", dir=root))
         for sub in ("home", "tmp"):
             (self.root / sub).mkdir()
         self.trusted_end, runner_end = socket.socketpair()
         argv = [sys.executable, "-m", RUNNER_MODULE, "--sock", str(runner_end.fileno()), "--root", str(self.root),
                 "--policy", inner_policy(options.policy).to_json()]
-        env = _runner_env(device, options, self.root)
+        env = _runner_env(device, options, self.root, queues)
         try:
             # its own folder only: never the trace's (the candidate's process; cudagym.judge.split.trace)
             view = confine.view_for(reads=options.reads(), writes=(str(self.root),), gpu=True, chdir=self.root)
@@ -676,23 +682,27 @@ class _Lane:
         while len(self.spares) < self.options.spare_workers and not self.closing.is_set():
             self.spares.append(self._new_worker())  # imports torch and the harness now, not after a crash
 
-    def _take_runner(self) -> _Runner:
-        """A runner that has never run a job: the oldest live spare, or a new one; the spares topped up."""
+    def _take_runner(self, queues: int = 0) -> _Runner:
+        """A runner that has never run a job, its CUDA context made with ``queues`` hardware work queues.
+
+        The oldest live spare of that kind, or a new one; the spares topped up with that kind (a spare of another
+        kind is closed: the jobs now ask for this one).
+        """
         runner = None
         while self.runners and runner is None:
             spare = self.runners.pop(0)
-            if spare.alive:
+            if spare.alive and spare.queues == queues:
                 runner = spare
             else:
                 spare.close()
-        runner = runner or _Runner(self.device, self.options, self.root)
-        self._top_up_runners()
+        runner = runner or _Runner(self.device, self.options, self.root, queues)
+        self._top_up_runners(queues)
         return runner
 
-    def _top_up_runners(self) -> None:
+    def _top_up_runners(self, queues: int = 0) -> None:
         while (self.options.uses_runner and len(self.runners) < max(1, self.options.spare_runners or 1)
                and not self.closing.is_set()):
-            self.runners.append(_Runner(self.device, self.options, self.root))
+            self.runners.append(_Runner(self.device, self.options, self.root, queues))
 
     def _retire(self) -> None:
         if self.worker is not None:
@@ -740,7 +750,7 @@ class _Lane:
             return _result(job, EvalStatus.INFRA_ERROR, problem)
         timeout = self.options.job_timeout_s or job.protocol.eval_timeout_s
         started = time.monotonic()
-        runner = self._take_runner() if self.options.uses_runner else None
+        runner = self._take_runner(runner_queues(job.protocol)) if self.options.uses_runner else None
         judged = 0.0
         try:
             outcome = self.worker.run(job, timeout, self.closing, runner)
