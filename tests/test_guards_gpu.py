@@ -235,6 +235,29 @@ def test_scrub_poisons_the_block_the_next_allocation_gets():
     assert poison_count(reused) == reused.numel()
 
 
+def test_scrub_poisons_both_pools_blocks_and_makes_no_segment_of_its_own():
+    # session 46 (H100): exact requests for blocks the other pool serves were answered with new segments (5 x 20 MiB
+    # at a 2 GiB evaluation's peak), and the small pool's free segments went unpoisoned
+    import torch
+
+    from cudagym.judge.harness.inputs import poison_count
+    from cudagym.judge.harness.scrub import scrub_free_blocks
+
+    device = torch.device("cuda")
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    small = [torch.full((1 << 16,), 3.0, device=device) for _ in range(40)]  # 256 KiB each: five 2 MiB segments
+    large = torch.full((3 << 18,), 3.0, device=device)  # 3 MiB of answers: a 20 MiB segment
+    del small, large
+    reserved = torch.cuda.memory_reserved(device)
+    assert scrub_free_blocks(device) >= 10 * (1 << 20) + 20 * (1 << 20)
+    assert torch.cuda.memory_reserved(device) == reserved
+    again = [torch.empty(1 << 16, device=device) for _ in range(40)]
+    assert all(poison_count(t) == t.numel() for t in again)
+    reused = torch.empty(3 << 18, device=device)
+    assert poison_count(reused) == reused.numel()
+
+
 def test_timing_is_repeatable_and_interleaved(build, tmp_path, monkeypatch):
     solution = Solution.from_dir(SWISH, "extension")
     speedups = []

@@ -785,3 +785,20 @@ def test_the_bound_adds_the_small_buffers_an_evaluation_recorded(tmp_path):
     assert cost.small_buffers_bytes == comparison_temporaries_bytes(torch.empty(8, 32)) > 0
     without = dataclasses.replace(cost, small_buffers_bytes=0)
     assert memory_bound_bytes(cost) == memory_bound_bytes(without) + cost.small_buffers_bytes
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_flat_reference_moments_hold_one_float64_piece_at_a_time(monkeypatch, dtype):
+    # session 46 (H100): its float64 piece and that piece's magnitudes were both alive, 2 x 128 MiB cached at a
+    # 2 GiB evaluation's peak, where the bound's small buffers count one such piece
+    monkeypatch.setattr(memory, "CHUNK_ELEMENTS", 1 << 14)
+    ref = (torch.randn(300, 200, dtype=torch.float64) * 3 + 0.5).to(dtype)
+    kept = ref.clone()
+    with _LiveBytes() as seen:
+        found = memory.moments(ref)
+    assert 0 < seen.peak <= (1 << 14) * 8 + 1024, seen.peak  # one float64 piece, and the scalars of its passes
+    assert torch.equal(ref, kept)  # a float64 reference's pieces are copied, never its own memory made absolute
+    wide = ref.double()
+    assert found.mean == pytest.approx(float(wide.mean()), rel=1e-12)
+    assert found.std == pytest.approx(float(wide.std()), rel=1e-9)
+    assert found.peak == float(wide.abs().max())

@@ -173,9 +173,10 @@ def moments(tensor: torch.Tensor) -> Moments:
     n = tensor.numel()
     total, peak = 0.0, 0.0
     for _, (piece,) in flat_chunks(tensor):
-        x = piece.double()
+        x = float64_copy(piece)  # one float64 piece at a time: its magnitudes are taken in place, after its sum
         total += float(x.sum().item())
-        peak = max(peak, float(x.abs().max().item()))
+        peak = max(peak, float(x.abs_().max().item()))
+        del x  # before the next piece's copy is made
     mean = total / n if n else 0.0
     squares = sum(float(float64_copy(piece).sub_(mean).pow_(2).sum().item()) for _, (piece,) in flat_chunks(tensor))
     return Moments(mean, (squares / (n - 1)) ** 0.5 if n > 1 else 0.0, peak)

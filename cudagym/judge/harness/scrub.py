@@ -15,38 +15,77 @@ import torch
 
 from cudagym.judge.harness.inputs import poison_
 
+# The caching allocator serves requests up to 1 MiB from its small pool (2 MiB segments), larger ones from its
+# large pool, each from blocks cached for the requesting stream.
+SMALL_REQUEST = 1 << 20
+
 
 def free_block_sizes(device: torch.device) -> list[int]:
     """Sizes in bytes of the inactive (free, cached) blocks of the caching allocator on ``device``."""
+    return [size for size, _, _ in _free_blocks(device)]
+
+
+def _free_blocks(device: torch.device) -> list[tuple[int, bool, int]]:
+    """Each free cached block on ``device``: its size, whether its segment is of the small pool, its stream."""
     if device.type != "cuda":
         return []
     index = device.index if device.index is not None else torch.cuda.current_device()
-    sizes = []
+    found = []
     for segment in torch.cuda.memory_snapshot():
         if segment.get("device", index) != index:
             continue
+        small = segment.get("segment_type") == "small"
         for block in segment.get("blocks", ()):
             if block.get("state") == "inactive" and block.get("size", 0) > 0:
-                sizes.append(int(block["size"]))
-    return sizes
+                found.append((int(block["size"]), small, int(segment.get("stream", 0))))
+    return found
+
+
+def scrub_requests(blocks: list[tuple[int, bool, int]], stream: int) -> list[int]:
+    """The allocation sizes that take ``blocks`` (as :func:`_free_blocks` lists them) out of the cache, largest first.
+
+    Only the blocks a request on ``stream`` can be served from: a block cached for another stream, or one whose size
+    the other pool serves (a large segment's remainder of 1 MiB or less, a small segment's free span above it), would
+    be answered by a new segment instead, poisoning nothing and growing the device's load (session 46, H100: five
+    20 MiB segments, the peak of a 2 GiB evaluation). A small pool's span above 1 MiB is taken in 1 MiB requests;
+    a remainder no request reaches by itself is no request's to hand out either, until it merges with its
+    neighbours, which a later scrub then finds.
+    """
+    sizes = []
+    for size, small, owner in blocks:
+        if owner != stream:
+            continue
+        if small:
+            whole, rest = divmod(size, SMALL_REQUEST)
+            sizes += [SMALL_REQUEST] * whole + ([rest] if rest else [])
+        elif size > SMALL_REQUEST:
+            sizes.append(size)
+    return sorted(sizes, reverse=True)
 
 
 def scrub_free_blocks(device: torch.device, dtype: torch.dtype = torch.float32) -> int:
     """Poison every free cached block on ``device`` with ``dtype``'s pattern; returns the bytes scrubbed.
 
-    Blocks are taken largest first; where an allocation fails (fragmentation, a concurrent user) the rest
-    are skipped: scrubbing is best effort, the pattern check on outputs does not depend on it.
+    Blocks are taken largest first (:func:`scrub_requests`: those a request on the current stream reaches); where
+    an allocation fails (fragmentation, a concurrent user) or makes a new segment instead, the rest are skipped:
+    scrubbing is best effort, the pattern check on outputs does not depend on it, and it must not grow the cache.
     """
-    sizes = sorted(free_block_sizes(device), reverse=True)
+    if device.type != "cuda":
+        return 0
+    sizes = scrub_requests(_free_blocks(device), torch.cuda.current_stream(device).cuda_stream)
     if not sizes:
         return 0
     element = torch.empty((), dtype=dtype).element_size()
+    reserved = torch.cuda.memory_reserved(device)
     held = []
     scrubbed = 0
     for size in sizes:
         try:
             block = torch.empty(size, dtype=torch.uint8, device=device)
         except torch.cuda.OutOfMemoryError:
+            break
+        if torch.cuda.memory_reserved(device) > reserved:  # a new segment, not a cached block: stop there
+            del block
             break
         usable = size - size % element
         if usable:
