@@ -25,8 +25,14 @@ def free_block_sizes(device: torch.device) -> list[int]:
     return [size for size, _, _ in _free_blocks(device)]
 
 
-def _free_blocks(device: torch.device) -> list[tuple[int, bool, int]]:
-    """Each free cached block on ``device``: its size, whether its segment is of the small pool, its stream."""
+Block = tuple[int, "str | None", "int | None"]  # a free cached block: its size, its pool, its stream
+
+
+def _free_blocks(device: torch.device) -> list[Block]:
+    """Each free cached block on ``device``: its size, its segment's pool (``small``, ``large``) and stream.
+
+    None where the snapshot does not say.
+    """
     if device.type != "cuda":
         return []
     index = device.index if device.index is not None else torch.cuda.current_device()
@@ -34,14 +40,16 @@ def _free_blocks(device: torch.device) -> list[tuple[int, bool, int]]:
     for segment in torch.cuda.memory_snapshot():
         if segment.get("device", index) != index:
             continue
-        small = segment.get("segment_type") == "small"
+        pool = segment.get("segment_type")
+        pool = pool if pool in ("small", "large") else None
         for block in segment.get("blocks", ()):
             if block.get("state") == "inactive" and block.get("size", 0) > 0:
-                found.append((int(block["size"]), small, int(segment.get("stream", 0))))
+                stream = segment.get("stream")
+                found.append((int(block["size"]), pool, int(stream) if stream is not None else None))
     return found
 
 
-def scrub_requests(blocks: list[tuple[int, bool, int]], stream: int) -> list[int]:
+def scrub_requests(blocks: list[Block], stream: int) -> list[int]:
     """The allocation sizes that take ``blocks`` (as :func:`_free_blocks` lists them) out of the cache, largest first.
 
     Only the blocks a request on ``stream`` can be served from: a block cached for another stream, or one whose size
@@ -49,13 +57,15 @@ def scrub_requests(blocks: list[tuple[int, bool, int]], stream: int) -> list[int
     be answered by a new segment instead, poisoning nothing and growing the device's load (session 46, H100: five
     20 MiB segments, the peak of a 2 GiB evaluation). A small pool's span above 1 MiB is taken in 1 MiB requests;
     a remainder no request reaches by itself is no request's to hand out either, until it merges with its
-    neighbours, which a later scrub then finds.
+    neighbours, which a later scrub then finds. A block whose stream or pool is not known is asked for at its size.
     """
     sizes = []
-    for size, small, owner in blocks:
-        if owner != stream:
+    for size, pool, owner in blocks:
+        if owner is not None and owner != stream:
             continue
-        if small:
+        if pool is None:
+            sizes.append(size)
+        elif pool == "small":
             whole, rest = divmod(size, SMALL_REQUEST)
             sizes += [SMALL_REQUEST] * whole + ([rest] if rest else [])
         elif size > SMALL_REQUEST:
@@ -66,9 +76,10 @@ def scrub_requests(blocks: list[tuple[int, bool, int]], stream: int) -> list[int
 def scrub_free_blocks(device: torch.device, dtype: torch.dtype = torch.float32) -> int:
     """Poison every free cached block on ``device`` with ``dtype``'s pattern; returns the bytes scrubbed.
 
-    Blocks are taken largest first (:func:`scrub_requests`: those a request on the current stream reaches); where
-    an allocation fails (fragmentation, a concurrent user) or makes a new segment instead, the rest are skipped:
-    scrubbing is best effort, the pattern check on outputs does not depend on it, and it must not grow the cache.
+    Blocks are taken largest first (:func:`scrub_requests`: those a request on the current stream reaches); a
+    request answered by a new segment instead is given back at once, unpoisoned (it held nobody's data), and where
+    an allocation fails (fragmentation, a concurrent user) the rest are skipped: scrubbing is best effort, the
+    pattern check on outputs does not depend on it.
     """
     if device.type != "cuda":
         return 0
@@ -84,9 +95,10 @@ def scrub_free_blocks(device: torch.device, dtype: torch.dtype = torch.float32) 
             block = torch.empty(size, dtype=torch.uint8, device=device)
         except torch.cuda.OutOfMemoryError:
             break
-        if torch.cuda.memory_reserved(device) > reserved:  # a new segment, not a cached block: stop there
+        if torch.cuda.memory_reserved(device) > reserved:  # a new segment, not a cached block: not held
             del block
-            break
+            reserved = torch.cuda.memory_reserved(device)
+            continue
         usable = size - size % element
         if usable:
             poison_(block[:usable].view(dtype))
