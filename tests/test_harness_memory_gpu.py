@@ -216,7 +216,7 @@ def test_a_2_gib_task_stays_within_the_bound_in_the_split_both_processes_and_the
     # it in the heap its torch allocations are routed to (counted above, in the trusted process's arenas): its own
     # allocator holds only what it makes outside the heap (2 MiB on an H100 in session 46; the runner held 4.24 GiB
     # before the heap, session 28's bound R + O + SMALL)
-    assert room >= r - s  # the heap's room is the runner's need beside its reserve
+    assert cost.arena_bytes - s - o >= r - s  # the arenas as measured: the heap's room covers the runner's need
     assert 0 < cost.runner_peak_device_memory_bytes <= SMALL
     # The whole device: both processes' bounds and the CUDA contexts of the processes alive (the worker, its
     # spare, the job's runner and the spare runners the pool starts for the next jobs), each as measured above;
