@@ -33,7 +33,8 @@ def test_a_large_segments_remainder_that_only_the_small_pool_size_fits_is_not_as
 def test_a_small_pools_free_span_is_taken_in_requests_the_small_pool_serves() -> None:
     # a whole free 2 MiB small segment asked for at once would go to the large pool (a new 20 MiB segment)
     assert scrub_requests([(2 * MIB, "small", HERE)], HERE) == [SMALL_REQUEST, SMALL_REQUEST]
-    assert scrub_requests([(SMALL_REQUEST + 1024, "small", HERE), (4096, "small", HERE)], HERE) == [SMALL_REQUEST, 4096, 1024]
+    spans = [(SMALL_REQUEST + 1024, "small", HERE), (4096, "small", HERE)]
+    assert scrub_requests(spans, HERE) == [SMALL_REQUEST, 4096, 1024]
 
 
 def test_on_the_cpu_there_is_no_cache_to_scrub() -> None:
