@@ -20,11 +20,6 @@ from cudagym.judge.harness.inputs import poison_
 SMALL_REQUEST = 1 << 20
 
 
-def free_block_sizes(device: torch.device) -> list[int]:
-    """Sizes in bytes of the inactive (free, cached) blocks of the caching allocator on ``device``."""
-    return [size for size, _, _ in _free_blocks(device)]
-
-
 Block = tuple[int, "str | None", "int | None"]  # a free cached block: its size, its pool, its stream
 
 
