@@ -98,10 +98,16 @@ def _per_call(note: str) -> float:
 
 
 def test_a_claim_forged_below_one_calls_allowance_counts_what_the_series_showed(pool: WorkerPool) -> None:
-    honest = judge(pool, HONEST_SLOW, "honest")
+    # the honest control is timed before and after the forged run and the lower median kept: a busy 2-core host
+    # only ever adds to a CPU-path time (one control timed once before read 657 us +-4.7% beside the suite, against
+    # 576 us on a quiet host), so the control beside the forged run is the faster of the two
+    before = judge(pool, HONEST_SLOW, "honest")
     forged = judge(pool, FORGED_SHORT, "forged")
-    assert honest.status is EvalStatus.OK, honest.message + honest.log[-3000:]
+    after = judge(pool, HONEST_SLOW, "honest_after")
+    for honest in (before, after):
+        assert honest.status is EvalStatus.OK, honest.message + honest.log[-3000:]
     assert forged.status is EvalStatus.OK, forged.message + forged.log[-3000:]
+    honest = min(before, after, key=lambda r: r.candidate.median_us)
     note = _series_note(forged)
     assert "3 series of 32" in note and "each counts at least" in note, note
     # the sleep alone is 400 us a call: the series showed it, and every forged 1 us claim now counts at least that
