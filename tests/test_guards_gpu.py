@@ -21,7 +21,7 @@ import pytest
 from gpu_jobs import QUIET, edited, judge, judge_in_child, make_job, stage_build
 from hacks.corpus import Hack, load_hacks
 
-from cudagym.judge.harness.claims import SERIES_NOTE
+from cudagym.judge.harness.claims import LATE_GATES_NOTE, SERIES_NOTE
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import Job, KnownBaselines
 from cudagym.judge.protocol import CUDA_AGENT, CUDAGYM_V0, DEFAULT_PROTOCOL, KERNELBENCH
@@ -101,7 +101,10 @@ def test_the_forwards_own_check_sees_outputs_still_written_after_its_stream_was_
         build, tmp_path, monkeypatch, worker_pool, name, where):
     # VERIFY and side_stream alone: no timing, so only the check after each audited forward can name the hacks.
     # On 2026-12-07 (H100) it named neither, in either place: its snapshot, a full copy on the GPU, waited for the
-    # hack's kernel to leave the SMs. The copy engine's pieces do not.
+    # hack's kernel to leave the SMs. The copy engine's pieces do not. In the worker the runner's audited forwards
+    # (all but the first) now wait on a gate it opens only once the forward returned (cudagym.judge.split.signals,
+    # GATE): the cover-aware hack finds its caller's stream busy at entry there, as in a timed call, however soon
+    # the launch cover ends.
     (hack,) = [h for h in load_hacks() if h.name == name]
     job = _hack_job(build, tmp_path, hack)
     job = dataclasses.replace(job, mode=EvalMode.VERIFY, protocol=job.protocol.with_changes(guards=("side_stream",)))
@@ -109,6 +112,23 @@ def test_the_forwards_own_check_sees_outputs_still_written_after_its_stream_was_
     assert result.status is EvalStatus.RULE_VIOLATION, f"{name}: {result.status} {result.message[:800]}"
     assert {v.guard for v in result.violations} == {"side_stream"}
     assert "still being written after the forward's stream finished" in result.message
+
+
+def test_a_bundled_solutions_audited_forwards_open_their_own_gates_in_the_worker(build, tmp_path, worker_pool):
+    # every audited forward in the runner but the first waits behind a gate it opens once the forward returned: an
+    # honest solution's forwards return in time (its kernels loaded in the first, ungated), so none is opened by the
+    # judge's fallback after its arm wait
+    solution = Solution.from_dir(SWISH, "extension")
+    job = make_job(build, tmp_path, "bundled/L1/01_Swish", solution, DEFAULT_PROTOCOL, EvalMode.VERIFY,
+                   KnownBaselines())
+    assert job.build.ok, job.build.log[-3000:]
+    result = worker_pool.submit(job).result(timeout=600)
+    assert "made by the trusted process" in result.log, result.log[-2000:]
+    assert result.status is EvalStatus.OK, f"{result.message[:1500]}\n{result.log[-3000:]}"
+    assert result.violations == ()
+    assert result.cost.audited_calls >= DEFAULT_PROTOCOL.num_inputs - 1 > 0, result.cost
+    assert result.cost.late_audited_calls == 0, result.log[-3000:]
+    assert LATE_GATES_NOTE not in result.log
 
 
 def test_the_zeros_of_the_degenerate_hack_fail_the_defaults_tolerance_and_are_called_nothing_else(

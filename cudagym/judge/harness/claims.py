@@ -156,6 +156,23 @@ def unqueued_note(unqueued: dict[str, list[int]], wait_s: float, late_wait_s: fl
             "so the host time it spent after the go is in its time)")
 
 
+LATE_GATES_NOTE = "audited forwards whose gate the judge opened"
+
+
+def late_gates_note(late_audits: Sequence[int], wait_s: float, late_wait_s: float) -> str:
+    """The note of audited forwards whose gate the runner had not opened by the arm wait (``""`` where none).
+
+    ``late_audits``: how many were, of how many gated (:attr:`~cudagym.judge.split.remote.RunnerLink.late_audits`);
+    ``wait_s`` is the first such call's wait, ``late_wait_s`` a later one's.
+    """
+    late, total = late_audits
+    if not late:
+        return ""
+    return (f"{LATE_GATES_NOTE}: {late} of {total} (waited {wait_s * 1000:.0f} ms for the first, "
+            f"{late_wait_s * 1000:.0f} ms after; the forward waits for the GPU inside or queues slowly, so its stream "
+            "was released before it returned)")
+
+
 REQUEST_PARTS_NOTE = "timed requests, part by part"
 
 

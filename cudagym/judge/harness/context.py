@@ -15,6 +15,7 @@ from __future__ import annotations
 import secrets
 import time
 import types
+import typing
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -58,6 +59,16 @@ class ForwardCall:
     stream: Any = None  # the current CUDA stream before the call (None on the CPU)
     outputs: Any = None
     scratch: dict[str, Any] = field(default_factory=dict)  # per-guard state between scope and after_forward
+
+
+class ForwardGate(typing.Protocol):
+    """Holds an audited forward's stream busy for the whole host-side call (the split's runner on a GPU)."""
+
+    def close(self, stream: Any) -> None:
+        """Queue on ``stream`` a wait that lasts until :meth:`open`."""
+
+    def open(self) -> None:
+        """Release what :meth:`close` queued (the forward has returned or raised)."""
 
 
 @dataclass
@@ -138,6 +149,8 @@ class EvalContext:
         self.runner_reference_disputed = ""  # why the judge's clock disputes its on-time claims ("" if it agrees)
         self.baseline_scale = 1.0  # the speedups' yardstick factor on the baselines' times (1: not applied)
         self.runner_job: Job = job  # the job as the runner sees it (its own paths), in the split
+        # the split's runner on a GPU: the gate of the audited forward being served (None: no gate)
+        self.gate: ForwardGate | None = None
 
     # ------------------------------------------------------------------------------------- reporting
 
@@ -199,13 +212,15 @@ class EvalContext:
         """One audited forward of the candidate on ``args`` (see the module docstring).
 
         With a launch cover, the forward starts behind one, as a timed forward does: the candidate cannot tell
-        audited calls from timed ones by the stream being busy.
+        audited calls from timed ones by the stream being busy. With a :attr:`gate` (the split's runner), the
+        stream waits behind it, ahead of the cover, until the forward has returned, as a timed call's waits for
+        the judge's go.
         """
         assert self.cand_model is not None
         if self.on_gpu and self.remote is None:  # in the split the runner scrubs its own memory
             scrub_free_blocks(self.device, self.output_dtype)
         call = ForwardCall(args=args, purpose=purpose, stream=self.current_stream())
-        model, cover = self.cand_model, (self.cover if self.remote is None else None)
+        model, cover, gate = self.cand_model, (self.cover if self.remote is None else None), self.gate
 
         def forward() -> Any:
             if cover is not None:
@@ -217,6 +232,13 @@ class EvalContext:
                 scope = guard.forward_scope(self, call)
                 if scope is not None:
                     stack.enter_context(scope)
+            if gate is not None:
+                # A kernel the candidate launches for the first time while this stream waits may make CUDA load
+                # its module, and a module load may wait for the whole context (lazy loading): the trusted side
+                # opens the gate itself after its arm wait, so the forward is delayed, never hung (and the
+                # candidate's first call, which loads most of them, is not gated).
+                gate.close(call.stream)
+                stack.callback(gate.open)  # first on the way out: once the forward returned or raised
             call.outputs = self.call_candidate(forward, "forward")
         try:
             for guard in self.guards:

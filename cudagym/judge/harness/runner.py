@@ -27,7 +27,7 @@ import torch
 from cudagym.errors import ConfigError
 from cudagym.judge.guards.base import select_guards, sided
 from cudagym.judge.harness import COMPILE_FAILED_PREFIX, CONTEXT_POISONED_MARKER, CUDA_ERROR_PREFIX
-from cudagym.judge.harness.claims import disputed_yardstick, series_floor, series_wanted, verify_claims
+from cudagym.judge.harness.claims import disputed_yardstick, late_gates_note, series_floor, series_wanted, verify_claims
 from cudagym.judge.harness.context import PROFILE_REPEATS, EvalContext
 from cudagym.judge.harness.correctness import compare_outputs, comparison_temporaries_bytes
 from cudagym.judge.harness.failures import (
@@ -1133,6 +1133,10 @@ def _cleanup(ctx: EvalContext, poisoned: bool) -> bool:
 def _result(ctx: EvalContext, status: EvalStatus, message: str, wall_s: float, poisoned: bool = False) -> EvalResult:
     if ctx.meter.phase_peaks:
         ctx.note(ctx.meter.describe_phases())
+    if ctx.remote is not None:
+        gates = late_gates_note(ctx.remote.late_audits, ctx.remote.arm_wait_s, ctx.remote.late_wait_s)
+        if gates:
+            ctx.note(gates)
     try:
         hardware = describe(ctx.device)
     except Exception:  # a broken context cannot describe itself; the verdict must still come back
@@ -1184,7 +1188,9 @@ def _cost(ctx: EvalContext) -> EvalCost:
                     small_buffers_bytes=ctx.flush_bytes + ctx.temporaries_bytes,
                     load_s=clock.get("load"), check_s=clock.get("check"), timing_s=clock.get("timing"),
                     compile_s=clock.get("compile"), profile_s=clock.get("profile"),
-                    **_late_calls(link.unqueued if link is not None else {}, ctx.cached_yardstick))
+                    **_late_calls(link.unqueued if link is not None else {}, ctx.cached_yardstick),
+                    late_audited_calls=link.late_audits[0] if link is not None else 0,
+                    audited_calls=link.late_audits[1] if link is not None else 0)
 
 
 def _late_calls(unqueued: dict[str, list[int]], cached: Yardstick | None = None) -> dict[str, int]:

@@ -48,7 +48,7 @@ from cudagym.judge.split.signals import SIGNAL_BYTES
 HEAP_ALIGN = 512  # bytes: every offset a word carries is a multiple of this (torch's blocks are 512-aligned)
 INVALID = 0xFFFFFFFF  # a word the runner has not written in this call
 MAX_OUTPUTS = 256  # output tensors one call can deliver through the heap (a task with more delivers by copy)
-DESCRIPTORS = 1024  # byte offset of the words in the signals arena (after GO, DONE, ARMED)
+DESCRIPTORS = 1024  # byte offset of the words in the signals arena (after GO, DONE, ARMED, GATE)
 MAX_CALLS = 64  # calls of one request with words of their own (a series' most: runner.SERIES_MAX_CALLS)
 DESCRIPTOR_BYTES = MAX_CALLS * MAX_OUTPUTS * 4
 assert DESCRIPTORS + DESCRIPTOR_BYTES <= SIGNAL_BYTES, "the signals arena holds every call's words"

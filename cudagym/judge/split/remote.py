@@ -359,6 +359,11 @@ class RunnerLink:
         # per kind of timed request: how many calls were not queued in time, of how many (their go was given anyway)
         self.unqueued: dict[str, list[int]] = {}
         self.last_late = False  # whether the latest bracketed call was not queued before its go
+        # audited forwards gated on the GPU (gated): how many this process opened the gate of itself, after the arm
+        # wait, because the runner had not (its forward still on its host), of how many
+        self.late_audits = [0, 0]
+        self._gate = 0  # the latest audited forward's gate round (its own counter: the GATE word)
+        self._gate_opened: Any = None  # the event that says the runner's stream is through the gate
         self.late_timed: list[bool] = []  # per timed call on the GPU path (beside ``claimed_us``): late or not
         # per timed call (beside ``claimed_us``): whether the judge compared its outputs with the reference's; only
         # those calls' clocks confirm claims (a warm-up's or an unchecked round's outputs may be no work at all)
@@ -725,6 +730,56 @@ class RunnerLink:
                 return True  # it answered without queueing a call (a failure): the finally releases the stream
         return True
 
+    def gated(self, message: dict[str, Any], expect: str) -> dict[str, Any]:
+        """One audited forward whose stream in the runner waits behind a gate until its forward has returned.
+
+        The request names the gate's round (``"gate"``); the runner opens it once the candidate's forward returned
+        (:mod:`cudagym.judge.split.signals`). Where it has not within :attr:`arm_wait_s` (:attr:`late_wait_s`
+        once an audited forward was late), this process opens it itself and counts the call late
+        (:attr:`late_audits`); it opens it again after the reply in every case. Raises as :meth:`request`.
+        """
+        from cudagym.judge.split.signals import GATE, wait_value, write_value
+
+        if self._side is None:
+            self._side = torch.cuda.Stream(self.device)
+        if self._gate_opened is None:
+            self._gate_opened = torch.cuda.Event()
+        self._gate += 1
+        n, address = self._gate, self.arenas["signals"].tensor.data_ptr() + GATE
+        counts = self.late_audits
+        counts[1] += 1
+        wait_s = self.late_wait_s if counts[0] else self.arm_wait_s
+        # this process's stream passes the gate as the runner's does (nothing waits on it here before the reply)
+        stream = torch.cuda.current_stream(self.device)
+        wait_value(stream.cuda_stream, address, n)
+        self._gate_opened.record(stream)
+        late = False
+        try:
+            self.channel.send({**message, "gate": n})
+            if not self._opened_in_time(time.perf_counter() + wait_s):
+                late = True
+                counts[0] += 1
+                write_value(self._side.cuda_stream, address, n)  # its forward is still on its host: open it
+            reply = self._reply(message, expect)
+        except OSError as exc:
+            raise RunnerLost(f"the runner's channel failed: {exc}") from None
+        finally:  # whatever the runner did, its stream must not wait forever
+            write_value(self._side.cuda_stream, address, n)
+            self._side.synchronize()  # in place before the next gate's round: never written over it late
+        if tracing():
+            trace("gated", round=n, late=late, wait_ms=wait_s * 1000)
+        return reply
+
+    def _opened_in_time(self, deadline: float) -> bool:
+        """Whether the runner opened the latest gate, or replied, by ``deadline`` (``time.perf_counter``)."""
+        while not self._gate_opened.query():
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                return False
+            if self.channel.readable(min(left, ARM_POLL_S)):
+                return True  # it answered (a failure before its forward, say): the finally opens the gate
+        return True
+
     def hand(self, job: Any) -> None:
         """Hand the runner its job (it loads nothing of it until :meth:`start`)."""
         try:
@@ -833,6 +888,7 @@ class RemoteModel:
         self._series_seen: list[list[Any]] = []  # each call's copy of its inputs in the latest series, as it ended
         self._series_read: list[torch.Tensor] = []  # per call of it, read from the heap: whether its words were right
         self._series_set_bytes = 0  # one input set's bytes in the latest series (the arenas go back to that)
+        self._called = False  # whether the candidate was called in the runner yet (its first call goes ungated)
 
     def parameters(self) -> list[torch.Tensor]:
         """None here: the weights live in the runner."""
@@ -947,8 +1003,14 @@ class RemoteModel:
     def __call__(self, *args: Any) -> Any:
         """One audited forward in the runner; the outputs as tensors of this process."""
         spec = self._place(args)
-        reply = self.link.request({"kind": "forward", "args": spec, "outputs": [s.to_json() for s in self.out_slots],
-                                   "container": self.container}, expect="outputs")
+        message = {"kind": "forward", "args": spec, "outputs": [s.to_json() for s in self.out_slots],
+                   "container": self.container}
+        # On the GPU its stream in the runner is held busy for its whole host-side call, as a timed call's is; but for
+        # the candidate's first call, the first of every job (so it tells the candidate nothing it cannot count):
+        # the kernels it launches for the first time load then, with nothing waiting (a lazy module load may wait
+        # for the whole context, so for the gate: see RunnerLink.rehearse)
+        gated, self._called = self.bracketed and self._called, True
+        reply = self.link.gated(message, "outputs") if gated else self.link.request(message, expect="outputs")
         return self._collect(reply)
 
     def timed(self, args: list[Any], cover_us: float | None) -> Measurement:

@@ -43,6 +43,7 @@ START_STAGE = "start to ready"  # the runner's own start: from its process's bir
 REFERENCE_WARM_MAX = 100  # the most warm-up calls of the reference one request may ask for
 PROFILE_ROWS = 2000  # rows of a profile reply (one per kernel name and stream); the smallest beyond are summed
 SERIES_MAX_CALLS = 64  # the most calls one series request may ask for
+MAX_GATE = 2 ** 31  # an audited forward's gate round is from 1 to this (the words compare cyclically)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,7 +83,7 @@ class _Server:
         self.cover: Any = None
         self.timer: Any = None
         self.flusher: Any = None
-        self.side: Any = None  # the stream the armed signal goes out on
+        self.side: Any = None  # the stream the armed signal and the audited forwards' gates go out on
         self.started_s = 0.0  # from the process's birth to ready
         self.reference: Any = None  # the task's reference, loaded before the candidate (for its timed calls)
         self.reference_model: Any = None  # its Model, dropped before the candidate loads
@@ -445,9 +446,35 @@ class _Server:
         return ""
 
     def _forward(self, request: dict[str, Any]) -> dict[str, Any]:
+        gate = self._gate(request)
         args = self._args(request)
-        outputs = self.ctx.run_candidate(args, str(request.get("purpose", "forward"))[:40])
+        self.ctx.gate = gate
+        try:
+            outputs = self.ctx.run_candidate(args, str(request.get("purpose", "forward"))[:40])
+        finally:
+            self.ctx.gate = None
         return {"kind": "outputs", "problem": self._deliver(request, outputs)}
+
+    def _gate(self, request: dict[str, Any]) -> _AuditGate | None:
+        """The audited forward's gate the trusted side asks for (:mod:`cudagym.judge.split.signals`), where it can be.
+
+        None where the request names none, or off the GPU path (no signals arena).
+
+        Raises:
+            ValueError: The request's gate is not a round from 1 to :data:`MAX_GATE`.
+        """
+        value = request.get("gate")
+        if value is None:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_GATE:
+            raise ValueError(f"a forward's gate is a round from 1 to {MAX_GATE}, got {str(value)[:40]!r}")
+        if self.device.type != "cuda" or "signals" not in self.arenas:
+            return None
+        if self.side is None:
+            import torch
+
+            self.side = torch.cuda.Stream(self.device)
+        return _AuditGate(self.arenas["signals"].tensor.data_ptr(), self.side, value)
 
     def _timing_tools(self, protocol: Any) -> None:
         """The timer, its launch cover and the L2 flush: the same for the calibration and the candidate."""
@@ -793,6 +820,27 @@ class _RunnerBracket:
     def finish(self, stream: Any) -> list[float]:
         """Done on the call's stream, after all it queued; armed at once on the side stream (host µs of each)."""
         return [self.done(stream), self.arm()]
+
+
+class _AuditGate:
+    """An audited forward's gate: its stream waits for ``GATE >= round``, opened on the side stream."""
+
+    def __init__(self, base: int, side: Any, round_: int) -> None:
+        from cudagym.judge.split.signals import GATE
+
+        self.address, self.side, self.round = base + GATE, side, round_
+
+    def close(self, stream: Any) -> None:
+        """The call's stream waits from here until the gate is open."""
+        from cudagym.judge.split.signals import wait_value
+
+        wait_value(stream.cuda_stream, self.address, self.round)
+
+    def open(self) -> None:
+        """Open the gate at once, on the side stream (which waits for nothing)."""
+        from cudagym.judge.split.signals import write_value
+
+        write_value(self.side.cuda_stream, self.address, self.round)
 
 
 def process_age_s() -> float:

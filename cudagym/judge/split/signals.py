@@ -33,6 +33,17 @@ copies call ``k``'s outputs and its copy of the inputs out, then places call ``k
 So no call's input set is in the runner's view before the call ahead of it delivered its outputs: a forward can
 neither read the later sets ahead and answer them in one batch, nor keep its inputs and answer later.
 
+An audited forward (a correctness check, ``RemoteModel.__call__``) is gated the same way, so that a forward cannot
+tell it from a timed call by its caller's stream being idle: the runner queues a wait for ``GATE >= g`` on the call's
+stream ahead of the launch cover, and opens the gate once the forward has returned (or raised). Every audited forward
+but the candidate's first, which loads its kernels with nothing waiting (a lazy module load waits for the context)::
+
+    runner stream:   wait GATE >= g | launch cover | the forward's work | the guards' checks of its outputs
+    runner, beside:  GATE := g once the forward returned (its whole host-side call behind a busy stream)
+
+The trusted side opens it too, on a stream of its own that waits for nothing: after the arm wait where the runner
+has not (its forward waits for the GPU inside), and after the reply in every case.
+
 The words are 32-bit counters in a small arena both map (:mod:`cudagym.judge.split.arena`); the waits and
 writes are CUDA stream memory operations (``cuStreamWaitValue32`` with ``CU_STREAM_WAIT_VALUE_GEQ``,
 ``cuStreamWriteValue32``), which wait in the GPU's front end without occupying an SM.
@@ -45,7 +56,7 @@ from __future__ import annotations
 CALL_DONE, CALL_GO = "series_call_done", "series_go"
 CALL_SPIN_S = 0.0005  # each side looks for the other's word this long without sleeping (Channel.spin) before it waits
 
-GO, DONE, ARMED = 0, 256, 512  # byte offsets of the three words (a line apart)
+GO, DONE, ARMED, GATE = 0, 256, 512, 768  # byte offsets of the four words (a line apart)
 # then, from byte 1024, one word per output of each call saying where it lies in the shared heap
 # (cudagym.judge.split.heap: 64 calls of 256 outputs)
 SIGNAL_BYTES = 1024 + 64 * 256 * 4
