@@ -835,7 +835,7 @@ class RunnerLink:
             self.arenas["signals"] = new_arena(SIGNAL_BYTES, self.device)
             self.arenas["signals"].tensor.zero_()
             torch.cuda.synchronize(self.device)
-            self._round = 0
+            self._round = self._gate = 0  # the words start again from zero
         self.arena_peak_bytes = max(self.arena_peak_bytes, self.arena_bytes())
         shared = [name for name, a in self.arenas.items() if not isinstance(a, ArenaView)]
         fds = [self.arenas[name].descriptor() for name in shared]
