@@ -28,7 +28,6 @@ from cudagym.judge.protocol import (
     DEFAULT_PROTOCOL,
     KERNELBENCH,
     Protocol,
-    get_protocol,
 )
 from cudagym.judge.records import BuildResult, BuildStatus, EvalResult, EvalStatus, TimingStats, Yardstick
 from cudagym.judge.split import RUNNER_PHASES, TRUSTED_PHASES
@@ -372,37 +371,3 @@ def test_a_job_that_looks_its_baselines_up_takes_the_yardstick_from_the_cache_to
     control = protocol(10).with_changes(extra={"yardstick": "retimed"})
     probe = judge(pool, SAME_CODE, control, job_id="yardstick-retimed", baselines=cached)
     assert probe.status is EvalStatus.OK and probe.runner_reference.runs == 10, probe.log[-3000:]
-
-
-def test_a_scale_within_its_own_noise_is_taken_as_one_under_the_probe() -> None:
-    # the split's spread (issue 13): a yardstick 0.4% off eager with medians each +-0.5% is noise; under the probe
-    # setting the speedups stay unscaled and a note says why; a scale beyond the interval, or without the setting,
-    # still applies
-    import types
-
-    from cudagym.judge.harness.runner import _against_runner_reference, scale_noise
-
-    probe = get_protocol("cudagym[yardstick_within=noise]")
-
-    def scaled(proto: Protocol, own_us: float, ci_pct: float) -> tuple[float, list[str]]:
-        notes: list[str] = []
-        remote = types.SimpleNamespace(unqueued={"reference": [0, 30]}, on_time_path_us=300.0,
-                                       on_time_shown=lambda: {"reference": [(own_us, own_us)] * 30, "timed": []})
-        ctx = types.SimpleNamespace(
-            protocol=proto, remote=remote, notes=notes, cached_yardstick=None, runner_reference_disputed="",
-            note=notes.append, speedup_vs_eager=1.0, speedup_vs_compile=0.5,
-            runner_reference=TimingStats(median_us=own_us, runs=50, ci95_halfwidth_pct=ci_pct),
-            eager_beside_yardstick=TimingStats(),
-            timed={"eager": TimingStats(median_us=1000.0, runs=50, ci95_halfwidth_pct=ci_pct),
-                   "candidate": TimingStats(median_us=1000.0, runs=50)})
-        _against_runner_reference(ctx)  # type: ignore[arg-type]
-        return ctx.speedup_vs_eager, notes
-
-    assert scale_noise(TimingStats(ci95_halfwidth_pct=0.3), TimingStats(ci95_halfwidth_pct=0.4)) == pytest.approx(0.005)
-    kept, notes = scaled(probe, 1004.0, 0.5)
-    assert kept == 1.0 and any("x1.0040 lies within the 95% interval of its two medians' ratio (+-0.71%)" in n
-                               for n in notes), notes
-    assert scaled(probe, 996.0, 0.5)[0] == 1.0  # either way
-    assert scaled(probe, 1010.0, 0.5)[0] == pytest.approx(1.01)  # beyond it: scaled
-    assert scaled(probe, 1004.0, 0.2)[0] == pytest.approx(1.004)  # tighter medians: beyond it
-    assert scaled(get_protocol("cudagym"), 1004.0, 0.5)[0] == pytest.approx(1.004)  # the default scales

@@ -100,9 +100,6 @@ EXTRA_SETTINGS: dict[str, Rule] = {
     # harness: a job that looks its baselines up takes the yardstick from the cache too ("cached"), or times the
     # reference in its own runner every time ("retimed": the rate's control, issue 15)
     "yardstick": Rule("text", choices=("cached", "retimed")),
-    # harness: "noise" takes a yardstick's scale as 1 where it lies within the 95% interval of its two medians'
-    # ratio (the split's spread, issue 13: the scale's own noise moved ten SUBMITs of one solution by up to 1%)
-    "yardstick_within": Rule("text", choices=("noise",)),
     # split: bracketed calls' outputs read by the judge from the shared heap, or copied by the runner into the output
     # arena (a probe's comparison; the copy is what a white-box runner can skip: cudagym.judge.split.heap)
     "delivery": Rule("text", choices=("heap", "copy")),

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import logging
-import math
 import os
 import secrets
 import sys
@@ -515,11 +514,6 @@ def _reference_enough(protocol: Protocol) -> Callable[[list[float]], bool] | Non
     return enough
 
 
-def scale_noise(own: TimingStats, eager: TimingStats) -> float:
-    """Half the 95% interval of the ratio of two medians, as a fraction (their own intervals combined)."""
-    return math.hypot(own.ci95_halfwidth_pct, eager.ci95_halfwidth_pct) / 100.0
-
-
 def _against_runner_reference(ctx: EvalContext) -> None:
     """Scale the speedups by how the candidate's process runs the reference against how this one does.
 
@@ -527,8 +521,7 @@ def _against_runner_reference(ctx: EvalContext) -> None:
     memory; a call that waits for the GPU inside, behind its host): the reference's median in the runner, over
     eager's median here, moves the baselines into the candidate's process (``Protocol.runner_reference_runs``).
     Under ``Protocol.late_reference_floor`` it may raise them only where the reference's calls there were queued
-    before their go and its claims agree with the judge's clock around them (:func:`disputed_yardstick`). Under the
-    probe setting ``yardstick_within=noise`` a scale within :func:`scale_noise` of 1 is taken as 1.
+    before their go and its claims agree with the judge's clock around them (:func:`disputed_yardstick`).
     """
     if not ctx.protocol.runner_reference_runs or not ctx.timed.get("candidate", TimingStats()).measured:
         return
@@ -561,11 +554,6 @@ def _against_runner_reference(ctx: EvalContext) -> None:
     if disputed and factor > 1.0:
         ctx.note(f"{RUNNER_REFERENCE_NOTE}: {disputed}, so which clock read it right is unknown; the speedups stay "
                  f"against this process's times (x{factor:.3f} there would raise them)")
-        factor = 1.0
-    noise = scale_noise(own, eager)
-    if ctx.protocol.extra.get("yardstick_within") == "noise" and factor != 1.0 and abs(factor - 1.0) <= noise:
-        ctx.note(f"{RUNNER_REFERENCE_NOTE}: x{factor:.4f} lies within the 95% interval of its two medians' ratio "
-                 f"(+-{noise * 100:.2f}%), so the speedups stay against this process's times")
         factor = 1.0
     before = (ctx.speedup_vs_eager, ctx.speedup_vs_compile)
     ctx.speedup_vs_eager *= factor
