@@ -104,7 +104,9 @@ def test_the_forwards_own_check_sees_outputs_still_written_after_its_stream_was_
     # hack's kernel to leave the SMs. The copy engine's pieces do not. In the worker the runner's audited forwards
     # (all but the first) now wait on a gate it opens only once the forward returned (cudagym.judge.split.signals,
     # GATE): the cover-aware hack finds its caller's stream busy at entry there, as in a timed call, however soon
-    # the launch cover ends.
+    # the launch cover ends. A gate in the stream's front end alone was not enough (H100, session 47: still `ok`):
+    # the hack's side kernel ran at once on the idle SMs and was done before the checks; the cover now spins on
+    # until the gate opens.
     (hack,) = [h for h in load_hacks() if h.name == name]
     job = _hack_job(build, tmp_path, hack)
     job = dataclasses.replace(job, mode=EvalMode.VERIFY, protocol=job.protocol.with_changes(guards=("side_stream",)))

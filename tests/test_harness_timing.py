@@ -17,7 +17,7 @@ import torch
 from cudagym import runtime
 from cudagym.errors import ConfigError
 from cudagym.judge.harness import timing
-from cudagym.judge.harness.cover import DECLARATION, KERNEL, PTX_FILE, fill_shape, threads_per_sm
+from cudagym.judge.harness.cover import DECLARATION, GATED_KERNEL, KERNEL, PTX_FILE, fill_shape, threads_per_sm
 from cudagym.judge.harness.integrity import _Pristine
 from cudagym.judge.harness.timing import CudaEventTimer, HostTimer, make_timer
 
@@ -210,10 +210,12 @@ def test_threads_per_sm_from_torch_or_the_compute_capability():
 
 def test_the_cover_kernel_is_declared_and_its_ptx_ships_with_the_package():
     module = runtime.load_image(PTX_FILE, DECLARATION)
-    assert module.names == (KERNEL,)
+    assert module.names == (KERNEL, GATED_KERNEL)
     assert [p.kind for p in module[KERNEL].signature.params] == ["i64"]
+    assert [p.kind for p in module[GATED_KERNEL].signature.params] == ["i64", "u64", "u32", "i64"]
     text = PTX_FILE.read_text()
     assert f".visible .entry {KERNEL}(" in text and "%clock64" in text
+    assert f".visible .entry {GATED_KERNEL}(" in text and "ld.volatile.global.u32" in text  # the word, re-read
     with pytest.raises(ValueError, match="no extern"):
         runtime.load_image(PTX_FILE, "void not_a_kernel(int x);")
 
@@ -228,9 +230,9 @@ def test_the_cover_ptx_compiles_and_fits_two_1024_thread_blocks_per_sm(tmp_path,
     proc = subprocess.run([_ptxas(), f"-arch={arch}", "-v", str(PTX_FILE), "-o", str(tmp_path / "cover.cubin")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    registers = int(re.search(r"Used (\d+) registers", proc.stderr).group(1))  # type: ignore[union-attr]
-    assert registers <= 32  # 2048 resident threads x 32 registers = the SM's 64K register file
-    assert "0 bytes spill" in proc.stderr
+    registers = [int(n) for n in re.findall(r"Used (\d+) registers", proc.stderr)]
+    assert len(registers) == 2 and max(registers) <= 32  # each kernel: 2048 threads x 32 = the SM's 64K registers
+    assert proc.stderr.count("0 bytes spill") == 2 * 2  # stores and loads, each kernel
 
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -287,6 +289,48 @@ def test_side_stream_work_cannot_run_during_the_cover():
         side_ms, cover_ms = begin.elapsed_time(side_done), begin.elapsed_time(covered)
         print(f"cover ended at {cover_ms * 1000:.1f} us, the side kernel at {side_ms * 1000:.1f} us")
         assert side_ms >= cover_ms - 0.02
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_the_gated_cover_holds_every_sm_until_its_word_is_written():
+    # the split's audited forwards (cudagym.judge.split.signals, GATE): the cover spins on until the word reaches its
+    # round, and work queued on another stream meanwhile cannot start; written by a stream memory operation on a
+    # third stream (as the runner opens it), the cover ends and the side work runs
+    import time
+
+    from cudagym.judge.harness.cover import LaunchCover
+    from cudagym.judge.split.signals import write_value
+
+    device = torch.device("cuda", 0)
+    cover = LaunchCover(device, 100.0)
+    word = torch.zeros(64, dtype=torch.int32, device=device)
+    x = torch.randn(1 << 20, device=device)
+    main, side, opener = torch.cuda.current_stream(), torch.cuda.Stream(device), torch.cuda.Stream(device)
+    for round_ in (1, 2, 3):
+        torch.cuda.synchronize()
+        cover.launch_gated(main, word.data_ptr(), round_)
+        covered = torch.cuda.Event()
+        covered.record(main)
+        with torch.cuda.stream(side):
+            x.mul_(1.0001)
+            side_done = torch.cuda.Event()
+            side_done.record(side)
+        time.sleep(0.005)  # 50 times the cover's own length
+        assert not covered.query() and not side_done.query(), "the cover ended before its word was written"
+        write_value(opener.cuda_stream, word.data_ptr(), round_)
+        t0 = time.perf_counter()
+        torch.cuda.synchronize()
+        print(f"round {round_}: cover and side work done {(time.perf_counter() - t0) * 1e6:.0f} us after the write")
+        assert covered.query() and side_done.query()
+    # a word already past its round (the judge opened it first) holds it no longer than its own length
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record(main)
+    cover.launch_gated(main, word.data_ptr(), 2)
+    end.record(main)
+    torch.cuda.synchronize()
+    assert start.elapsed_time(end) * 1000.0 < 1000.0
 
 
 def test_contenders_timed_in_blocks_get_a_hook_between_blocks_and_interleaved_ones_none(gpu):

@@ -70,6 +70,10 @@ class ForwardGate(typing.Protocol):
     def open(self) -> None:
         """Release what :meth:`close` queued (the forward has returned or raised)."""
 
+    @property
+    def covers(self) -> bool:
+        """Whether :meth:`close` queued the launch cover too."""
+
 
 @dataclass
 class CheckRecord:
@@ -213,14 +217,17 @@ class EvalContext:
 
         With a launch cover, the forward starts behind one, as a timed forward does: the candidate cannot tell
         audited calls from timed ones by the stream being busy. With a :attr:`gate` (the split's runner), the
-        stream waits behind it, ahead of the cover, until the forward has returned, as a timed call's waits for
-        the judge's go.
+        stream waits behind it until the forward has returned, as a timed call's waits for the judge's go (with a
+        cover, the cover spins on until then, holding the SMs).
         """
         assert self.cand_model is not None
         if self.on_gpu and self.remote is None:  # in the split the runner scrubs its own memory
             scrub_free_blocks(self.device, self.output_dtype)
         call = ForwardCall(args=args, purpose=purpose, stream=self.current_stream())
         model, cover, gate = self.cand_model, (self.cover if self.remote is None else None), self.gate
+
+        if gate is not None and gate.covers:
+            cover = None  # the gate's wait is the cover
 
         def forward() -> Any:
             if cover is not None:

@@ -29,8 +29,11 @@ from cudagym.errors import ConfigError
 from cudagym.judge.harness.integrity import PRISTINE
 
 PTX_FILE = Path(__file__).with_name("cover_spin.ptx")
-KERNEL = "cudagym_cover_spin"
-DECLARATION = f'extern "C" __global__ void {KERNEL}(long long cycles) {{}}'
+KERNEL, GATED_KERNEL = "cudagym_cover_spin", "cudagym_cover_gated"
+DECLARATION = (f'extern "C" __global__ void {KERNEL}(long long cycles) {{}}\n'
+               f'extern "C" __global__ void {GATED_KERNEL}(long long cycles, unsigned long long gate, '
+               'unsigned int round, long long max_cycles) {}')
+GATE_MAX_US = 2_000_000.0  # the longest a gated cover waits for its word (its opener is the judge: it never waits so)
 MAX_BLOCK = 1024
 # Resident threads per SM where torch does not report it: compute capability -> threads (else 2048)
 _THREADS_PER_SM = {(7, 5): 1024, (8, 6): 1536, (8, 7): 1536, (8, 9): 1536, (12, 0): 1536, (12, 1): 1536}
@@ -52,11 +55,20 @@ def threads_per_sm(props: Any) -> int:
 
 
 @functools.lru_cache(maxsize=1)
-def spin_kernel() -> Any:
-    """The spin kernel (one module per process; the driver loads it into each context on first launch)."""
+def _module() -> Any:
     from cudagym import runtime
 
-    return runtime.load_image(PTX_FILE, DECLARATION)[KERNEL]
+    return runtime.load_image(PTX_FILE, DECLARATION)
+
+
+def spin_kernel() -> Any:
+    """The spin kernel (one module per process; the driver loads it into each context on first launch)."""
+    return _module()[KERNEL]
+
+
+def gated_kernel() -> Any:
+    """The spin kernel that also waits for a word (:meth:`LaunchCover.launch_gated`)."""
+    return _module()[GATED_KERNEL]
 
 
 class LaunchCover:
@@ -69,6 +81,7 @@ class LaunchCover:
         props = torch.cuda.get_device_properties(device)
         self.grid, self.block = fill_shape(props.multi_processor_count, threads_per_sm(props))
         self._kernel = spin_kernel()
+        self._gated = gated_kernel()  # its function loaded now, with nothing waiting (lazy loading)
         self.cover_us = cover_us
         self.cycles_per_us = self._calibrate(device)
 
@@ -76,6 +89,18 @@ class LaunchCover:
         """Queue the cover on ``stream`` (asynchronous), for ``cover_us`` (default: the length it was made with)."""
         cycles = max(1, int((self.cover_us if cover_us is None else cover_us) * self.cycles_per_us))
         self._kernel(grid=self.grid, block=self.block, args=(cycles,), stream=stream)
+
+    def launch_gated(self, stream: Any, address: int, round_: int, cover_us: float | None = None) -> None:
+        """Queue on ``stream`` a cover that spins its length, then on until the word at ``address`` reaches ``round_``.
+
+        The 32-bit word is compared cyclically; the spin lasts :data:`GATE_MAX_US` at most. While it spins every SM
+        is held: work queued on any stream meanwhile starts only once the word is written (the split's audited
+        forwards: the word is written once the forward has returned, :mod:`cudagym.judge.split.signals`).
+        """
+        cycles = max(1, int((self.cover_us if cover_us is None else cover_us) * self.cycles_per_us))
+        most = max(cycles, int(GATE_MAX_US * self.cycles_per_us))
+        self._gated(grid=self.grid, block=self.block, args=(cycles, address, round_ & 0xFFFFFFFF, most),
+                    stream=stream)
 
     def _calibrate(self, device: torch.device) -> float:
         start, end = PRISTINE.event(enable_timing=True), PRISTINE.event(enable_timing=True)

@@ -474,7 +474,8 @@ class _Server:
             import torch
 
             self.side = torch.cuda.Stream(self.device)
-        return _AuditGate(self.arenas["signals"].tensor.data_ptr(), self.side, value)
+        cover = self.ctx.cover if self.ctx is not None else None
+        return _AuditGate(self.arenas["signals"].tensor.data_ptr(), self.side, value, cover)
 
     def _timing_tools(self, protocol: Any) -> None:
         """The timer, its launch cover and the L2 flush: the same for the calibration and the candidate."""
@@ -823,18 +824,32 @@ class _RunnerBracket:
 
 
 class _AuditGate:
-    """An audited forward's gate: its stream waits for ``GATE >= round``, opened on the side stream."""
+    """An audited forward's gate: its stream waits for ``GATE >= round``, opened on the side stream.
 
-    def __init__(self, base: int, side: Any, round_: int) -> None:
+    With a launch cover the wait is the cover's: it spins its length and on until the gate is open, holding every
+    SM, so work the forward queues on another stream meanwhile cannot run (and be done) before the forward returned
+    and its own stream's work starts. A wait in the stream's front end alone holds no SM: a side stream's kernel ran
+    at once beside it and was done before the forward's checks read its outputs (H100, session 47).
+    """
+
+    def __init__(self, base: int, side: Any, round_: int, cover: Any = None) -> None:
         from cudagym.judge.split.signals import GATE
 
-        self.address, self.side, self.round = base + GATE, side, round_
+        self.address, self.side, self.round, self.cover = base + GATE, side, round_, cover
 
     def close(self, stream: Any) -> None:
-        """The call's stream waits from here until the gate is open."""
+        """The call's stream waits from here until the gate is open (behind the launch cover, where there is one)."""
         from cudagym.judge.split.signals import wait_value
 
-        wait_value(stream.cuda_stream, self.address, self.round)
+        if self.cover is not None:
+            self.cover.launch_gated(stream, self.address, self.round)
+        else:
+            wait_value(stream.cuda_stream, self.address, self.round)
+
+    @property
+    def covers(self) -> bool:
+        """Whether :meth:`close` queued the launch cover too (the forward then queues none of its own)."""
+        return self.cover is not None
 
     def open(self) -> None:
         """Open the gate at once, on the side stream (which waits for nothing)."""
