@@ -681,3 +681,64 @@ def test_audited_forwards_start_behind_the_launch_cover_like_timed_ones(tmp_path
     audited = [e for e in events if e.startswith("audited:")]
     assert len(audited) == len(result.checks) >= 2
     assert events == [e for a in audited for e in (a, "cover")]  # one cover per forward, after its setup
+
+
+def test_a_gated_forward_stays_held_until_the_guard_that_reads_behind_it_has_queued_its_reads(tmp_path, monkeypatch):
+    """The split's gate (signals.GATE) opens after the forward returned and the reading hook queued its reads; every
+    other hook runs with it open, and it opens when the forward raises too."""
+    from cudagym.judge.guards.base import Guard
+    from cudagym.judge.harness.context import EvalContext
+
+    events: list[str] = []
+
+    class RecordingGate:
+        covers = False
+
+        def close(self, stream: object) -> None:
+            events.append("close")
+
+        def open(self) -> None:
+            events.append("open")
+
+    class Reads(Guard):
+        name = "test_reads_behind_gate"
+        order = 0
+        reads_behind_gate = True
+
+        def after_forward(self, ctx: EvalContext, call: object) -> None:
+            events.append("reads queued")
+            ctx.open_gate()
+            events.append("reads waited for")
+
+    class Other(Guard):
+        name = "test_after_the_reads"
+
+        def after_forward(self, ctx: EvalContext, call: object) -> None:
+            events.append("other hook")
+
+    original = EvalContext.run_candidate
+
+    def run_candidate(self: EvalContext, args: list, purpose: str) -> object:
+        self.gate = RecordingGate()  # the runner sets one on a GPU only
+        if not any(isinstance(g, Reads) for g in self.guards):
+            self.guards = [Reads(), *self.guards, Other()]
+        events.append("audited")
+        try:
+            return original(self, args, purpose)
+        finally:
+            self.gate = None
+
+    monkeypatch.setattr(EvalContext, "run_candidate", run_candidate)
+    result = run(tmp_path, HONEST)
+    assert result.status is EvalStatus.OK, result.message
+    calls = len([e for e in events if e == "audited"])
+    assert calls == len(result.checks) >= 2
+    assert events == ["audited", "close", "reads queued", "open", "reads waited for", "other hook"] * calls
+
+    events.clear()
+    raises = HONEST.replace("def forward(self, x):", "def forward(self, x):\n        raise ValueError('no')")
+    assert raises != HONEST
+    (tmp_path / "raises").mkdir()
+    result = run(tmp_path / "raises", raises)
+    assert result.status is EvalStatus.RUNTIME_ERROR, result.message
+    assert events == ["audited", "close", "open"]  # opened on the way out; no hook ran

@@ -72,6 +72,9 @@ class Guard:
     # runs when only the protocol's scaled input sets failed (their seeds are unseen too): its finding names the
     # cause (answers memorised for the published seeds) where the failed scaled set alone cannot
     probes_unseen_inputs: ClassVar[bool] = False
+    # True: its after_forward queues reads behind the audited forward's own work before the split's gate opens, and
+    # opens it itself (EvalContext.open_gate) before it waits for them; other hooks run with the gate open
+    reads_behind_gate: ClassVar[bool] = False
 
     def check_sources(self, ctx: EvalContext) -> None:
         """Static checks on the solution's files, before anything runs."""
@@ -126,6 +129,7 @@ class Sided(Guard):
         self.name = inner.name  # type: ignore[misc]
         self.order = inner.order  # type: ignore[misc]
         self.probes_unseen_inputs = inner.probes_unseen_inputs  # type: ignore[misc]
+        self.reads_behind_gate = inner.reads_behind_gate and runs_in(inner, "after_forward", side)  # type: ignore[misc]
 
     def __getattribute__(self, attr: str) -> Any:
         if attr in HOOKS:

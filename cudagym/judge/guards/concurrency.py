@@ -72,6 +72,15 @@ class SideStream(Guard):
     name = "side_stream"
     summary = "all GPU work must finish on (or be joined to) the current stream before forward returns"
     order = 0  # its after_forward must run before any other hook synchronises the device
+    # In the split's runner the forward's stream is held by the gate until its pieces' reads are queued: escaped work
+    # cannot start before them (on the H100, opened when the forward returned, the gate let the cover-aware hack's
+    # side kernel run and finish while this hook was still choosing its pieces: session 47)
+    reads_behind_gate = True
+
+    def __init__(self) -> None:
+        # pinned host memory the pieces are read into, sized by the first audited forward (the split's first call
+        # is not gated): a page-locked allocation while the gate holds the stream could wait for it
+        self._landing: Any = None
 
     def after_forward(self, ctx: EvalContext, call: ForwardCall) -> None:
         """Outputs must be final once the forward's stream is done."""
@@ -90,19 +99,35 @@ class SideStream(Guard):
         pieces = sampled_pieces(tensors_in(call.outputs))
         # device to host by the copy engine, queued at once behind the forward's own work on its stream, before this
         # host waits for anything: each runs as soon as that stream is done, beside whatever holds the SMs then (read
-        # after the host's wait, they came a host latency late; session 45's H100 run named the cover-aware hack
-        # in the test process and not in the sandboxed runner, whose host may be slower: not yet run on a GPU)
-        early = [piece.to("cpu", non_blocking=True) for piece in pieces]
+        # after the host's wait, they came a host latency late); in the split's runner the gate holds the stream
+        # until they are queued (reads_behind_gate)
+        early = self._read_early(pieces)
         done = PRISTINE.event()
         PRISTINE.event_record(done, call.stream)
+        ctx.open_gate()  # the split's gate (its launch cover) held the stream, and every SM, until these were queued
         PRISTINE.event_synchronize(done)  # the forward's stream is idle, its pieces read; other streams may not be
         snapshot = clone_tree(call.outputs)
         PRISTINE.sync(ctx.device)
-        late = [piece.cpu() for piece in pieces]
+        late = [piece.cpu().view(torch.uint8) for piece in pieces]
         if not all(bitwise_equal(a, b) for a, b in zip(early, late, strict=True)) or \
                 not trees_bitwise_equal(snapshot, call.outputs):
             ctx.flag(self.name, "outputs were still being written after the forward's stream finished: work "
                      "on another stream was not joined to the current stream")
+
+    def _read_early(self, pieces: list[Any]) -> list[Any]:
+        """Each piece's bytes, copied to pinned host memory on the current stream (queued, not waited for)."""
+        import torch
+
+        sizes = [piece.numel() * piece.element_size() for piece in pieces]
+        if self._landing is None or self._landing.numel() < sum(sizes):
+            self._landing = torch.empty(max(sum(sizes), 1), dtype=torch.uint8, pin_memory=True)
+        early, at = [], 0
+        for piece, size in zip(pieces, sizes, strict=True):
+            landing = self._landing[at:at + size]
+            landing.copy_(piece.view(torch.uint8), non_blocking=True)  # a piece is a flat slice: contiguous
+            early.append(landing)
+            at += size
+        return early
 
     def after_timing(self, ctx: EvalContext) -> None:
         """Host wall time that the CUDA events did not see is escaped work."""

@@ -155,6 +155,7 @@ class EvalContext:
         self.runner_job: Job = job  # the job as the runner sees it (its own paths), in the split
         # the split's runner on a GPU: the gate of the audited forward being served (None: no gate)
         self.gate: ForwardGate | None = None
+        self._gate_closed: ForwardGate | None = None  # that gate while it holds the forward's stream (open_gate)
 
     # ------------------------------------------------------------------------------------- reporting
 
@@ -234,28 +235,45 @@ class EvalContext:
                 cover.launch(call.stream)
             return model(*args)
 
-        with ExitStack() as stack:
-            for guard in self.guards:
-                scope = guard.forward_scope(self, call)
-                if scope is not None:
-                    stack.enter_context(scope)
-            if gate is not None:
-                # A kernel the candidate launches for the first time while this stream waits may make CUDA load
-                # its module, and a module load may wait for the whole context (lazy loading): the trusted side
-                # opens the gate itself after its arm wait, so the forward is delayed, never hung (and the
-                # candidate's first call, which loads most of them, is not gated).
-                gate.close(call.stream)
-                stack.callback(gate.open)  # first on the way out: once the forward returned or raised
-            call.outputs = self.call_candidate(forward, "forward")
         try:
-            for guard in self.guards:
-                guard.after_forward(self, call)
-            PRISTINE.sync(self.device)  # asynchronous kernel errors surface here, as the candidate's
-        except Exception as exc:
-            if is_cuda_error(exc):
-                raise CandidateFailure("forward", _cuda_text(exc), cuda=True) from exc
-            raise
+            with ExitStack() as stack:
+                for guard in self.guards:
+                    scope = guard.forward_scope(self, call)
+                    if scope is not None:
+                        stack.enter_context(scope)
+                if gate is not None:
+                    # A kernel the candidate launches for the first time while this stream waits may make CUDA load
+                    # its module, and a module load may wait for the whole context (lazy loading): the trusted side
+                    # opens the gate itself after its arm wait, so the forward is delayed, never hung (and the
+                    # candidate's first call, which loads most of them, is not gated).
+                    gate.close(call.stream)
+                    self._gate_closed = gate
+                call.outputs = self.call_candidate(forward, "forward")
+            try:
+                for guard in self.guards:
+                    if not guard.reads_behind_gate:
+                        self.open_gate()  # the hook may wait for the forward's stream
+                    guard.after_forward(self, call)
+                self.open_gate()
+                PRISTINE.sync(self.device)  # asynchronous kernel errors surface here, as the candidate's
+            except Exception as exc:
+                if is_cuda_error(exc):
+                    raise CandidateFailure("forward", _cuda_text(exc), cuda=True) from exc
+                raise
+        finally:
+            self.open_gate()  # whatever happened: the stream must not wait for the judge's fallback
         return call.outputs
+
+    def open_gate(self) -> None:
+        """Open the audited forward's gate (:attr:`gate`) where it still holds the forward's stream; else nothing.
+
+        Once the forward returned it stays closed only for the hooks that queue reads behind the forward's work
+        (``Guard.reads_behind_gate``): those reads then run right behind that work, beside whatever the forward left
+        running on other streams, which cannot have started before the gate opened (under a launch cover).
+        """
+        gate, self._gate_closed = self._gate_closed, None
+        if gate is not None:
+            gate.open()
 
     def call_candidate(self, fn: Callable[[], Any], stage: str) -> Any:
         """Call candidate code; its exceptions become a :class:`CandidateFailure` for ``stage``."""
