@@ -734,9 +734,10 @@ class RunnerLink:
         """One audited forward whose stream in the runner waits behind a gate until its forward has returned.
 
         The request names the gate's round (``"gate"``); the runner opens it once the candidate's forward returned
-        (:mod:`cudagym.judge.split.signals`). Where it has not within :attr:`arm_wait_s` (:attr:`late_wait_s`
-        once an audited forward was late), this process opens it itself and counts the call late
-        (:attr:`late_audits`); it opens it again after the reply in every case. Raises as :meth:`request`.
+        and the side-stream check queued its reads (:mod:`cudagym.judge.split.signals`). Where it has not within
+        :attr:`arm_wait_s` (:attr:`late_wait_s` once an audited forward was late), this process opens it itself and
+        counts the call late (:attr:`late_audits`); it opens it again after the reply in every case. Raises as
+        :meth:`request`.
         """
         from cudagym.judge.split.signals import GATE, wait_value, write_value
 

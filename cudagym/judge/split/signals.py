@@ -35,14 +35,15 @@ neither read the later sets ahead and answer them in one batch, nor keep its inp
 
 An audited forward (a correctness check, ``RemoteModel.__call__``) is gated the same way, so that a forward cannot
 tell it from a timed call by its caller's stream being idle: the runner queues a wait for ``GATE >= g`` on the call's
-stream, and opens the gate once the forward has returned (or raised). Under a launch cover the wait is the cover's
-own spin, which goes on until the gate is open (``LaunchCover.launch_gated``): it holds every SM, so work the forward
-sends to another stream cannot run, and be done, before the forward's checks (a wait in the stream's front end holds
-none). Every audited forward but the candidate's first, which loads its kernels with nothing waiting (a lazy module
-load waits for the context)::
+stream, and opens the gate once the forward has returned and the side-stream check has queued its reads behind it
+(or once it raised). Under a launch cover the wait is the cover's own spin, which goes on until the gate is open
+(``LaunchCover.launch_gated``): it holds every SM, so work the forward sends to another stream cannot run, and be
+done, before the forward's checks (a wait in the stream's front end holds none). Every audited forward but the
+candidate's first, which loads its kernels with nothing waiting (a lazy module load waits for the context)::
 
     runner stream:   launch cover, on until GATE >= g | the forward's work | the guards' checks of its outputs
-    runner, beside:  GATE := g once the forward returned (its whole host-side call behind a busy stream)
+    runner, beside:  GATE := g once the forward returned and the checks' reads are queued (the host-side call behind
+                     a busy stream)
 
 The trusted side opens it too, on a stream of its own that waits for nothing: after the arm wait where the runner
 has not (its forward waits for the GPU inside), and after the reply in every case.
