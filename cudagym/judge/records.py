@@ -267,8 +267,8 @@ class EvalCost:
     late_reference_calls: int = 0  # the yardstick's: the reference in a runner before any candidate loaded there
     reference_calls: int = 0
     # the split's audited forwards on the GPU gated in the runner (all but the candidate's first call), each behind
-    # a gate the runner opens once its forward returned: those whose gate the judge opened itself after its arm
-    # wait (the forward was still on its host), of all of them
+    # a gate the runner opens once its forward returned (and the side-stream check queued its reads): those whose
+    # gate the judge opened itself after its arm wait (the forward was still on its host), of all of them
     late_audited_calls: int = 0
     audited_calls: int = 0
 

@@ -170,7 +170,7 @@ def late_gates_note(late_audits: Sequence[int], wait_s: float, late_wait_s: floa
         return ""
     return (f"{LATE_GATES_NOTE}: {late} of {total} (waited {wait_s * 1000:.0f} ms for the first, "
             f"{late_wait_s * 1000:.0f} ms after; the forward waits for the GPU inside or queues slowly, so its stream "
-            "was released before it returned)")
+            "was released before the runner opened it)")
 
 
 REQUEST_PARTS_NOTE = "timed requests, part by part"
