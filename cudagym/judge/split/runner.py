@@ -827,9 +827,9 @@ class _AuditGate:
     """An audited forward's gate: its stream waits for ``GATE >= round``, opened on the side stream.
 
     With a launch cover the wait is the cover's: it spins its length and on until the gate is open, holding every
-    SM, so work the forward queues on another stream meanwhile cannot run (and be done) before the forward returned
-    and its own stream's work starts. A wait in the stream's front end alone holds no SM: a side stream's kernel ran
-    at once beside it and was done before the forward's checks read its outputs (H100, session 47).
+    SM, so work the forward queues on another stream meanwhile cannot run (and be done) before the gate opens. A wait
+    in the stream's front end alone holds no SM: behind one, a side stream's kernel can run at once, and the
+    cover-aware hack stayed `ok` through the worker (H100, session 47; why was not measured).
     """
 
     def __init__(self, base: int, side: Any, round_: int, cover: Any = None) -> None:
