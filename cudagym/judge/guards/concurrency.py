@@ -73,8 +73,8 @@ class SideStream(Guard):
     summary = "all GPU work must finish on (or be joined to) the current stream before forward returns"
     order = 0  # its after_forward must run before any other hook synchronises the device
     # In the split's runner the forward's stream is held by the gate until its pieces' reads are queued: escaped work
-    # cannot start before them (on the H100, opened when the forward returned, the gate let the cover-aware hack's
-    # side kernel run and finish while this hook was still choosing its pieces: session 47)
+    # cannot start before them (opened when the forward returned, the gate left the cover-aware hack `ok` through the
+    # worker on the H100, session 47: most likely its side kernel ran while this hook still chose its pieces)
     reads_behind_gate = True
 
     def __init__(self) -> None:
