@@ -371,3 +371,31 @@ def test_a_job_that_looks_its_baselines_up_takes_the_yardstick_from_the_cache_to
     control = protocol(10).with_changes(extra={"yardstick": "retimed"})
     probe = judge(pool, SAME_CODE, control, job_id="yardstick-retimed", baselines=cached)
     assert probe.status is EvalStatus.OK and probe.runner_reference.runs == 10, probe.log[-3000:]
+
+
+def test_under_yardstick_clean_a_submit_takes_the_clean_jobs_scale(pool: WorkerPool) -> None:
+    """``yardstick=clean`` (a probe setting): SUBMIT times its baselines again beside the candidate but takes the
+    yardstick, and with ``yardstick_beside_eager`` the eager time around it, from the clean job: one scale per task."""
+    yardstick = Yardstick(TimingStats(median_us=3000.0, mean_us=3000.0, min_us=2990.0, max_us=3010.0, runs=40),
+                          late_calls=0, calls=40,
+                          eager_beside=TimingStats(median_us=6000.0, mean_us=6000.0, min_us=5990.0, max_us=6010.0,
+                                                   runs=14))
+    # the clean eager slower than this process's 6 ms sleeps: the SUBMIT's own eager, re-timed, stands (a re-timed
+    # baseline counts no slower than its clean time)
+    cached = KnownBaselines(TimingStats(median_us=20000.0, mean_us=20000.0, min_us=19990.0, max_us=20010.0, runs=20),
+                            TimingStats(median_us=800.0, mean_us=800.0, min_us=790.0, max_us=810.0, runs=20), yardstick)
+    proto = protocol(10).with_changes(id="test-runner-reference-clean", yardstick_beside_eager=True,
+                                      extra={"yardstick": "clean"})
+    result = judge(pool, SAME_CODE, proto, job_id="yardstick-clean", baselines=cached, mode=EvalMode.SUBMIT)
+    assert result.status is EvalStatus.OK, result.message + result.log[-3000:]
+    assert result.runner_reference == yardstick.time and result.eager_beside_yardstick == yardstick.eager_beside
+    assert 5500 < result.eager.median_us < 15000  # its own eager, timed again beside the candidate (6 ms sleeps here)
+    assert result.baseline_scale == pytest.approx(0.5)  # 3,000 over 6,000: the clean job's two times
+    assert result.speedup_vs_eager == pytest.approx(result.eager.median_us / result.candidate.median_us * 0.5)
+    assert any("from the baseline cache" in n for n in result.notes)
+    requests = next(n for n in result.notes if n.startswith("timed requests, this process's wall time each"))
+    assert "reference " not in requests, requests  # no reference call timed in its runner
+    # without the setting a SUBMIT times the yardstick again
+    again = judge(pool, SAME_CODE, proto.with_changes(id="test-runner-reference-clean-off", extra={}),
+                  job_id="yardstick-clean-off", baselines=cached, mode=EvalMode.SUBMIT)
+    assert again.status is EvalStatus.OK and again.runner_reference.runs == 10, again.log[-3000:]

@@ -98,8 +98,10 @@ EXTRA_SETTINGS: dict[str, Rule] = {
     "runner_queues": NUMBER_FIELDS["runner_queues"],  # overrides the field of that name (the runner's start)
     "module_mode": Rule("text", choices=("eval", "train")),  # harness: the models in .eval() or .train()
     # harness: a job that looks its baselines up takes the yardstick from the cache too ("cached"), or times the
-    # reference in its own runner every time ("retimed": the rate's control, issue 15)
-    "yardstick": Rule("text", choices=("cached", "retimed")),
+    # reference in its own runner every time ("retimed": the rate's control, issue 15), or every job takes the clean
+    # baseline job's, SUBMIT too ("clean": with yardstick_beside_eager, one scale per task; the split's spread,
+    # issue 13)
+    "yardstick": Rule("text", choices=("cached", "retimed", "clean")),
     # split: bracketed calls' outputs read by the judge from the shared heap, or copied by the runner into the output
     # arena (a probe's comparison; the copy is what a white-box runner can skip: cudagym.judge.split.heap)
     "delivery": Rule("text", choices=("heap", "copy")),

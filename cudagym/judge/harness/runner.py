@@ -308,8 +308,9 @@ def _load_remote(ctx: EvalContext) -> None:
     marks.append(time.perf_counter())
     if ctx.job.mode is not EvalMode.VERIFY and ctx.protocol.runner_reference_runs:
         cached = ctx.job.baselines.yardstick
-        if not _retimes(ctx) and cached.measured and ctx.protocol.extra.get("yardstick", "cached") == "cached":
-            # the clean job's, beside the baselines this job looks up
+        source = ctx.protocol.extra.get("yardstick", "cached")
+        if cached.measured and (source == "clean" or (source == "cached" and not _retimes(ctx))):
+            # the clean job's, beside the baselines this job looks up (or, a probe's, in every job)
             _cached_yardstick(ctx, model, cached)
         else:
             _time_reference_in_runner(ctx, model, recalibrate=True)
@@ -456,6 +457,8 @@ def _cached_yardstick(ctx: EvalContext, model: Any, cached: Yardstick) -> None:
 
     A job that looks its baselines up (PROFILE) is judged against times that job took, the eager one in the
     judge's process and this one in a runner; the second calibration round still follows, on a set of its own.
+    Under the probe setting ``yardstick=clean`` a SUBMIT takes it too, beside the baselines it times again: with
+    ``yardstick_beside_eager`` the scale is then the clean job's two times, one constant per task.
     """
     ctx.cached_yardstick = cached
     ctx.runner_reference = cached.time
