@@ -200,6 +200,11 @@ def test_cached_baselines_from_another_process_are_scaled_to_the_candidates_too(
     assert result.eager.median_us == 1000.0 and result.candidate.median_us > 1400  # 1.5 ms sleeps in the runner
     assert 0.8 < result.speedup_vs_eager < 1.25, result.message  # against the cached 1 ms alone: about 0.6x
     assert 0.8 * 0.8 < result.speedup_vs_compile < 0.8 * 1.25  # torch.compile's cached 0.8 ms, by the same scale
+    # outside SUBMIT the claims rest on the fastest of the checked calls: at least three of them (MIN_CHECKED_ROUNDS),
+    # so one call's scheduler hiccup on a loaded host cannot make an honest claim unverifiable (CI once saw 1 call,
+    # read 4,235.6 us against a 1,678.4 us claim)
+    checked = re.search(r"fastest of the (\d+) timed call\(s\) whose outputs it checked", "\n".join(result.notes))
+    assert checked and int(checked.group(1)) >= 3, result.notes
 
 
 def test_a_candidate_that_slows_the_reference_in_its_process_gains_nothing(pool: WorkerPool) -> None:

@@ -62,6 +62,10 @@ log = logging.getLogger(__name__)
 PRIMING_SEED_OFFSET = -1  # the priming run's seed: protocol.seed - 1, never a correctness seed
 TIMING_SEED_OFFSET = 100_000  # timing rounds draw their inputs from secret seeds at or above this (RoundSeeds)
 SPOT_CHECK_EVERY = 10  # outside SUBMIT, 1 in 10 timed rounds eager does not check (drawn at random) runs the reference
+# ... and at least this many of the first min_runs rounds, drawn before timing (the candidate cannot know which): the
+# timing claims are confirmed by the fastest checked call's clock, which one call's scheduler hiccup can spoil
+MIN_CHECKED_ROUNDS = 3
+_DRAW = secrets.SystemRandom()
 TIMING_BUDGET_FRACTION = 0.6  # of the protocol's eval timeout, for the timing loop
 
 
@@ -991,8 +995,8 @@ class SpotCheck:
     freed). Otherwise (eager timed in a block of its own, or cached) the reference runs at the end of the round:
     in SUBMIT every round, since a timed call whose outputs nobody compares could return a wrong answer at once
     and pull the candidate's statistic down (the ``cuda-agent`` preset's mean of 10 calls fell a tenth for each);
-    elsewhere the first round and then one in :data:`SPOT_CHECK_EVERY`, drawn after the round's call so the
-    candidate cannot know which.
+    elsewhere the first round, :data:`MIN_CHECKED_ROUNDS` of the protocol's ``min_runs`` drawn before timing, and
+    then one in :data:`SPOT_CHECK_EVERY`, drawn after the round's call, so the candidate cannot know which.
     """
 
     def __init__(self, ctx: EvalContext) -> None:
@@ -1002,7 +1006,9 @@ class SpotCheck:
         self.compared = False
         self.precision_done = False
         # the precision rule runs on the first checked round from this one on: drawn now, unknown to the candidate
-        self.precision_round = secrets.randbelow(max(1, ctx.protocol.min_runs))
+        rounds = max(1, ctx.protocol.min_runs)
+        self.precision_round = secrets.randbelow(rounds)
+        self.drawn_rounds = {0, self.precision_round, *_DRAW.sample(range(rounds), min(rounds, MIN_CHECKED_ROUNDS))}
 
     def call(self, index: int, name: str, inputs: list[Any], args: list[Any], outputs: Any) -> None:
         """Keep the candidate's outputs; compare eager's with them."""
@@ -1028,7 +1034,7 @@ class SpotCheck:
         if flags_now != ctx.flags:  # the candidate changed torch's switches: restore before the next round
             ctx.flag_changes.extend(ctx.flags.differences(flags_now))
             ctx.flags.apply()
-        checked = (ctx.job.mode is EvalMode.SUBMIT or index in (0, self.precision_round)
+        checked = (ctx.job.mode is EvalMode.SUBMIT or index in self.drawn_rounds
                    or secrets.randbelow(SPOT_CHECK_EVERY) == 0)
         if self.inputs is not None and not self.compared and checked:
             # the round's set itself where the reference leaves its inputs alone (no second set on the device)
