@@ -87,20 +87,24 @@ class LaunchCover:
 
     def launch(self, stream: Any, cover_us: float | None = None) -> None:
         """Queue the cover on ``stream`` (asynchronous), for ``cover_us`` (default: the length it was made with)."""
-        cycles = max(1, int((self.cover_us if cover_us is None else cover_us) * self.cycles_per_us))
-        self._kernel(grid=self.grid, block=self.block, args=(cycles,), stream=stream)
+        self._kernel(grid=self.grid, block=self.block, args=(self._cycles(cover_us),), stream=stream)
 
     def launch_gated(self, stream: Any, address: int, round_: int, cover_us: float | None = None) -> None:
         """Queue on ``stream`` a cover that spins its length, then on until the word at ``address`` reaches ``round_``.
 
         The 32-bit word is compared cyclically; the spin lasts :data:`GATE_MAX_US` at most. While it spins every SM
         is held: work queued on any stream meanwhile starts only once the word is written (the split's audited
-        forwards: the word is written once the forward has returned, :mod:`cudagym.judge.split.signals`).
+        forwards: the word is written once the forward has returned and the side-stream check has queued its reads,
+        :mod:`cudagym.judge.split.signals`).
         """
-        cycles = max(1, int((self.cover_us if cover_us is None else cover_us) * self.cycles_per_us))
+        cycles = self._cycles(cover_us)
         most = max(cycles, int(GATE_MAX_US * self.cycles_per_us))
         self._gated(grid=self.grid, block=self.block, args=(cycles, address, round_ & 0xFFFFFFFF, most),
                     stream=stream)
+
+    def _cycles(self, cover_us: float | None) -> int:
+        """The spin's length in clock cycles (at least one) for ``cover_us`` (default: the length it was made with)."""
+        return max(1, int((self.cover_us if cover_us is None else cover_us) * self.cycles_per_us))
 
     def _calibrate(self, device: torch.device) -> float:
         start, end = PRISTINE.event(enable_timing=True), PRISTINE.event(enable_timing=True)
