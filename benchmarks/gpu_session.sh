@@ -7,7 +7,8 @@
 # Steps: prebuild (prebuild1: bundled only) build formats local sandbox split split_gpu heap (the shared heap in one
 # process; wb_36 is its attack through the worker) heapcmp (benchmarks/heap_probe.py: the bundled solutions' medians
 # with the heap and with the copy delivery; $HEAP_TASKS: some bundled ids, $HEAP_ROUNDS) whitebox templates env hacks gate (the audited forward's gate: the covers, the forwards' own side-stream
-# check, the bundled Swish's gates on time, the side-stream hacks through the worker) judge
+# check, the bundled Swish's gates on time, the side-stream hacks through the worker) own_gate (the judge's own process's gate: the
+# planted hacks there, the own checks, then the bundled suite under SUBMIT) judge
 # bundled bundled_split (the bundled suite through LocalJudge and its runners; bundled_copy: under the copy delivery; bundled_attrib: under the attribution gate) bench_bld bench_eval bench_cmp (bench_eval on the split and on the judge before it, the candidate in the worker, side by side: issue 13's before and after; $BENCH_COMPARE: another protocol instead, e.g. 'cudagym[yardstick_beside_eager=true]') soak, and the later issues' runs: cupy sb3 ppo ray bench_gpu chat tuning bench
 # bench_rs (the bench resumed from $BENCH_DIR, carried) yardstick (the runner's reference time) spares (bench_vec's
 # LocalJudge rate by spare runners, $SPARES, default 8,12) memprobe (memory_probe.py on $PROBE_TASK, default L1/87,
@@ -95,6 +96,8 @@ for s in $steps; do
     hacks)      run_step hacks      $pyt tests/test_guards_gpu.py -m gpu -k 'planted or degenerate_hack or still_written' ;;
     gate)       run_step gate       $pyt tests/test_harness_timing.py tests/test_guards_gpu.py -m gpu \
                                       -k 'cover or still_written or audited_forwards' ;;  # the audited forward's gate
+    own_gate)   run_step own_gate   $pyt tests/test_guards_gpu.py -m gpu \
+                                      -k 'with_its_guard_named or still_written or passes_every_guard' ;;  # the judge's own process's gate: the planted hacks there, the own checks, then the bundled suite under SUBMIT
     judge)      run_step judge      $pyt tests/test_guards_gpu.py tests/test_harness_timing.py tests/test_baseline_retake_gpu.py \
                                       tests/test_runner_reference_gpu.py -m gpu -k "not planted and not bundled" ;;
     yardstick)  run_step yardstick  $pyt tests/test_runner_reference_gpu.py -m gpu ;;  # the runner's own reference time

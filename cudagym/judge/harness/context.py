@@ -156,6 +156,8 @@ class EvalContext:
         # the split's runner on a GPU: the gate of the audited forward being served (None: no gate)
         self.gate: ForwardGate | None = None
         self._gate_closed: ForwardGate | None = None  # that gate while it holds the forward's stream (open_gate)
+        self._own_gate: ForwardGate | None = None  # with no runner: the gate this process opens (_gate_for_call)
+        self._audited_forwards = 0
 
     # ------------------------------------------------------------------------------------- reporting
 
@@ -225,7 +227,7 @@ class EvalContext:
         if self.on_gpu and self.remote is None:  # in the split the runner scrubs its own memory
             scrub_free_blocks(self.device, self.output_dtype)
         call = ForwardCall(args=args, purpose=purpose, stream=self.current_stream())
-        model, cover, gate = self.cand_model, (self.cover if self.remote is None else None), self.gate
+        model, cover, gate = self.cand_model, (self.cover if self.remote is None else None), self._gate_for_call()
 
         if gate is not None and gate.covers:
             cover = None  # the gate's wait is the cover
@@ -263,6 +265,23 @@ class EvalContext:
         finally:
             self.open_gate()  # whatever happened: the stream must not wait for the judge's fallback
         return call.outputs
+
+    def _gate_for_call(self) -> ForwardGate | None:
+        """The gate of the audited forward about to run (``None``: none).
+
+        The runner's (:attr:`gate`); else, in one process on a GPU with a launch cover, this process's own from the
+        second forward on (the first, ungated, loads the candidate's kernels, as the runner's first does).
+        """
+        self._audited_forwards += 1
+        if self.gate is not None or self.side != "both" or self.remote is not None or not self.on_gpu:
+            return self.gate
+        from cudagym.judge.harness.cover import LaunchCover, OwnGate
+
+        if not isinstance(self.cover, LaunchCover) or self._audited_forwards < 2:
+            return None
+        if self._own_gate is None:
+            self._own_gate = OwnGate(self.device, self.cover)
+        return self._own_gate
 
     def open_gate(self) -> None:
         """Open the audited forward's gate (:attr:`gate`) where it still holds the forward's stream; else nothing.

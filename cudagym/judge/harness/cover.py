@@ -118,3 +118,40 @@ class LaunchCover:
             PRISTINE.sync(device)
             per_us = CALIBRATION_CYCLES / max(PRISTINE.event_elapsed_time(start, end) * 1000.0, 1e-3)
         return per_us
+
+
+class OwnGate:
+    """An audited forward's gate that its own process opens: the judge with the candidate in its process.
+
+    The split's runner gates its audited forwards on a word the trusted side can write too (``_AuditGate`` in
+    :mod:`cudagym.judge.split.runner`); with no runner, :meth:`close` queues the launch cover spinning its length and
+    on until :meth:`open` writes this gate's own word, on a stream that waits for nothing. So work a forward queues
+    on another stream while its caller's stream is busy cannot start before the side-stream check's reads are
+    queued (the cover-aware hack: without the gate, this process's check did not name it on the H100, session 48).
+    A forward that loads a kernel module under the gate (lazy loading may wait for the whole context) is held at
+    most :data:`GATE_MAX_US`.
+    """
+
+    def __init__(self, device: torch.device, cover: LaunchCover) -> None:
+        self.cover = cover
+        self.word = torch.zeros(1, dtype=torch.int32, device=device)
+        self.side = torch.cuda.Stream(device)
+        self.round = 0
+        torch.cuda.synchronize(device)  # the word is zero before any cover reads it
+
+    @property
+    def covers(self) -> bool:
+        """:meth:`close` queues the launch cover (the forward then queues none of its own)."""
+        return True
+
+    def close(self, stream: Any) -> None:
+        """Queue on ``stream`` the cover, spinning until :meth:`open` (or :data:`GATE_MAX_US`)."""
+        self.round += 1
+        self.cover.launch_gated(stream, self.word.data_ptr(), self.round)
+
+    def open(self) -> None:
+        """Write the word the cover waits for, on the gate's own stream."""
+        from cudagym.judge.split.signals import write_value
+
+        write_value(self.side.cuda_stream, self.word.data_ptr(), self.round)
+
