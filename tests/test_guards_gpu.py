@@ -106,7 +106,8 @@ def test_the_forwards_own_check_sees_outputs_still_written_after_its_stream_was_
     # GATE): the cover-aware hack finds its caller's stream busy at entry there, as in a timed call, however soon
     # the launch cover ends. A gate in the stream's front end alone was not enough (H100, session 47: still `ok`):
     # the hack's side kernel ran at once on the idle SMs and was done before the checks; the cover now spins on
-    # until the gate opens.
+    # until the gate opens, after the check's reads are queued (H100, session 48: named in the worker; in this process
+    # only once it gated its own forwards too, cudagym.judge.harness.cover.OwnGate).
     (hack,) = [h for h in load_hacks() if h.name == name]
     job = _hack_job(build, tmp_path, hack)
     job = dataclasses.replace(job, mode=EvalMode.VERIFY, protocol=job.protocol.with_changes(guards=("side_stream",)))

@@ -72,9 +72,10 @@ class SideStream(Guard):
     name = "side_stream"
     summary = "all GPU work must finish on (or be joined to) the current stream before forward returns"
     order = 0  # its after_forward must run before any other hook synchronises the device
-    # In the split's runner the forward's stream is held by the gate until its pieces' reads are queued: escaped work
-    # cannot start before them (opened when the forward returned, the gate left the cover-aware hack `ok` through the
-    # worker on the H100, session 47: most likely its side kernel ran while this hook still chose its pieces)
+    # The forward's stream is held by the gate (the runner's, or the judge's own process's) until its pieces' reads
+    # are queued: escaped work cannot start before them. Opened when the forward returned, the gate left the
+    # cover-aware hack `ok` through the worker (H100, session 47); held until the reads are queued, it is named there
+    # and, with the own process's gate, in the judge's process too (H100, session 48)
     reads_behind_gate = True
 
     def __init__(self) -> None:
