@@ -148,7 +148,10 @@ def _report(benchmark, task_id: str, name: str, results: list, protocol: Protoco
         print(f"  run {i}: candidate {r.candidate.median_us:.1f} us (CI {r.candidate.ci95_halfwidth_pct:.2f}%, "
               f"{r.candidate.runs} runs), eager {r.eager.median_us:.1f} us (CI {r.eager.ci95_halfwidth_pct:.2f}%), "
               f"compile {r.compiled.median_us:.1f} us, "
-              f"{r.speedup_vs_eager:.3f}x / {r.speedup_vs_compile:.3f}x"
+              + (f"the runner's reference {r.runner_reference.median_us:.1f} us "
+                 f"(CI {r.runner_reference.ci95_halfwidth_pct:.2f}%, {r.runner_reference.runs} runs), "
+                 if r.runner_reference.measured else "")
+              + f"{r.speedup_vs_eager:.3f}x / {r.speedup_vs_compile:.3f}x"
               + (f"; {m.group(0)}" if (m := COVERS.search(r.log)) else ""))
     # a tier that moves between runs is a correctness property of the reward, not a timing target: it must not
     # move when every run is >= 3% away from a threshold
