@@ -742,3 +742,41 @@ def test_a_gated_forward_stays_held_until_the_guard_that_reads_behind_it_has_que
     result = run(tmp_path / "raises", raises)
     assert result.status is EvalStatus.RUNTIME_ERROR, result.message
     assert events == ["audited", "close", "open"]  # opened on the way out; no hook ran
+
+
+def test_one_process_gates_its_own_audited_forwards_from_the_second_on(monkeypatch):
+    """With no runner, on a GPU with a launch cover, the judge's process gates its own audited forwards (OwnGate):
+    not the first (it loads the candidate's kernels), then every one behind the same gate; never in a runner, whose
+    gate the trusted side asks for, nor beside a link to one."""
+    from cudagym.judge.harness import cover as cover_module
+    from cudagym.judge.harness.context import EvalContext
+
+    made: list[object] = []
+
+    class RecordingOwnGate:
+        covers = True
+
+        def __init__(self, device: object, cover: object) -> None:
+            made.append((device, cover))
+
+    monkeypatch.setattr(cover_module, "OwnGate", RecordingOwnGate)
+
+    def context(side: str = "both", remote: object = None, device: str = "cuda") -> EvalContext:
+        ctx = EvalContext.__new__(EvalContext)  # the selection alone: no job, no device touched
+        ctx.gate, ctx.side, ctx.remote, ctx.device = None, side, remote, torch.device(device)
+        ctx.cover = cover_module.LaunchCover.__new__(cover_module.LaunchCover)
+        ctx._own_gate, ctx._audited_forwards = None, 0
+        return ctx
+
+    ctx = context()
+    gates = [ctx._gate_for_call() for _ in range(4)]
+    assert gates[0] is None and gates[1] is not None and gates[1] is gates[2] is gates[3]
+    assert made == [(torch.device("cuda"), ctx.cover)]  # one gate, made at the second forward
+    for other in (context(side="runner"), context(remote=object()), context(device="cpu")):
+        assert [other._gate_for_call() for _ in range(3)] == [None] * 3
+    runner = context(side="runner")
+    runner.gate = asked = RecordingOwnGate("cuda", None)  # the runner's gate, as the trusted side asked for it
+    assert [runner._gate_for_call() for _ in range(2)] == [asked, asked]
+    no_cover = context()
+    no_cover.cover = None
+    assert [no_cover._gate_for_call() for _ in range(3)] == [None] * 3
