@@ -154,4 +154,3 @@ class OwnGate:
         from cudagym.judge.split.signals import write_value
 
         write_value(self.side.cuda_stream, self.word.data_ptr(), self.round)
-
