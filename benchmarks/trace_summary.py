@@ -1,6 +1,11 @@
 """A short table of a split trace (``CUDAGYM_TRACE``): per job, its phases, its runner requests and timed rounds.
 
     python benchmarks/trace_summary.py gpu-logs/wb_36.trace [more.trace ...]
+    python benchmarks/trace_summary.py --claims gpu-logs/bench_cmp.trace
+
+``--claims``: instead, per task, protocol and mode, each job's median claim per call of the runner's reference (the
+yardstick) and of the candidate's timed calls, and how far those medians and their ratio moved from job to job
+(max / min - 1) with the two's correlation: which of them moves a speedup's spread (session 48, Softmax's).
 
 Per worker pid: the jobs and verdicts, each phase's seconds (an unfinished phase says so), the requests by kind
 (count, late count, median and max of the bracket, of the judge's own staging in it before the go (and the
@@ -101,13 +106,68 @@ def summarize(path: Path) -> list[str]:
     return lines
 
 
+def _spread(values: list[float]) -> str:
+    return f"{max(values) / min(values) - 1:.2%}" if values and min(values) > 0 else "-"
+
+
+def _range(values: list[float]) -> str:
+    return f"{min(values):.1f}-{max(values):.1f} us ({_spread(values)})" if values else "-"
+
+
+def claims(path: Path) -> list[str]:
+    """Per task, protocol and mode: the jobs' median claims per call of the reference and the candidate."""
+    lines = [f"## {path}: claims per call, median per job"]
+    if not path.exists():
+        return [*lines, "(no trace written)"]
+    jobs: dict[Any, dict[str, Any]] = {}  # by worker pid: the job it is judging now
+    done: list[dict[str, Any]] = []
+    for raw in path.read_text(errors="replace").splitlines():
+        try:
+            event = json.loads(raw)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(event, dict):
+            continue
+        pid = event.get("pid")
+        if event.get("event") == "job":
+            jobs[pid] = {"key": (event.get("task"), event.get("protocol"), event.get("mode")),
+                         "reference": [], "timed": []}
+            done.append(jobs[pid])
+        elif event.get("event") == "bracketed" and pid in jobs and event.get("kind") in ("reference", "timed"):
+            claim, calls = event.get("claim_us"), event.get("calls") or 1
+            if isinstance(claim, (int, float)) and isinstance(calls, int) and calls > 0:
+                jobs[pid][event["kind"]].append(float(claim) / calls)
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+    for job in done:
+        groups[job["key"]].append(job)
+    for (task, protocol, mode), group in groups.items():
+        both = [(statistics.median(j["reference"]), statistics.median(j["timed"]))
+                for j in group if j["reference"] and j["timed"]]
+        reference = [statistics.median(j["reference"]) for j in group if j["reference"]]
+        timed = [statistics.median(j["timed"]) for j in group if j["timed"]]
+        ratio = [r / t for r, t in both if t > 0]
+        corr = "-"
+        if len(both) >= 3:
+            try:
+                corr = f"{statistics.correlation([r for r, _ in both], [t for _, t in both]):.2f}"
+            except statistics.StatisticsError:  # one of them constant
+                corr = "-"
+        lines.append(f"- {task} [{protocol}, {mode}]: {len(group)} jobs; the runner's reference {_range(reference)}; "
+                     f"the candidate {_range(timed)}; their ratio {_spread(ratio)} over {len(ratio)} jobs; "
+                     f"correlation {corr}")
+    return lines
+
+
 def main(argv: list[str]) -> int:
-    """Print the table of each trace named."""
+    """Print the table of each trace named (``--claims`` first: the claims' table instead)."""
+    table = summarize
+    if argv[:1] == ["--claims"]:
+        table, argv = claims, argv[1:]
     if not argv:
         print(__doc__)
         return 2
     for name in argv:
-        print("\n".join(summarize(Path(name))))
+        print("\n".join(table(Path(name))))
     return 0
 
 

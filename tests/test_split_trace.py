@@ -166,3 +166,29 @@ def test_the_summary_gives_each_kinds_staging_beside_its_bracket(tmp_path: Path)
     path.write_text("\n".join(json.dumps(r) for r in parts) + "\n")
     table = "\n".join(load_script("benchmarks/trace_summary.py", "trace_summary").summarize(path))
     assert "staged med=4194 max=4300 (inputs/poison/flush med=2003/2100/94)" in table, table
+
+
+def test_the_claims_table_gives_each_jobs_medians_and_how_far_they_moved(tmp_path: Path) -> None:
+    """``--claims``: per task, protocol and mode, the runner's reference's and the candidate's median claim per call
+    in each job, how far each moved from job to job and their ratio's (session 48: Softmax's reference moved 1.36%)."""
+    path = tmp_path / "bench.trace"
+    rows: list[object] = []
+    for pid, (reference, timed) in enumerate([(216.0, 182.0), (219.0, 182.0), (217.0, 182.5)], start=3):
+        rows.append({"event": "job", "pid": pid, "t": 0, "task": "bundled/L1/05_Softmax", "mode": "submit",
+                     "protocol": "cudagym-v6"})
+        rows += [{"event": "bracketed", "pid": pid, "t": 1, "kind": "reference", "calls": 2, "claim_us": 2 * c}
+                 for c in (reference - 1, reference, reference + 1)]  # batched: per call
+        rows += [{"event": "bracketed", "pid": pid, "t": 2, "kind": "timed", "calls": 1, "claim_us": timed}] * 3
+        rows.append({"event": "bracketed", "pid": pid, "t": 3, "kind": "calibrate", "calls": 1, "claim_us": 9.0})
+    rows.append({"event": "job", "pid": 9, "t": 0, "task": "bundled/L1/01_Swish", "mode": "verify",
+                 "protocol": "cudagym-v6"})  # no timed request: no figures, no failure
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n{cut mid-li")
+    module = load_script("benchmarks/trace_summary.py", "trace_summary")
+    table = "\n".join(module.claims(path))
+    assert ("bundled/L1/05_Softmax [cudagym-v6, submit]: 3 jobs; the runner's reference 216.0-219.0 us (1.39%); "
+            "the candidate 182.0-182.5 us (0.27%)") in table, table
+    softmax = next(line for line in table.splitlines() if "05_Softmax" in line)
+    ratios = [216.0 / 182.0, 219.0 / 182.0, 217.0 / 182.5]
+    assert f"their ratio {max(ratios) / min(ratios) - 1:.2%} over 3 jobs" in softmax, softmax
+    assert "bundled/L1/01_Swish [cudagym-v6, verify]: 1 jobs; the runner's reference -; the candidate -" in table
+    assert module.main(["--claims", str(path)]) == 0 and module.main(["--claims"]) == 2
