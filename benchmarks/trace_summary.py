@@ -33,13 +33,9 @@ def _max(values: list[float]) -> str:
     return f"{max(values):.0f}" if values else "-"
 
 
-def summarize(path: Path) -> list[str]:
-    """The table's lines for one trace file."""
-    lines = [f"## {path}"]
-    if not path.exists():
-        return [*lines, "(no trace written)"]
-    by_pid: dict[Any, list[dict[str, Any]]] = defaultdict(list)
-    broken = 0
+def read_events(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The trace's events in order, and how many lines were not a JSON object (a trace cut mid-line is normal)."""
+    events, broken = [], 0
     for raw in path.read_text(errors="replace").splitlines():
         try:
             event = json.loads(raw)
@@ -47,7 +43,21 @@ def summarize(path: Path) -> list[str]:
             broken += 1
             continue
         if isinstance(event, dict):
-            by_pid[event.get("pid")].append(event)
+            events.append(event)
+        else:
+            broken += 1
+    return events, broken
+
+
+def summarize(path: Path) -> list[str]:
+    """The table's lines for one trace file."""
+    lines = [f"## {path}"]
+    if not path.exists():
+        return [*lines, "(no trace written)"]
+    by_pid: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    events, broken = read_events(path)
+    for event in events:
+        by_pid[event.get("pid")].append(event)
     if broken:
         lines.append(f"({broken} lines not JSON)")
     for pid, events in by_pid.items():
@@ -121,13 +131,7 @@ def claims(path: Path) -> list[str]:
         return [*lines, "(no trace written)"]
     jobs: dict[Any, dict[str, Any]] = {}  # by worker pid: the job it is judging now
     done: list[dict[str, Any]] = []
-    for raw in path.read_text(errors="replace").splitlines():
-        try:
-            event = json.loads(raw)
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(event, dict):
-            continue
+    for event in read_events(path)[0]:
         pid = event.get("pid")
         if event.get("event") == "job":
             jobs[pid] = {"key": (event.get("task"), event.get("protocol"), event.get("mode")),
