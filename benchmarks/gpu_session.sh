@@ -9,7 +9,7 @@
 # with the heap and with the copy delivery; $HEAP_TASKS: some bundled ids, $HEAP_ROUNDS) whitebox templates env hacks gate (the audited forward's gate: the covers, the forwards' own side-stream
 # check, the bundled Swish's gates on time, the side-stream hacks through the worker) own_gate (the judge's own process's gate: the
 # planted hacks there, the own checks, then the bundled suite under SUBMIT) judge
-# bundled bundled_split (the bundled suite through LocalJudge and its runners; bundled_copy: under the copy delivery; bundled_attrib: under the attribution gate) bench_bld bench_eval bench_cmp (bench_eval on the split and on the judge before it, the candidate in the worker, side by side: issue 13's before and after; $BENCH_COMPARE: another protocol instead, e.g. 'cudagym[yardstick_beside_eager=true]') soak, and the later issues' runs: cupy sb3 ppo ray bench_gpu chat tuning bench
+# bundled bundled_split (the bundled suite through LocalJudge and its runners; bundled_copy: under the copy delivery; bundled_attrib: under the attribution gate) bench_bld bench_eval bench_cmp (bench_eval on the split and on the judge before it, the candidate in the worker, side by side: issue 13's before and after; $BENCH_COMPARE: another protocol instead, e.g. 'cudagym[yardstick_beside_eager=true]'; each split job's claims in $OUT/bench_cmp.claims, benchmarks/trace_summary.py --claims) soak, and the later issues' runs: cupy sb3 ppo ray bench_gpu chat tuning bench
 # bench_rs (the bench resumed from $BENCH_DIR, carried) yardstick (the runner's reference time) spares (bench_vec's
 # LocalJudge rate by spare runners, $SPARES, default 8,12) memprobe (memory_probe.py on $PROBE_TASK, default L1/87,
 # under $PROBE_PROTOCOL, default cudagym, in the split) sync (benchmarks/sync_probe.py on $SYNC_TASK, default L1/71,
@@ -198,7 +198,9 @@ for s in $steps; do
     bench_bld)  run_step bench_bld  $base benchmarks/bench_build.py --benchmark-only --benchmark-json "$out/bench_bld.json" ;;  # one load_inline: 25-60 s
     bench_eval) run_step bench_eval $base benchmarks/bench_eval.py --benchmark-only --benchmark-json "$out/bench_eval.json" ;;  # 10 SUBMITs per test
     bench_cmp)  run_step bench_cmp  env CUDAGYM_BENCH_COMPARE="${BENCH_COMPARE:-in-process}" $base benchmarks/bench_eval.py --benchmark-only \
-                                      --benchmark-json "$out/bench_cmp.json" ${BENCH_K:+-k "$BENCH_K"} ;;  # the split and the judge before it: 20 SUBMITs per test ($BENCH_K: pytest -k, e.g. repeatability)
+                                      --benchmark-json "$out/bench_cmp.json" ${BENCH_K:+-k "$BENCH_K"}  # the split and the judge before it: 20 SUBMITs per test ($BENCH_K: pytest -k, e.g. repeatability)
+                # each split job's reference and candidate claims, and how far they moved (beside summary.txt in $OUT)
+                python3 benchmarks/trace_summary.py --claims "$out/bench_cmp.trace" > "$ret/bench_cmp.claims" 2>&1 ;;
     soak)       run_step soak       $base -m slow benchmarks/soak_judge.py ;;  # one long test: no per-test limit
     *)          summary+=("$s: unknown step") ;;
   esac
