@@ -125,6 +125,20 @@ def test_a_name_with_extra_settings_is_that_protocol_under_an_id_of_its_own():
             get_protocol(bad)
 
 
+def test_a_names_settings_may_set_the_timing_loops_own_numbers_on_the_protocol():
+    probe = get_protocol("cudagym[min_runs=100,arm_wait_ms=200]")
+    assert probe.id == "cudagym-v6[min_runs=100,arm_wait_ms=200]" and probe.min_runs == 100
+    assert probe.extra == {"arm_wait_ms": 200}  # a field is set on the protocol, not kept as an extra
+    assert dataclasses.replace(probe, id=CUDAGYM_V6.id, extra={}, min_runs=CUDAGYM_V6.min_runs) == CUDAGYM_V6
+    assert probe.timing_key.startswith(probe.id) and get_protocol(probe.id) == probe  # caches apart; resolves again
+    assert get_protocol("cudagym[max_runs=2000,target_ci_pct=0.2]").target_ci_pct == 0.2
+    for bad, why in (("cudagym[min_runs=abc]", "min_runs a whole number"), ("cudagym[min_runs=2.5]", "min_runs"),
+                     ("cudagym[min_runs=100000]", "min_runs <= max_runs"), ("cudagym[max_runs=1]", "max_runs"),
+                     ("cudagym[target_ci_pct=-1]", "target_ci_pct"), ("cudagym[num_inputs=3]", "unknown extra")):
+        with pytest.raises(ConfigError, match=why):
+            get_protocol(bad)
+
+
 @pytest.mark.parametrize(
     "changes",
     [{"num_inputs": 0}, {"min_runs": 0}, {"max_runs": 1, "min_runs": 5}, {"threshold": 1.5},

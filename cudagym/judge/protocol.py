@@ -579,6 +579,9 @@ def get_protocol(spec: str | Protocol | None) -> Protocol:
 
 
 _EXTRA_VALUE = re.compile(r"[A-Za-z0-9_.+-]+")  # the id names a cache folder: nothing a path could read otherwise
+# The timing loop's own numbers a name's settings may set on the protocol itself (a probe of how many calls a spread
+# needs); every other key is an extra setting (EXTRA_SETTINGS)
+FIELD_SETTINGS = frozenset({"min_runs", "max_runs", "target_ci_pct"})
 
 
 def _with_extra(spec: str) -> Protocol:
@@ -596,4 +599,5 @@ def _with_extra(spec: str) -> Protocol:
         except ValueError:
             extra[key] = text
     settings = ",".join(f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in extra.items())
-    return replace(base, id=f"{base.id}[{settings}]", extra={**base.extra, **extra})
+    fields = {key: extra.pop(key) for key in list(extra) if key in FIELD_SETTINGS}
+    return replace(base, id=f"{base.id}[{settings}]", extra={**base.extra, **extra}, **fields)
