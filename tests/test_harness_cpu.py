@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
+import threading
 import time
 import types
 from collections.abc import Iterator, Sequence
@@ -26,7 +27,7 @@ from cudagym.judge.harness.inputs import generate_inputs, poison_
 from cudagym.judge.harness.runner import evaluate
 from cudagym.judge.interface import EvalMode
 from cudagym.judge.job import Job, KnownBaselines
-from cudagym.judge.protocol import CUDAGYM_V0
+from cudagym.judge.protocol import CUDAGYM_V0, DEFAULT_PROTOCOL
 from cudagym.judge.records import (
     BuildResult,
     BuildStatus,
@@ -756,14 +757,15 @@ def test_one_process_gates_its_own_audited_forwards_from_the_second_on(monkeypat
     class RecordingOwnGate:
         covers = True
 
-        def __init__(self, device: object, cover: object) -> None:
-            made.append((device, cover))
+        def __init__(self, device: object, cover: object, *waits: float) -> None:
+            made.append((device, cover, *waits))
 
     monkeypatch.setattr(cover_module, "OwnGate", RecordingOwnGate)
 
     def context(side: str = "both", remote: object = None, device: str = "cuda") -> EvalContext:
         ctx = EvalContext.__new__(EvalContext)  # the selection alone: no job, no device touched
         ctx.gate, ctx.side, ctx.remote, ctx.device = None, side, remote, torch.device(device)
+        ctx.protocol = DEFAULT_PROTOCOL
         ctx.cover = cover_module.LaunchCover.__new__(cover_module.LaunchCover)
         ctx._own_gate, ctx._audited_forwards = None, 0
         return ctx
@@ -771,7 +773,8 @@ def test_one_process_gates_its_own_audited_forwards_from_the_second_on(monkeypat
     ctx = context()
     gates = [ctx._gate_for_call() for _ in range(4)]
     assert gates[0] is None and gates[1] is not None and gates[1] is gates[2] is gates[3]
-    assert made == [(torch.device("cuda"), ctx.cover)]  # one gate, made at the second forward
+    # one gate, made at the second forward; its timer waits as long as the split's judge does for a runner's gate
+    assert made == [(torch.device("cuda"), ctx.cover, DEFAULT_PROTOCOL.arm_wait_ms / 1000, 0.005)]
     for other in (context(side="runner"), context(remote=object()), context(device="cpu")):
         assert [other._gate_for_call() for _ in range(3)] == [None] * 3
     runner = context(side="runner")
@@ -780,3 +783,43 @@ def test_one_process_gates_its_own_audited_forwards_from_the_second_on(monkeypat
     no_cover = context()
     no_cover.cover = None
     assert [no_cover._gate_for_call() for _ in range(3)] == [None] * 3
+
+
+def test_the_own_gate_opens_when_asked_or_after_its_wait_and_counts_those_its_timer_opened(monkeypatch):
+    """OwnGate's timer: a forward that waits for the GPU inside would wait for its own gate, so the gate opens itself
+    after the protocol's arm wait (then the shorter late wait) and counts the call late; opened in time, once."""
+    from cudagym.judge.harness import cover as cover_module
+    from cudagym.judge.split import signals
+
+    writes: list[tuple[int, int]] = []
+    monkeypatch.setattr(signals, "write_value", lambda stream, address, value: writes.append((address, value)))
+
+    class Cover:
+        launched: list[int] = []
+
+        def launch_gated(self, stream: object, address: int, round_: int) -> None:
+            self.launched.append(round_)
+
+    gate = cover_module.OwnGate.__new__(cover_module.OwnGate)  # its device word and stream need a GPU
+    gate.cover, gate.wait_s, gate.late_wait_s = Cover(), 0.2, 0.01
+    gate.word = SimpleNamespace(data_ptr=lambda: 4096)
+    gate.side = SimpleNamespace(cuda_stream=7)
+    gate.round, gate.late_audits, gate._opened = 0, [0, 0], 0
+    gate._lock, gate._timer = threading.Lock(), None
+
+    gate.close("stream")  # opened in time: one write, not late
+    gate.open()
+    time.sleep(0.3)
+    assert writes == [(4096, 1)] and gate.late_audits == [0, 1]
+    gate.close("stream")  # the forward does not return in the wait: the timer opens it, late
+    time.sleep(0.3)
+    assert writes == [(4096, 1), (4096, 2)] and gate.late_audits == [1, 2]
+    gate.open()  # the forward returns at last: nothing written twice
+    assert len(writes) == 2
+    gate.close("stream")  # once one was late, the shorter wait
+    began = time.monotonic()
+    while len(writes) < 3 and time.monotonic() - began < 5:
+        time.sleep(0.002)
+    assert writes[-1] == (4096, 3) and time.monotonic() - began < 0.15 and gate.late_audits == [2, 3]
+    assert Cover.launched == [1, 2, 3]
+

@@ -47,6 +47,9 @@ from cudagym.judge.protocol import Protocol
 from cudagym.judge.records import InputCheck, KernelTime, TimingStats, Violation, Yardstick
 from cudagym.judge.split.channel import RunnerLost
 
+if typing.TYPE_CHECKING:  # pragma: no cover
+    from cudagym.judge.harness.cover import OwnGate
+
 PROFILE_REPEATS = 3  # forward passes per kernel profile
 
 
@@ -156,7 +159,7 @@ class EvalContext:
         # the split's runner on a GPU: the gate of the audited forward being served (None: no gate)
         self.gate: ForwardGate | None = None
         self._gate_closed: ForwardGate | None = None  # that gate while it holds the forward's stream (open_gate)
-        self._own_gate: ForwardGate | None = None  # with no runner: the gate this process opens (_gate_for_call)
+        self._own_gate: OwnGate | None = None  # with no runner: the gate this process opens (_gate_for_call)
         self._audited_forwards = 0
 
     # ------------------------------------------------------------------------------------- reporting
@@ -276,12 +279,31 @@ class EvalContext:
         if self.gate is not None or self.side != "both" or self.remote is not None or not self.on_gpu:
             return self.gate
         from cudagym.judge.harness.cover import LaunchCover, OwnGate
+        from cudagym.judge.harness.runner import arm_wait_s
+        from cudagym.judge.split.remote import ARM_WAIT_S
 
         if not isinstance(self.cover, LaunchCover) or self._audited_forwards < 2:
             return None
         if self._own_gate is None:
-            self._own_gate = OwnGate(self.device, self.cover)
+            wait_s = arm_wait_s(self.protocol)  # as long as the split's judge waits for the runner to open its gate
+            self._own_gate = OwnGate(self.device, self.cover, wait_s, min(wait_s, ARM_WAIT_S))
         return self._own_gate
+
+    @property
+    def own_gate(self) -> OwnGate | None:
+        """With no runner on a GPU: the gate this process put its audited forwards behind, once it made one."""
+        return self._own_gate
+
+    @property
+    def own_late_audits(self) -> tuple[int, int]:
+        """With no runner: (late, gated) audited forwards of this process's own gate; ``(0, 0)`` with none.
+
+        Late: opened by its timer, not after the forward returned (a forward that waits for the GPU inside).
+        """
+        if self._own_gate is None:
+            return (0, 0)
+        late, gated = self._own_gate.late_audits
+        return (late, gated)
 
     def open_gate(self) -> None:
         """Open the audited forward's gate (:attr:`gate`) where it still holds the forward's stream; else nothing.

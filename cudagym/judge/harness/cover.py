@@ -20,6 +20,7 @@ compiles it, so no compiler is needed on the GPU worker.
 from __future__ import annotations
 
 import functools
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -128,15 +129,21 @@ class OwnGate:
     on until :meth:`open` writes this gate's own word, on a stream that waits for nothing. So work a forward queues
     on another stream while its caller's stream is busy cannot start before the side-stream check's reads are
     queued (the cover-aware hack: without the gate, this process's check did not name it on the H100, session 48).
-    A forward that loads a kernel module under the gate (lazy loading may wait for the whole context) is held at
-    most :data:`GATE_MAX_US`.
+    A forward that waits for the GPU inside would wait for its own gate: as the split's judge does, a timer opens
+    it after ``wait_s`` (``late_wait_s`` once one was late) and counts the call late (:attr:`late_audits`). One that
+    holds the interpreter while it waits, or loads a kernel module under the gate (lazy loading may wait for the
+    whole context), is held at most :data:`GATE_MAX_US`.
     """
 
-    def __init__(self, device: torch.device, cover: LaunchCover) -> None:
-        self.cover = cover
+    def __init__(self, device: torch.device, cover: LaunchCover, wait_s: float, late_wait_s: float) -> None:
+        self.cover, self.wait_s, self.late_wait_s = cover, wait_s, late_wait_s
         self.word = torch.zeros(1, dtype=torch.int32, device=device)
         self.side = torch.cuda.Stream(device)
         self.round = 0
+        self.late_audits = [0, 0]  # late (opened by the timer), gated
+        self._opened = 0  # the latest round written
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
         torch.cuda.synchronize(device)  # the word is zero before any cover reads it
 
     @property
@@ -145,12 +152,29 @@ class OwnGate:
         return True
 
     def close(self, stream: Any) -> None:
-        """Queue on ``stream`` the cover, spinning until :meth:`open` (or :data:`GATE_MAX_US`)."""
+        """Queue on ``stream`` the cover, spinning until :meth:`open`, the timer, or :data:`GATE_MAX_US`."""
         self.round += 1
+        self.late_audits[1] += 1
         self.cover.launch_gated(stream, self.word.data_ptr(), self.round)
+        wait_s = self.late_wait_s if self.late_audits[0] else self.wait_s
+        self._timer = threading.Timer(wait_s, self._write, args=(self.round, True))
+        self._timer.daemon = True
+        self._timer.start()
 
     def open(self) -> None:
         """Write the word the cover waits for, on the gate's own stream."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._write(self.round, False)
+
+    def _write(self, round_: int, late: bool) -> None:
         from cudagym.judge.split.signals import write_value
 
-        write_value(self.side.cuda_stream, self.word.data_ptr(), self.round)
+        with self._lock:
+            if self._opened == round_:
+                return
+            self._opened = round_
+            if late:
+                self.late_audits[0] += 1
+            write_value(self.side.cuda_stream, self.word.data_ptr(), round_)

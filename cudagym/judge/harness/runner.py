@@ -1144,8 +1144,11 @@ def _result(ctx: EvalContext, status: EvalStatus, message: str, wall_s: float, p
         ctx.note(ctx.meter.describe_phases())
     if ctx.remote is not None:
         gates = late_gates_note(ctx.remote.late_audits, ctx.remote.arm_wait_s, ctx.remote.late_wait_s)
-        if gates:
-            ctx.note(gates)
+    else:  # the candidate in this process: its own gate's timer (cudagym.judge.harness.cover.OwnGate)
+        own = ctx.own_gate
+        gates = late_gates_note(own.late_audits, own.wait_s, own.late_wait_s) if own is not None else ""
+    if gates:
+        ctx.note(gates)
     try:
         hardware = describe(ctx.device)
     except Exception:  # a broken context cannot describe itself; the verdict must still come back
@@ -1198,8 +1201,8 @@ def _cost(ctx: EvalContext) -> EvalCost:
                     load_s=clock.get("load"), check_s=clock.get("check"), timing_s=clock.get("timing"),
                     compile_s=clock.get("compile"), profile_s=clock.get("profile"),
                     **_late_calls(link.unqueued if link is not None else {}, ctx.cached_yardstick),
-                    late_audited_calls=link.late_audits[0] if link is not None else 0,
-                    audited_calls=link.late_audits[1] if link is not None else 0)
+                    late_audited_calls=link.late_audits[0] if link is not None else ctx.own_late_audits[0],
+                    audited_calls=link.late_audits[1] if link is not None else ctx.own_late_audits[1])
 
 
 def _late_calls(unqueued: dict[str, list[int]], cached: Yardstick | None = None) -> dict[str, int]:
