@@ -823,3 +823,13 @@ def test_the_own_gate_opens_when_asked_or_after_its_wait_and_counts_those_its_ti
     assert writes[-1] == (4096, 3) and time.monotonic() - began < 0.15 and gate.late_audits == [2, 3]
     assert Cover.launched == [1, 2, 3]
 
+    def broken(stream: int, address: int, value: int) -> None:  # the candidate broke the context
+        raise RuntimeError("cuStreamWriteValue32_v2: CUDA_ERROR_ILLEGAL_ADDRESS")
+
+    monkeypatch.setattr(signals, "write_value", broken)
+    gate.close("stream")
+    time.sleep(0.1)  # the timer's write failed quietly: not counted, left to open(), which raises it
+    assert gate.late_audits == [2, 4]
+    with pytest.raises(RuntimeError, match="ILLEGAL_ADDRESS"):
+        gate.open()
+
