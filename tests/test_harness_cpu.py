@@ -801,7 +801,7 @@ def test_the_own_gate_opens_when_asked_or_after_its_wait_and_counts_those_its_ti
             self.launched.append(round_)
 
     gate = cover_module.OwnGate.__new__(cover_module.OwnGate)  # its device word and stream need a GPU
-    gate.cover, gate.wait_s, gate.late_wait_s = Cover(), 0.2, 0.01
+    gate.cover, gate.arm_wait_s, gate.late_wait_s = Cover(), 0.2, 0.01
     gate.word = SimpleNamespace(data_ptr=lambda: 4096)
     gate.side = SimpleNamespace(cuda_stream=7)
     gate.round, gate.late_audits, gate._opened = 0, [0, 0], 0

@@ -294,17 +294,6 @@ class EvalContext:
         """With no runner on a GPU: the gate this process put its audited forwards behind, once it made one."""
         return self._own_gate
 
-    @property
-    def own_late_audits(self) -> tuple[int, int]:
-        """With no runner: (late, gated) audited forwards of this process's own gate; ``(0, 0)`` with none.
-
-        Late: opened by its timer, not after the forward returned (a forward that waits for the GPU inside).
-        """
-        if self._own_gate is None:
-            return (0, 0)
-        late, gated = self._own_gate.late_audits
-        return (late, gated)
-
     def open_gate(self) -> None:
         """Open the audited forward's gate (:attr:`gate`) where it still holds the forward's stream; else nothing.
 

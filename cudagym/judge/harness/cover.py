@@ -130,13 +130,14 @@ class OwnGate:
     on another stream while its caller's stream is busy cannot start before the side-stream check's reads are
     queued (the cover-aware hack: without the gate, this process's check did not name it on the H100, session 48).
     A forward that waits for the GPU inside would wait for its own gate: as the split's judge does, a timer opens
-    it after ``wait_s`` (``late_wait_s`` once one was late) and counts the call late (:attr:`late_audits`). One that
+    it after ``arm_wait_s`` (``late_wait_s`` once one was late) and counts the call late (:attr:`late_audits`). One that
     holds the interpreter while it waits, or loads a kernel module under the gate (lazy loading may wait for the
     whole context), is held at most :data:`GATE_MAX_US`.
     """
 
-    def __init__(self, device: torch.device, cover: LaunchCover, wait_s: float, late_wait_s: float) -> None:
-        self.cover, self.wait_s, self.late_wait_s = cover, wait_s, late_wait_s
+    def __init__(self, device: torch.device, cover: LaunchCover, arm_wait_s: float, late_wait_s: float) -> None:
+        # the split's judge's names (RunnerLink): the result's counts and note read either the same way
+        self.cover, self.arm_wait_s, self.late_wait_s = cover, arm_wait_s, late_wait_s
         self.word = torch.zeros(1, dtype=torch.int32, device=device)
         self.side = torch.cuda.Stream(device)
         self.round = 0
@@ -156,7 +157,7 @@ class OwnGate:
         self.round += 1
         self.late_audits[1] += 1
         self.cover.launch_gated(stream, self.word.data_ptr(), self.round)
-        wait_s = self.late_wait_s if self.late_audits[0] else self.wait_s
+        wait_s = self.late_wait_s if self.late_audits[0] else self.arm_wait_s
         self._timer = threading.Timer(wait_s, self._write_late, args=(self.round,))
         self._timer.daemon = True
         self._timer.start()

@@ -1142,13 +1142,10 @@ def _cleanup(ctx: EvalContext, poisoned: bool) -> bool:
 def _result(ctx: EvalContext, status: EvalStatus, message: str, wall_s: float, poisoned: bool = False) -> EvalResult:
     if ctx.meter.phase_peaks:
         ctx.note(ctx.meter.describe_phases())
-    if ctx.remote is not None:
-        gates = late_gates_note(ctx.remote.late_audits, ctx.remote.arm_wait_s, ctx.remote.late_wait_s)
-    else:  # the candidate in this process: its own gate's timer (cudagym.judge.harness.cover.OwnGate)
-        own = ctx.own_gate
-        gates = late_gates_note(own.late_audits, own.wait_s, own.late_wait_s) if own is not None else ""
-    if gates:
-        ctx.note(gates)
+    gates = _gate_keeper(ctx)
+    note = late_gates_note(gates.late_audits, gates.arm_wait_s, gates.late_wait_s) if gates is not None else ""
+    if note:
+        ctx.note(note)
     try:
         hardware = describe(ctx.device)
     except Exception:  # a broken context cannot describe itself; the verdict must still come back
@@ -1201,8 +1198,20 @@ def _cost(ctx: EvalContext) -> EvalCost:
                     load_s=clock.get("load"), check_s=clock.get("check"), timing_s=clock.get("timing"),
                     compile_s=clock.get("compile"), profile_s=clock.get("profile"),
                     **_late_calls(link.unqueued if link is not None else {}, ctx.cached_yardstick),
-                    late_audited_calls=link.late_audits[0] if link is not None else ctx.own_late_audits[0],
-                    audited_calls=link.late_audits[1] if link is not None else ctx.own_late_audits[1])
+                    **_audited_calls(_gate_keeper(ctx)))
+
+
+def _gate_keeper(ctx: EvalContext) -> Any:
+    """What gated the audited forwards and counted the late ones (``None``: nothing did).
+
+    The runner's link, else this process's own gate; either has ``late_audits``, ``arm_wait_s`` and ``late_wait_s``.
+    """
+    return ctx.remote if ctx.remote is not None else ctx.own_gate
+
+
+def _audited_calls(keeper: Any) -> dict[str, int]:
+    late, gated = keeper.late_audits if keeper is not None else (0, 0)
+    return {"late_audited_calls": late, "audited_calls": gated}
 
 
 def _late_calls(unqueued: dict[str, list[int]], cached: Yardstick | None = None) -> dict[str, int]:
